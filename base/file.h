@@ -1,0 +1,59 @@
+// File I/O behind small interfaces, so tests can inject faults and so every
+// durable write in dgrr follows one discipline: write, fsync, rename, fsync dir.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dgrr {
+
+// An append-only file. Not thread-safe; one owner at a time.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(const void* data, size_t n) = 0;
+  virtual Status Flush() = 0;  // hand buffered bytes to the OS
+  virtual Status Sync() = 0;   // Flush, then make them durable (fsync)
+  virtual Status Close() = 0;  // Flush and close; further calls fail
+  virtual const std::string& path() const = 0;
+};
+
+// Opens `path` for appending (O_APPEND|O_CREAT). With `truncate`, an existing
+// file is emptied first. The returned file buffers nothing: every Append is a
+// write(2), so callers batch.
+StatusOr<std::unique_ptr<WritableFile>> OpenWritableFile(const std::string& path, bool truncate);
+
+// Writes `data` to `path` atomically: a temporary file in the same directory is
+// written, fsync'd and renamed over `path`, then the directory is fsync'd. A
+// crash at any moment leaves either the old file or the new one, never a mix.
+Status WriteFileAtomically(const std::string& path, std::string_view data);
+
+// Same, with the content produced by `fill` into an open temporary file.
+// `fill` receives the temporary path; on failure the temporary is removed.
+Status CommitFileAtomically(const std::string& path,
+                            const std::function<Status(const std::string& tmp_path)>& fill);
+
+// fsync of a directory, so a rename or create within it is durable.
+Status SyncDirectory(const std::string& dir);
+
+StatusOr<std::string> ReadFileToString(const std::string& path);
+StatusOr<uint64_t> FileSize(const std::string& path);
+bool PathExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+// Creates `dir` and its parents if missing.
+Status CreateDirectories(const std::string& dir);
+// Cuts `path` to `size` bytes and fsyncs it.
+Status TruncateFile(const std::string& path, uint64_t size);
+// The directory part of `path` ("." when it has none).
+std::string DirName(const std::string& path);
+// A path in the directory of `path` that no other writer uses.
+std::string TemporaryPathFor(const std::string& path);
+
+}  // namespace dgrr

@@ -1,0 +1,49 @@
+// The dgrr command line: one source file per subcommand, each registering
+// itself here with its name, a one-line summary and a run function that
+// returns the process exit code (base/status.h: ExitCode).
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dgrr::cli {
+
+namespace po = boost::program_options;
+
+struct Command {
+  std::string name;
+  std::string summary;  // one line, shown by `dgrr --help`
+  std::function<int(const std::vector<std::string>& args)> run;
+};
+
+// Registers a subcommand; called from a static initialiser in its file.
+bool RegisterCommand(Command command);
+const std::vector<Command>& AllCommands();
+
+// Parses `args` for subcommand `name`. Prints help (exit 0) for --help, or one
+// usage line (exit 1) for bad arguments; returns that exit code. Returns -1
+// when parsing succeeded and the command should go on.
+//   usage:       "dgrr verify TRACE..."   (first line of --help)
+//   description: a paragraph after the usage line
+int ParseCommandLine(const std::string& name, const std::string& usage,
+                     const std::string& description, po::options_description& options,
+                     const po::positional_options_description& positional,
+                     const std::vector<std::string>& args, po::variables_map& vm);
+
+// Prints "dgrr NAME: <message>" on stderr and returns the exit code for it.
+int ReportError(const std::string& name, const Status& status);
+// Prints "dgrr NAME: warning: <message>" on stderr.
+void ReportWarning(const std::string& name, const std::string& message);
+
+// The exit-code table shared by `dgrr --help` and every subcommand's --help.
+const char* ExitCodeHelp();
+
+}  // namespace dgrr::cli
+
+// DGRR_COMMAND(verify, "summary", RunVerify) in a subcommand's source file.
+#define DGRR_COMMAND(name, summary, fn) \
+  static const bool dgrr_registered_##name = ::dgrr::cli::RegisterCommand({#name, summary, fn})

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything dgrr needs to build and test, from Debian packages only.
+# Idempotent: packages already present are not reinstalled, and apt is not
+# touched at all when nothing is missing. Must run as root (or via sudo).
+set -euo pipefail
+
+packages=(
+  build-essential g++ cmake make ninja-build pkg-config git
+  libhdf5-dev hdf5-tools
+  libzstd-dev libxxhash-dev
+  libboost-program-options-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "install-deps: need root to install: ${missing[*]}" >&2; exit 2
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
