@@ -34,6 +34,10 @@ int ParseCommandLine(const std::string& name, const std::string& usage,
                      const po::positional_options_description& positional,
                      const std::vector<std::string>& args, po::variables_map& vm);
 
+// Runs the dgrr command line `args` (without the program name) and returns the
+// exit code. main() is this; tests call it in-process.
+int RunDgrr(const std::vector<std::string>& args);
+
 // Prints "dgrr NAME: <message>" on stderr and returns the exit code for it.
 int ReportError(const std::string& name, const Status& status);
 // Prints "dgrr NAME: warning: <message>" on stderr.
