@@ -1,0 +1,49 @@
+#include "fingerprint/fingerprint_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "fingerprint/fingerprint_cuda_kernels.h"
+
+namespace dgrr {
+namespace {
+
+using fingerprint_cuda_internal::DeviceFingerprint;
+static_assert(sizeof(Fingerprint) == sizeof(DeviceFingerprint) &&
+                  offsetof(Fingerprint, xor64) == offsetof(DeviceFingerprint, xor64) &&
+                  offsetof(Fingerprint, xxh3) == offsetof(DeviceFingerprint, xxh3),
+              "the device writes a Fingerprint's bytes directly");
+
+Status CudaFailure(const char* step, int err) {
+  return Status::Internal(std::string("fingerprint on device: ") + step + ": " +
+                          cudaGetErrorString(static_cast<cudaError_t>(err)));
+}
+
+}  // namespace
+
+Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream, Fingerprint* out) {
+  if (out == nullptr) return Status::InvalidArgument("FingerprintDeviceAsync: null output");
+  if (dev_ptr == nullptr && n != 0) {
+    return Status::InvalidArgument("FingerprintDeviceAsync: null device pointer with " +
+                                   std::to_string(n) + " bytes");
+  }
+  const char* failed_step = "";
+  // The device copies 16 bytes with the same layout into *out.
+  const int err = fingerprint_cuda_internal::EnqueueFingerprint(
+      dev_ptr, n, stream, fingerprint_internal::DefaultXxh3Secret(),
+      reinterpret_cast<DeviceFingerprint*>(out), &failed_step);
+  if (err != 0) return CudaFailure(failed_step, err);
+  return Status::OK();
+}
+
+StatusOr<Fingerprint> FingerprintDevice(const void* dev_ptr, size_t n, CUstream_st* stream) {
+  Fingerprint result;
+  DGRR_RETURN_IF_ERROR(FingerprintDeviceAsync(dev_ptr, n, stream, &result));
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return CudaFailure("cudaStreamSynchronize", err);
+  return result;
+}
+
+}  // namespace dgrr

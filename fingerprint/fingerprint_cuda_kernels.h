@@ -1,0 +1,25 @@
+// Internal: the boundary between the kernels (compiled by nvcc as C++17) and
+// fingerprint_cuda.cc (C++20, Status). Plain types only; not for other code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace dgrr::fingerprint_cuda_internal {
+
+// Layout of the 16 bytes the device writes: equal to dgrr::Fingerprint's.
+struct DeviceFingerprint {
+  uint64_t xor64;
+  uint64_t xxh3;
+};
+
+// Enqueues the kernels and the copy of the result to *out on `stream`.
+// `secret` is XXH3's 192-byte default secret (host memory; passed by value to
+// the kernels). Returns a cudaError_t value (0 = cudaSuccess); on failure
+// *failed_step names the CUDA call that failed.
+int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const uint8_t* secret,
+                       DeviceFingerprint* out, const char** failed_step);
+
+}  // namespace dgrr::fingerprint_cuda_internal

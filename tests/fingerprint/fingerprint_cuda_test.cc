@@ -1,0 +1,112 @@
+// Device fingerprints equal the CPU ones, bit for bit. Needs a CUDA device;
+// skips (saying why) where there is none.
+#include "fingerprint/fingerprint_cuda.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dgrr {
+namespace {
+
+bool HaveCudaDevice(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
+    return false;
+  }
+  if (count == 0) {
+    *why = "cudaGetDeviceCount returned 0";
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_CUDA()                                       \
+  do {                                                            \
+    std::string why;                                              \
+    if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+// Device copy of host bytes, kept at a chosen misalignment.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const std::vector<uint8_t>& host, size_t shift) {
+    EXPECT_EQ(cudaMalloc(&base_, host.size() + shift + 1), cudaSuccess);
+    data_ = static_cast<uint8_t*>(base_) + shift;
+    if (!host.empty()) {
+      EXPECT_EQ(cudaMemcpy(data_, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  ~DeviceBuffer() { cudaFree(base_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  void* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+TEST(FingerprintCudaTest, RejectsNullArgumentsWithoutTouchingTheDevice) {
+  Fingerprint out;
+  EXPECT_TRUE(FingerprintDeviceAsync(nullptr, 5, nullptr, &out).IsInvalidArgument());
+  int dummy = 0;
+  EXPECT_TRUE(FingerprintDeviceAsync(&dummy, 4, nullptr, nullptr).IsInvalidArgument());
+}
+
+TEST(FingerprintCudaTest, MatchesCpuForManyLengthsAndAlignments) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<uint8_t> all = RandomBytes((4 << 20) + 3, 31);
+  std::vector<size_t> lengths;
+  for (size_t len = 0; len <= 300; ++len) lengths.push_back(len);
+  for (size_t len : {1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097, 65536 + 5,
+                     (1 << 20) - 1, (1 << 20) + 7}) {
+    lengths.push_back(len);
+  }
+  lengths.push_back(all.size());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (size_t shift : {0, 1, 3, 8}) {
+    DeviceBuffer device(all, shift);
+    for (size_t len : lengths) {
+      StatusOr<Fingerprint> got = FingerprintDevice(device.data(), len, stream);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      const Fingerprint expected = FingerprintBytes(all.data(), len);
+      EXPECT_EQ(got->xor64, expected.xor64) << "len=" << len << " shift=" << shift;
+      EXPECT_EQ(got->xxh3, expected.xxh3) << "len=" << len << " shift=" << shift;
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST(FingerprintCudaTest, AsyncIntoPinnedMemoryOnAStream) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<uint8_t> host = RandomBytes(3 << 20, 32);
+  DeviceBuffer device(host, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  Fingerprint* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 2 * sizeof(Fingerprint)), cudaSuccess);
+  ASSERT_TRUE(FingerprintDeviceAsync(device.data(), host.size(), stream, &pinned[0]).ok());
+  ASSERT_TRUE(FingerprintDeviceAsync(device.data() + 5, 1000, stream, &pinned[1]).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(pinned[0], FingerprintBytes(host.data(), host.size()));
+  EXPECT_EQ(pinned[1], FingerprintBytes(host.data() + 5, 1000));
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace dgrr

@@ -1,0 +1,305 @@
+// Fingerprint definitions (docs/fingerprint.md): known XXH3 answers, the xor64
+// lane rule and its relation to OpGuard's 32-bit signature, sensitivity to
+// single-bit flips, the XOR blind spots that xxh3 covers, and the streaming
+// rule.
+#include "fingerprint/fingerprint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace dgrr {
+namespace {
+
+// xxHash's "sanity buffer" described in tests/data/xxh3.txt.
+std::vector<uint8_t> SanityBuffer(size_t size) {
+  constexpr uint64_t kPrime32 = 2654435761u;
+  constexpr uint64_t kPrime64 = 11400714785074694797ull;
+  std::vector<uint8_t> buf(size);
+  uint64_t generator = kPrime32;
+  for (size_t i = 0; i < size; ++i) {
+    buf[i] = static_cast<uint8_t>(generator >> 56);
+    generator *= kPrime64;
+  }
+  return buf;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+struct Vector {
+  size_t len;
+  uint64_t expected;
+  std::string line;
+};
+
+// Rows "XXH3_64bits_withSeed|len=N|seed=0x0000000000000000|0xHASH" (seed 0).
+std::vector<Vector> LoadSeedZeroVectors() {
+  std::ifstream in(std::string(DGRR_TEST_DATA_DIR) + "/xxh3.txt");
+  std::vector<Vector> vectors;
+  std::string line;
+  const std::string prefix = "XXH3_64bits_withSeed|len=";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, '|');) fields.push_back(f);
+    if (fields.size() != 4 || fields[2] != "seed=0x0000000000000000") continue;
+    vectors.push_back({std::stoull(fields[1].substr(4)), std::stoull(fields[3], nullptr, 16), line});
+  }
+  return vectors;
+}
+
+TEST(Xxh3Test, MatchesPublishedSeedZeroVectors) {
+  const std::vector<Vector> vectors = LoadSeedZeroVectors();
+  ASSERT_GE(vectors.size(), 14u) << "tests/data/xxh3.txt missing or unparsed";
+  const std::vector<uint8_t> buf = SanityBuffer(2367);
+  ASSERT_EQ(buf[1], 0x52);  // the file's stated first bytes
+  ASSERT_EQ(buf[15], 0x93);
+  for (const Vector& v : vectors) {
+    ASSERT_LE(v.len, buf.size()) << v.line;
+    EXPECT_EQ(Xxh3(buf.data(), v.len), v.expected) << v.line;
+    EXPECT_EQ(FingerprintBytes(buf.data(), v.len).xxh3, v.expected) << v.line;
+    // The streaming state three ways: one update, byte by byte, 7-byte steps.
+    Fingerprinter whole;
+    whole.Update(buf.data(), v.len);
+    EXPECT_EQ(whole.Digest().xxh3, v.expected) << v.line;
+    Fingerprinter bytewise;
+    for (size_t i = 0; i < v.len; ++i) bytewise.Update(buf.data() + i, 1);
+    EXPECT_EQ(bytewise.Digest().xxh3, v.expected) << v.line;
+    Fingerprinter sevens;
+    for (size_t i = 0; i < v.len; i += 7) sevens.Update(buf.data() + i, std::min<size_t>(7, v.len - i));
+    EXPECT_EQ(sevens.Digest().xxh3, v.expected) << v.line;
+  }
+}
+
+TEST(Xxh3Test, MatchesPublishedStrings) {
+  EXPECT_EQ(Xxh3("", 0), 0x2D06800538D394C2ull);
+  EXPECT_EQ(Xxh3("a", 1), 0xE6C632B61E964E1Full);
+  EXPECT_EQ(Xxh3("abc", 3), 0x78AF5F94892F3950ull);
+  EXPECT_EQ(Xxh3("123456789", 9), 0x72DCB18B67A17DFFull);
+  const std::string fox = "The quick brown fox jumps over the lazy dog";
+  EXPECT_EQ(Xxh3(fox.data(), fox.size()), 0xCE7D19A5418FB365ull);
+}
+
+// xor64 straight from its definition, byte by byte.
+uint64_t ReferenceXor64(const uint8_t* p, size_t n) {
+  uint64_t acc = 0;
+  for (size_t i = 0; i < n; ++i) acc ^= static_cast<uint64_t>(p[i]) << (8 * (i % 8));
+  return acc;
+}
+
+// OpGuard's signature as that paper defines it: XOR of little-endian 32-bit
+// words, the last partial word zero-padded.
+uint32_t ReferenceXorSignature32(const uint8_t* p, size_t n) {
+  uint32_t acc = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    uint32_t word = 0;
+    for (size_t k = 0; k < 4 && i + k < n; ++k) word |= static_cast<uint32_t>(p[i + k]) << (8 * k);
+    acc ^= word;
+  }
+  return acc;
+}
+
+TEST(Xor64Test, KnownValues) {
+  const uint8_t bytes[9] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0xF0};
+  EXPECT_EQ(Xor64(bytes, 0), 0u);
+  EXPECT_EQ(Xor64(bytes, 1), 0x01u);
+  EXPECT_EQ(Xor64(bytes, 8), 0x0807060504030201ull);
+  // The 9th byte starts a new word, zero-padded: it lands in lane 0.
+  EXPECT_EQ(Xor64(bytes, 9), 0x0807060504030201ull ^ 0xF0u);
+}
+
+TEST(Xor64Test, SignatureEqualsOpGuard32ForEveryLengthUpTo67) {
+  const std::vector<uint8_t> buf = RandomBytes(67, 1);
+  for (size_t n = 0; n <= 67; ++n) {
+    const uint64_t x = Xor64(buf.data(), n);
+    EXPECT_EQ(x, ReferenceXor64(buf.data(), n)) << "n=" << n;
+    EXPECT_EQ(XorSignature32(x), ReferenceXorSignature32(buf.data(), n)) << "n=" << n;
+  }
+}
+
+TEST(Xor64Test, OddLengthsAgainstDefinition) {
+  const std::vector<uint8_t> buf = RandomBytes(5000, 2);
+  for (size_t n : {1, 3, 7, 9, 15, 63, 65, 127, 129, 511, 513, 1023, 1025, 4095, 4097, 4999}) {
+    EXPECT_EQ(Xor64(buf.data(), n), ReferenceXor64(buf.data(), n)) << "n=" << n;
+    EXPECT_EQ(FingerprintBytes(buf.data(), n).xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
+  }
+}
+
+TEST(FingerprintTest, EmptyInput) {
+  const Fingerprint empty = FingerprintBytes(nullptr, 0);
+  EXPECT_EQ(empty.xor64, 0u);
+  EXPECT_EQ(empty.xxh3, 0x2D06800538D394C2ull);
+  Fingerprinter f;
+  f.Update(nullptr, 0);
+  EXPECT_EQ(f.Digest(), empty);
+  EXPECT_EQ(f.bytes(), 0u);
+}
+
+TEST(FingerprintTest, FusedEqualsSeparatePasses) {
+  const size_t chunk = fingerprint_internal::kFusedChunkBytes;
+  const std::vector<uint8_t> buf = RandomBytes(3 * chunk + 100, 3);
+  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, chunk - 1, chunk, chunk + 1,
+                   2 * chunk + 3, buf.size()}) {
+    const Fingerprint fused = FingerprintBytes(buf.data(), n);
+    EXPECT_EQ(fused.xor64, Xor64(buf.data(), n)) << "n=" << n;
+    EXPECT_EQ(fused.xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
+    EXPECT_EQ(fused.xxh3, Xxh3(buf.data(), n)) << "n=" << n;
+  }
+}
+
+TEST(FingerprintTest, ChunkSizeDoesNotChangeResult) {
+  const std::vector<uint8_t> buf = RandomBytes(70001, 4);
+  const Fingerprint expected{ReferenceXor64(buf.data(), buf.size()), Xxh3(buf.data(), buf.size())};
+  // 1000 is rounded down to a multiple of 8; 3 is raised to 8.
+  for (size_t chunk : {3, 8, 64, 1000, 4096, 16384, 65536, 1 << 20}) {
+    EXPECT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), buf.size(), chunk), expected)
+        << "chunk=" << chunk;
+  }
+}
+
+TEST(FingerprintTest, MisalignedStartPointers) {
+  const std::vector<uint8_t> data = RandomBytes(40000, 5);
+  const Fingerprint expected = FingerprintBytes(data.data(), data.size());
+  std::vector<uint8_t> storage(data.size() + 64);
+  for (size_t shift = 0; shift < 16; ++shift) {
+    std::memcpy(storage.data() + shift, data.data(), data.size());
+    EXPECT_EQ(FingerprintBytes(storage.data() + shift, data.size()), expected) << "shift=" << shift;
+    EXPECT_EQ(Xor64(storage.data() + shift, 1001), Xor64(data.data(), 1001)) << "shift=" << shift;
+  }
+}
+
+TEST(FingerprintTest, EverySingleBitFlipChangesBothOnSmallBuffer) {
+  std::vector<uint8_t> buf = RandomBytes(67, 6);
+  const Fingerprint original = FingerprintBytes(buf.data(), buf.size());
+  for (size_t bit = 0; bit < 8 * buf.size(); ++bit) {
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    const Fingerprint flipped = FingerprintBytes(buf.data(), buf.size());
+    EXPECT_NE(flipped.xor64, original.xor64) << "bit " << bit;
+    EXPECT_NE(flipped.xxh3, original.xxh3) << "bit " << bit;
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  EXPECT_EQ(FingerprintBytes(buf.data(), buf.size()), original);
+}
+
+TEST(FingerprintTest, SampledBitFlipsChangeBothOnLargeBuffer) {
+  std::vector<uint8_t> buf = RandomBytes((1 << 20) + 3, 7);
+  const Fingerprint original = FingerprintBytes(buf.data(), buf.size());
+  std::mt19937_64 rng(8);
+  std::vector<size_t> bits = {0, 8 * buf.size() - 1, 8 * (buf.size() - 3)};  // ends and tail word
+  for (int i = 0; i < 150; ++i) bits.push_back(rng() % (8 * buf.size()));
+  for (size_t bit : bits) {
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    const Fingerprint flipped = FingerprintBytes(buf.data(), buf.size());
+    EXPECT_NE(flipped.xor64, original.xor64) << "bit " << bit;
+    EXPECT_NE(flipped.xxh3, original.xxh3) << "bit " << bit;
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+}
+
+TEST(FingerprintTest, RowSwapIsInvisibleToXorButNotToXxh3) {
+  // A 6x16 f32 matrix: rows of 64 bytes, so a swapped row keeps its lanes.
+  constexpr size_t kRows = 6, kCols = 16, kRowBytes = kCols * sizeof(float);
+  std::vector<float> m(kRows * kCols);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = 0.25f * static_cast<float>(i) - 3.0f;
+  const Fingerprint original = FingerprintBytes(m.data(), m.size() * sizeof(float));
+  std::vector<float> swapped = m;
+  std::memcpy(&swapped[1 * kCols], &m[4 * kCols], kRowBytes);
+  std::memcpy(&swapped[4 * kCols], &m[1 * kCols], kRowBytes);
+  const Fingerprint after = FingerprintBytes(swapped.data(), swapped.size() * sizeof(float));
+  EXPECT_EQ(after.xor64, original.xor64) << "the documented blind spot of xor64";
+  EXPECT_NE(after.xxh3, original.xxh3);
+}
+
+TEST(FingerprintTest, CancellingDoubleCorruptionIsInvisibleToXorButNotToXxh3) {
+  std::vector<uint8_t> buf = RandomBytes(4096, 9);
+  const Fingerprint original = FingerprintBytes(buf.data(), buf.size());
+  // The same bit flipped in two words 8*k bytes apart cancels under XOR.
+  buf[100] ^= 0x10;
+  buf[100 + 8 * 37] ^= 0x10;
+  const Fingerprint after = FingerprintBytes(buf.data(), buf.size());
+  EXPECT_EQ(after.xor64, original.xor64);
+  EXPECT_NE(after.xxh3, original.xxh3);
+  // A duplicated (equal) pair of words XORs to zero wherever it appears.
+  std::vector<uint8_t> a(64, 0), b(64, 0);
+  std::memset(a.data() + 8, 0xAB, 8);
+  std::memset(a.data() + 24, 0xAB, 8);
+  EXPECT_EQ(Xor64(a.data(), a.size()), Xor64(b.data(), b.size()));
+  EXPECT_NE(Xxh3(a.data(), a.size()), Xxh3(b.data(), b.size()));
+}
+
+TEST(FingerprinterTest, EveryTwoWaySplitEqualsOneShot) {
+  const std::vector<uint8_t> buf = RandomBytes(300, 10);
+  const Fingerprint expected = FingerprintBytes(buf.data(), buf.size());
+  for (size_t cut = 0; cut <= buf.size(); ++cut) {
+    Fingerprinter f;
+    f.Update(buf.data(), cut);
+    f.Update(buf.data() + cut, buf.size() - cut);
+    EXPECT_EQ(f.Digest(), expected) << "cut=" << cut;
+  }
+}
+
+TEST(FingerprinterTest, RandomSplitsAcrossChunksEqualOneShot) {
+  const std::vector<uint8_t> buf = RandomBytes(3 * fingerprint_internal::kFusedChunkBytes + 11, 11);
+  const Fingerprint expected = FingerprintBytes(buf.data(), buf.size());
+  std::mt19937_64 rng(12);
+  for (int trial = 0; trial < 20; ++trial) {
+    Fingerprinter f;
+    size_t offset = 0;
+    while (offset < buf.size()) {
+      // Mostly small odd pieces, sometimes more than a chunk.
+      const size_t piece = std::min(buf.size() - offset,
+                                    rng() % 4 == 0 ? size_t(rng() % 70000) : size_t(rng() % 17));
+      f.Update(buf.data() + offset, piece);
+      offset += piece;
+    }
+    EXPECT_EQ(f.bytes(), buf.size());
+    EXPECT_EQ(f.Digest(), expected) << "trial " << trial;
+  }
+}
+
+TEST(FingerprinterTest, DigestDoesNotChangeStateAndResetRestarts) {
+  const std::vector<uint8_t> buf = RandomBytes(1000, 13);
+  Fingerprinter f;
+  f.Update(buf.data(), 333);
+  const Fingerprint partial = f.Digest();
+  EXPECT_EQ(f.Digest(), partial);
+  EXPECT_EQ(partial, FingerprintBytes(buf.data(), 333));
+  f.Update(buf.data() + 333, 667);
+  EXPECT_EQ(f.Digest(), FingerprintBytes(buf.data(), 1000));
+  f.Reset();
+  EXPECT_EQ(f.bytes(), 0u);
+  EXPECT_EQ(f.Digest(), FingerprintBytes(nullptr, 0));
+  f.Update(buf.data(), 1000);
+  EXPECT_EQ(f.Digest(), FingerprintBytes(buf.data(), 1000));
+}
+
+TEST(FingerprinterTest, CopiesAreIndependent) {
+  const std::vector<uint8_t> buf = RandomBytes(900, 14);
+  Fingerprinter a;
+  a.Update(buf.data(), 451);
+  Fingerprinter b = a;  // copy mid-stream
+  a.Update(buf.data() + 451, 449);
+  EXPECT_EQ(b.Digest(), FingerprintBytes(buf.data(), 451));
+  b.Update(buf.data() + 451, 449);
+  EXPECT_EQ(b.Digest(), a.Digest());
+  Fingerprinter c;
+  c = a;
+  c.Update(buf.data(), 1);
+  EXPECT_NE(c.Digest(), a.Digest());
+  Fingerprinter moved = std::move(c);
+  EXPECT_EQ(moved.bytes(), 901u);
+}
+
+}  // namespace
+}  // namespace dgrr
