@@ -1,0 +1,33 @@
+// CRC-32C (Castagnoli, the iSCSI polynomial 0x1EDC6F41, reflected 0x82F63B78),
+// as used by every stored checksum in dgrr. The x86 SSE4.2 crc32 instruction
+// computes this polynomial; it is used when the CPU has it (checked once at run
+// time), and a table-driven version otherwise. Both give identical results.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dgrr::crc32c {
+
+// Returns the CRC32C of concat(A, data[0, n)) where `crc` is the CRC32C of A.
+// Extend(0, data, n) is the CRC32C of data alone.
+uint32_t Extend(uint32_t crc, const void* data, size_t n);
+inline uint32_t Value(const void* data, size_t n) { return Extend(0, data, n); }
+
+// The two implementations behind Extend, exposed so tests can check both.
+uint32_t ExtendPortable(uint32_t crc, const void* data, size_t n);
+// Requires HardwareAvailable(); falls back to the portable path otherwise.
+uint32_t ExtendHardware(uint32_t crc, const void* data, size_t n);
+bool HardwareAvailable();
+
+// A CRC stored next to data that may itself be checksummed again (a trace
+// copied into another CRC-protected container) is masked, as LevelDB does:
+// the CRC of a string that contains its own CRC is otherwise degenerate.
+inline constexpr uint32_t kMaskDelta = 0xa282ead8u;
+inline uint32_t Mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kMaskDelta; }
+inline uint32_t Unmask(uint32_t masked) {
+  uint32_t rot = masked - kMaskDelta;
+  return (rot >> 17) | (rot << 15);
+}
+
+}  // namespace dgrr::crc32c

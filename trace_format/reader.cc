@@ -1,0 +1,302 @@
+#include "trace_format/reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/file.h"
+
+namespace dgrr::trace {
+namespace {
+
+constexpr size_t kReadBufferBytes = 1 << 20;
+static_assert(kReadBufferBytes % kRecordSize == 0);
+
+// pread until `n` bytes or end of file; returns the bytes read.
+StatusOr<size_t> PreadFully(int fd, const std::string& path, uint8_t* dst, size_t n,
+                            uint64_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, dst + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read", path, errno);
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+uint64_t StepOf(const RecordBody& body) {
+  if (auto* b = std::get_if<BoundaryRecord>(&body)) return b->step;
+  if (auto* s = std::get_if<StepRecord>(&body)) return s->step;
+  if (auto* e = std::get_if<EventRecord>(&body)) return e->step;
+  return 0;
+}
+
+std::string PendingNameWarning(const std::string& path, const TraceReader& reader) {
+  if (!reader.name_pending()) return "";
+  return path + ": the trace ends inside a NAME sequence (name id " +
+         std::to_string(reader.names().size()) + " is incomplete; records from " +
+         std::to_string(reader.clean_prefix_records()) + " on only begin it)";
+}
+
+std::string JoinWarnings(std::string a, const std::string& b) {
+  if (a.empty()) return b;
+  if (!b.empty()) a += "; " + b;
+  return a;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
+  TraceError ignored;
+  return Open(path, &ignored);
+}
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path,
+                                                         TraceError* error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  uint8_t bytes[kHeaderSize];
+  auto got = PreadFully(fd, path, bytes, kHeaderSize, 0);
+  if (!got.ok()) {
+    ::close(fd);
+    return got.status();
+  }
+  TraceHeader header;
+  size_t bad_offset = 0;
+  Status s = DecodeHeader(bytes, *got, &header, &bad_offset);
+  if (!s.ok()) {
+    ::close(fd);
+    *error = TraceError{true, 0, bad_offset, s.message()};
+    return Status::Corruption(path + ": header at offset " + std::to_string(bad_offset) + ": " +
+                              s.message());
+  }
+  return std::unique_ptr<TraceReader>(new TraceReader(path, fd, header));
+}
+
+TraceReader::TraceReader(std::string path, int fd, const TraceHeader& header)
+    : path_(std::move(path)), fd_(fd), header_(header), buffer_(new uint8_t[kReadBufferBytes]) {}
+
+TraceReader::~TraceReader() { ::close(fd_); }
+
+Status TraceReader::Fail(uint64_t index, std::string reason) {
+  error_ = TraceError{false, index, RecordOffset(index), reason};
+  failure_ = Status::Corruption(path_ + ": record " + std::to_string(index) + " at offset " +
+                                std::to_string(RecordOffset(index)) + ": " + reason);
+  return failure_;
+}
+
+Status TraceReader::Fill(bool* have_record) {
+  if (end_ - pos_ >= kRecordSize) {
+    *have_record = true;
+    return Status::OK();
+  }
+  // Keep the partial record (if any) and read on after it; the file may have
+  // grown since the last end we saw.
+  size_t partial = end_ - pos_;
+  std::memmove(buffer_.get(), buffer_.get() + pos_, partial);
+  pos_ = 0;
+  end_ = partial;
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, buffer_.get() + end_,
+                                               kReadBufferBytes - end_,
+                                               RecordOffset(next_index_) + end_));
+  end_ += got;
+  *have_record = end_ >= kRecordSize;
+  return Status::OK();
+}
+
+StatusOr<bool> TraceReader::RestOfFileIsZero(uint64_t from_offset) {
+  std::vector<uint8_t> chunk(1 << 16);
+  uint64_t offset = from_offset;
+  for (;;) {
+    DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, chunk.data(), chunk.size(), offset));
+    if (got == 0) break;
+    if (!AllZero(chunk.data(), got)) return false;
+    offset += got;
+  }
+  torn_tail_bytes_ = offset - from_offset;
+  return true;
+}
+
+Status TraceReader::CheckSequence(const RecordBody& body) {
+  if (const auto* chunk = std::get_if<NameChunk>(&body)) {
+    if (pending_) {
+      if (chunk->name_id != pending_->id || chunk->total_length != pending_->total_length ||
+          chunk->chunk_offset != pending_->bytes.size()) {
+        return Status::Corruption("NAME record (id " + std::to_string(chunk->name_id) +
+                                  ", chunk offset " + std::to_string(chunk->chunk_offset) +
+                                  ") does not continue name id " + std::to_string(pending_->id) +
+                                  " at byte " + std::to_string(pending_->bytes.size()));
+      }
+      pending_->bytes += chunk->bytes;
+    } else {
+      if (chunk->name_id != names_.size()) {
+        return Status::Corruption("name id " + std::to_string(chunk->name_id) +
+                                  " defined out of order (next id is " +
+                                  std::to_string(names_.size()) + ")");
+      }
+      if (chunk->chunk_offset != 0) {
+        return Status::Corruption("name id " + std::to_string(chunk->name_id) +
+                                  " begins at chunk offset " + std::to_string(chunk->chunk_offset));
+      }
+      pending_ = PendingName{chunk->name_id, chunk->total_length, chunk->bytes};
+    }
+    if (pending_->bytes.size() == pending_->total_length) {
+      names_.push_back(std::move(pending_->bytes));
+      pending_.reset();
+    }
+    return Status::OK();
+  }
+  if (pending_) {
+    return Status::Corruption("name id " + std::to_string(pending_->id) +
+                              " is incomplete: a non-NAME record interrupts its NAME records");
+  }
+  if (const auto* boundary = std::get_if<BoundaryRecord>(&body)) {
+    if (boundary->name_id >= names_.size()) {
+      return Status::Corruption("undefined name id " + std::to_string(boundary->name_id) + " (" +
+                                std::to_string(names_.size()) + " names defined)");
+    }
+    if (has_seq_ && boundary->seq <= last_seq_) {
+      return Status::Corruption("sequence number " + std::to_string(boundary->seq) +
+                                " does not follow " + std::to_string(last_seq_));
+    }
+    has_seq_ = true;
+    last_seq_ = boundary->seq;
+  }
+  return Status::OK();
+}
+
+Status TraceReader::Next(Record* record, bool* done) {
+  *done = false;
+  if (!failure_.ok()) return failure_;
+  bool have_record = false;
+  DGRR_RETURN_IF_ERROR(Fill(&have_record));
+  torn_tail_bytes_ = 0;
+  torn_by_zeros_ = false;
+  if (!have_record) {
+    torn_tail_bytes_ = end_ - pos_;
+    *done = true;
+    return Status::OK();
+  }
+  const uint8_t* src = buffer_.get() + pos_;
+  if (src[0] == 0 && AllZero(src, kRecordSize)) {
+    DGRR_ASSIGN_OR_RETURN(bool zero_tail, RestOfFileIsZero(RecordOffset(next_index_)));
+    if (zero_tail) {
+      torn_by_zeros_ = true;
+      *done = true;
+      return Status::OK();
+    }
+  }
+  Status s = DecodeRecord(src, &record->body);
+  if (s.ok()) s = CheckSequence(record->body);
+  if (!s.ok()) return Fail(next_index_, s.message());
+  record->index = next_index_++;
+  pos_ += kRecordSize;
+  if (!pending_) clean_prefix_records_ = next_index_;
+  return Status::OK();
+}
+
+Status TraceReader::ReadRecordAt(uint64_t index, Record* record) {
+  uint8_t bytes[kRecordSize];
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, bytes, kRecordSize, RecordOffset(index)));
+  if (got < kRecordSize) {
+    return Status::NotFound(path_ + ": no whole record " + std::to_string(index) + " in the file");
+  }
+  Status s = DecodeRecord(bytes, &record->body);
+  if (!s.ok()) {
+    return Status::Corruption(path_ + ": record " + std::to_string(index) + " at offset " +
+                              std::to_string(RecordOffset(index)) + ": " + s.message());
+  }
+  record->index = index;
+  return Status::OK();
+}
+
+StatusOr<uint64_t> TraceReader::CountRecordsInFile() {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno("stat", path_, errno);
+  auto size = static_cast<uint64_t>(st.st_size);
+  return size < kHeaderSize ? 0 : (size - kHeaderSize) / kRecordSize;
+}
+
+std::string TraceReader::torn_tail_warning() const {
+  if (torn_tail_bytes_ == 0) return "";
+  return path_ + ": torn tail at offset " + std::to_string(torn_tail_offset()) + ": " +
+         std::to_string(torn_tail_bytes_) + " bytes ignored (" +
+         (torn_by_zeros_ ? "zero-filled records at end of file" : "partial record at end of file") +
+         ")";
+}
+
+StatusOr<Trace> ReadWholeTrace(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(auto reader, TraceReader::Open(path));
+  Trace trace;
+  trace.path = path;
+  trace.header = reader->header();
+  for (;;) {
+    Record record;
+    bool done = false;
+    DGRR_RETURN_IF_ERROR(reader->Next(&record, &done));
+    if (done) break;
+    trace.records.push_back(std::move(record));
+  }
+  trace.names = reader->names();
+  trace.torn_tail_bytes = reader->torn_tail_bytes();
+  trace.warning = JoinWarnings(reader->torn_tail_warning(), PendingNameWarning(path, *reader));
+  return trace;
+}
+
+Status TruncateTraceAt(const std::string& path, uint64_t keep_records) {
+  DGRR_ASSIGN_OR_RETURN(auto reader, TraceReader::Open(path));
+  DGRR_ASSIGN_OR_RETURN(uint64_t in_file, reader->CountRecordsInFile());
+  if (keep_records > in_file) {
+    return Status::InvalidArgument(path + ": cannot keep " + std::to_string(keep_records) +
+                                   " records: the file has " + std::to_string(in_file));
+  }
+  return TruncateFile(path, RecordOffset(keep_records));
+}
+
+Status VerifyTrace(const std::string& path, VerifySummary* summary) {
+  *summary = VerifySummary{};
+  summary->path = path;
+  auto opened = TraceReader::Open(path, &summary->error);
+  if (!opened.ok()) return opened.status();
+  TraceReader& reader = **opened;
+  summary->header = reader.header();
+  Record record;
+  for (;;) {
+    bool done = false;
+    Status s = reader.Next(&record, &done);
+    if (!s.ok()) {
+      summary->error = reader.last_error();
+      return s;
+    }
+    if (done) break;
+    const RecordBody& body = record.body;
+    summary->boundaries += std::holds_alternative<BoundaryRecord>(body);
+    summary->steps += std::holds_alternative<StepRecord>(body);
+    summary->events += std::holds_alternative<EventRecord>(body);
+    if (!std::holds_alternative<NameChunk>(body)) {
+      uint64_t step = StepOf(body);
+      summary->last_step = summary->has_step ? std::max(summary->last_step, step) : step;
+      summary->has_step = true;
+    }
+  }
+  summary->records = reader.records_read();
+  summary->names = reader.names().size();
+  summary->torn_tail_bytes = reader.torn_tail_bytes();
+  summary->torn_tail_offset = reader.torn_tail_offset();
+  summary->warning = JoinWarnings(reader.torn_tail_warning(), PendingNameWarning(path, reader));
+  return Status::OK();
+}
+
+}  // namespace dgrr::trace

@@ -1,0 +1,149 @@
+// TraceReader: validates and decodes a trace, record by record.
+//
+// Every record is checked on its own (CRC, known type, field ranges, reserved
+// bytes zero) and against what came before (a NAME sequence continues where
+// the previous chunk stopped; a BOUNDARY names a completely defined name and a
+// sequence number above the previous one). The first violation is corruption:
+// Next() returns Status::Corruption naming file, record index, byte offset and
+// reason, and last_error() gives the same as fields. The reader has no policy;
+// its caller decides what to do.
+//
+// The end of the trace: a short final record (file length not a whole number
+// of records), or whole records of nothing but zero bytes running to the end
+// of the file (a filesystem that grew the file before the data landed), is a
+// torn tail: a clean end, reported by torn_tail_bytes()/torn_tail_warning().
+// A whole final record that is not all zeros and fails its CRC is corruption.
+// A reader of a trace still being written reads every complete record; after
+// Next() reports done, calling it again picks up records appended since.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "trace_format/record.h"
+
+namespace dgrr::trace {
+
+// Where validation failed, as fields (Status carries the same as text).
+struct TraceError {
+  bool in_header = false;
+  uint64_t record_index = 0;  // meaningful when !in_header
+  uint64_t offset = 0;        // byte offset in the file
+  std::string reason;
+};
+
+class TraceReader {
+ public:
+  // Opens `path` and validates its header. NotFound/IOError when it cannot be
+  // read; Corruption (naming "header" and an offset) when the header is bad.
+  static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path);
+  // Same, filling *error on corruption of the header.
+  static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path, TraceError* error);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  const TraceHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+
+  // Decodes the next record into *record and sets *done = false, or sets
+  // *done = true at the end of the complete records. After a corruption
+  // every call returns the same error.
+  Status Next(Record* record, bool* done);
+
+  // Random access for bisect: reads record `index` and validates it on its
+  // own (CRC, type, fields). The cross-record rules need a scan (Next); names
+  // are those the scan has defined so far. Past the end: NotFound.
+  Status ReadRecordAt(uint64_t index, Record* record);
+  // Whole records currently in the file (a scan may have read fewer).
+  StatusOr<uint64_t> CountRecordsInFile();
+
+  uint64_t records_read() const { return next_index_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::string* name(uint32_t id) const { return id < names_.size() ? &names_[id] : nullptr; }
+  bool has_boundary() const { return has_seq_; }
+  uint64_t last_seq() const { return last_seq_; }
+  // Records up to the last point where no NAME sequence was half-way: where a
+  // writer that goes on appending must cut the file.
+  uint64_t clean_prefix_records() const { return clean_prefix_records_; }
+  bool name_pending() const { return pending_.has_value(); }
+
+  // At the last end seen: bytes after the last complete record (0 if none).
+  uint64_t torn_tail_bytes() const { return torn_tail_bytes_; }
+  uint64_t torn_tail_offset() const { return RecordOffset(next_index_); }
+  // "FILE: torn tail at offset O: N bytes ignored (...)", empty when none.
+  std::string torn_tail_warning() const;
+  const TraceError& last_error() const { return error_; }
+
+ private:
+  TraceReader(std::string path, int fd, const TraceHeader& header);
+  // Makes at least one whole record available at buffer_[pos_]; false at end.
+  Status Fill(bool* have_record);
+  Status CheckSequence(const RecordBody& body);
+  Status Fail(uint64_t index, std::string reason);
+  StatusOr<bool> RestOfFileIsZero(uint64_t from_offset);
+
+  const std::string path_;
+  int fd_;
+  const TraceHeader header_;
+
+  std::unique_ptr<uint8_t[]> buffer_;  // kReadBufferBytes, not zero-filled
+  size_t pos_ = 0;   // next unread byte in buffer_
+  size_t end_ = 0;   // bytes of buffer_ holding file data
+  uint64_t next_index_ = 0;
+
+  std::vector<std::string> names_;
+  struct PendingName {
+    uint32_t id;
+    uint16_t total_length;
+    std::string bytes;
+  };
+  std::optional<PendingName> pending_;
+  bool has_seq_ = false;
+  uint64_t last_seq_ = 0;
+  uint64_t clean_prefix_records_ = 0;
+  uint64_t torn_tail_bytes_ = 0;
+  bool torn_by_zeros_ = false;
+  Status failure_;
+  TraceError error_;
+};
+
+// A whole trace decoded in memory (compare and inspect use it).
+struct Trace {
+  std::string path;
+  TraceHeader header;
+  std::vector<std::string> names;  // by id
+  std::vector<Record> records;     // every record, NAME chunks included; records[i].index == i
+  uint64_t torn_tail_bytes = 0;
+  std::string warning;  // torn tail or incomplete name at the end; empty when none
+};
+StatusOr<Trace> ReadWholeTrace(const std::string& path);
+
+// Cuts the trace at `path` so that it keeps records [0, keep_records): the
+// file ends at RecordOffset(keep_records), fsync'd. Rollback and resume use
+// it. InvalidArgument when the file has fewer whole records.
+Status TruncateTraceAt(const std::string& path, uint64_t keep_records);
+
+struct VerifySummary {
+  std::string path;
+  TraceHeader header;
+  uint64_t records = 0;
+  uint64_t names = 0;
+  uint64_t boundaries = 0;
+  uint64_t steps = 0;  // STEP records, begin and end
+  uint64_t events = 0;
+  bool has_step = false;
+  uint64_t last_step = 0;  // highest step named by any record
+  uint64_t torn_tail_bytes = 0;
+  uint64_t torn_tail_offset = 0;
+  std::string warning;  // empty when the trace ended cleanly
+  TraceError error;     // filled when VerifyTrace returns Corruption
+};
+// Validates the whole trace. OK (possibly with a warning) or the first error.
+Status VerifyTrace(const std::string& path, VerifySummary* summary);
+
+}  // namespace dgrr::trace

@@ -1,0 +1,169 @@
+// The trace format's types and their byte encodings (docs/trace-format.md is
+// the normative spec; this header is the only one shared by writer and reader).
+//
+// A trace file is a 128-byte header followed by 128-byte records. Every field
+// is encoded byte by byte in little-endian order through base/coding.h; no
+// struct is ever copied onto disk bytes, so the C++ types below may change
+// freely while the bytes may not.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+namespace dgrr::trace {
+
+inline constexpr size_t kHeaderSize = 128;
+inline constexpr size_t kRecordSize = 128;
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kMagic[8] = {'D', 'G', 'R', 'R', 'T', 'R', 'A', 'C'};
+// Offsets of the stored (masked) CRC32Cs; each covers every byte before it.
+inline constexpr size_t kHeaderCrcOffset = kHeaderSize - 4;
+inline constexpr size_t kRecordCrcOffset = kRecordSize - 4;
+
+// Longest boundary name, in bytes (names travel over several NAME records).
+inline constexpr size_t kMaxNameLength = 4096;
+inline constexpr size_t kNameChunkOffset = 16;
+inline constexpr size_t kNameChunkCapacity = kRecordCrcOffset - kNameChunkOffset;  // 108
+// Dimensions stored inline in a BOUNDARY record; longer shapes keep their
+// first kInlineDims - 1 dims and a digest of all of them in the last slot.
+inline constexpr size_t kInlineDims = 6;
+inline constexpr size_t kEventPayloadOffset = 24;
+inline constexpr size_t kMaxEventPayload = kRecordCrcOffset - kEventPayloadOffset;  // 100
+
+static_assert(kHeaderSize % 8 == 0 && kRecordSize % 8 == 0);
+static_assert(kNameChunkCapacity == 108);
+static_assert(kMaxEventPayload == 100);
+static_assert((kMaxNameLength + kNameChunkCapacity - 1) / kNameChunkCapacity < 64);
+
+enum class RecordType : uint8_t {
+  kName = 1,
+  kBoundary = 2,
+  kStep = 3,
+  kEvent = 4,
+};
+
+enum class Phase : uint8_t { kData = 0, kForward = 1, kBackward = 2, kCollective = 3, kOptimizer = 4 };
+inline constexpr uint8_t kMaxPhase = 4;
+enum class Direction : uint8_t { kInput = 0, kOutput = 1 };
+enum class StepKind : uint8_t { kBegin = 0, kEnd = 1 };
+enum class EventKind : uint8_t {
+  kCheckpoint = 1,     // a checkpoint of this step was written
+  kFaultInjected = 2,  // a fault was injected on purpose (testing)
+  kResumed = 3,        // the run resumed from a checkpoint
+  kRolledBack = 4,     // the trace was cut back to a checkpoint
+  kSdcMismatch = 5,    // a silent-data-corruption check failed
+  kUser = 6,           // application-defined; the payload says what
+};
+inline constexpr uint8_t kMaxEventKind = 6;
+
+std::string_view PhaseName(Phase p);
+std::string_view DirectionName(Direction d);
+std::string_view StepKindName(StepKind k);
+std::string_view EventKindName(EventKind k);
+std::string_view RecordTypeName(RecordType t);
+
+struct TraceHeader {
+  uint32_t format_version = kFormatVersion;  // set by the writer; checked by the reader
+  std::array<uint8_t, 16> run_id{};
+  uint64_t seed = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint64_t config_digest = 0;
+  uint64_t env_digest = 0;
+  uint64_t created_unix_ns = 0;
+  bool operator==(const TraceHeader&) const = default;
+};
+
+// One chunk of a boundary name being interned (the reader reassembles them).
+struct NameChunk {
+  uint32_t name_id = 0;
+  uint16_t total_length = 0;
+  uint16_t chunk_offset = 0;
+  std::string bytes;  // this chunk's part of the name
+  bool operator==(const NameChunk&) const = default;
+};
+
+// A tensor crossing a model-level operator boundary.
+struct BoundaryRecord {
+  uint64_t step = 0;
+  uint64_t seq = 0;  // per-rank sequence number; strictly increasing in a trace
+  uint32_t name_id = 0;
+  Phase phase = Phase::kForward;
+  Direction direction = Direction::kOutput;
+  DType dtype = DType::kF32;
+  uint32_t rank = 0;
+  uint8_t ndim = 0;
+  // dims[0..ndim) when ndim <= kInlineDims; otherwise dims[0..5) and
+  // dims[5] = ShapeDigest(all dims). Unused slots are zero.
+  std::array<uint64_t, kInlineDims> dims{};
+  uint64_t byte_count = 0;
+  uint64_t first_example = 0;
+  uint32_t example_count = 0;
+  uint64_t xor64 = 0;
+  uint64_t xxh3 = 0;
+  uint64_t host_time_ns = 0;
+  bool operator==(const BoundaryRecord&) const = default;
+};
+
+struct StepRecord {
+  uint64_t step = 0;
+  StepKind kind = StepKind::kBegin;
+  uint64_t host_time_ns = 0;
+  // End only: the loss as stored bits of `loss_dtype` (f32 bits in the low
+  // 32 bits, f64 bits in all 64; kUnknown = no loss recorded) and a
+  // fingerprint of all parameters after the optimizer update.
+  DType loss_dtype = DType::kUnknown;
+  uint64_t loss_bits = 0;
+  uint64_t params_xor64 = 0;
+  uint64_t params_xxh3 = 0;
+  bool operator==(const StepRecord&) const = default;
+};
+
+struct EventRecord {
+  uint64_t step = 0;
+  EventKind kind = EventKind::kUser;
+  uint64_t host_time_ns = 0;
+  std::string payload;  // at most kMaxEventPayload bytes
+  bool operator==(const EventRecord&) const = default;
+};
+
+using RecordBody = std::variant<NameChunk, BoundaryRecord, StepRecord, EventRecord>;
+struct Record {
+  uint64_t index = 0;  // position in the trace: offset = kHeaderSize + index * kRecordSize
+  RecordBody body;
+};
+
+inline constexpr uint64_t RecordOffset(uint64_t index) { return kHeaderSize + index * kRecordSize; }
+
+// Fills a BoundaryRecord's ndim/dims from a full shape (digest when too long).
+Status SetShape(BoundaryRecord* record, const uint64_t* dims, size_t ndim);
+// XXH3-64 of the dims as little-endian u64s: the digest of a long shape.
+uint64_t ShapeDigest(const uint64_t* dims, size_t ndim);
+
+// ---- Encoding. Encode* writes every byte of dst[0, kRecordSize) except the
+// CRC, which SealRecord computes; keeping the two apart lets the writer move
+// the checksum off the training thread.
+void EncodeHeader(const TraceHeader& header, uint8_t* dst);  // includes its CRC
+void EncodeBoundary(const BoundaryRecord& record, uint8_t* dst);
+void EncodeStep(const StepRecord& record, uint8_t* dst);
+// Requires payload.size() <= kMaxEventPayload.
+void EncodeEvent(const EventRecord& record, uint8_t* dst);
+// Requires bytes.size() <= kNameChunkCapacity.
+void EncodeNameChunk(const NameChunk& chunk, uint8_t* dst);
+void SealRecord(uint8_t* record);
+bool RecordCrcMatches(const uint8_t* record);
+
+// ---- Decoding. Both validate everything local to the bytes (CRC, known type,
+// enum ranges, reserved bytes zero) and return Corruption with a reason that
+// does not yet name file or offset; the caller adds those.
+Status DecodeHeader(const uint8_t* src, size_t available, TraceHeader* header, size_t* bad_offset);
+Status DecodeRecord(const uint8_t* src, RecordBody* body);
+
+}  // namespace dgrr::trace
