@@ -1,0 +1,139 @@
+#include "replay/certify.h"
+
+#include <algorithm>
+
+namespace dgrr::replay {
+namespace {
+
+inline bool FingerprintsEqual(const BoundaryItem& a, const BoundaryItem& b) {
+  return a.xor64 == b.xor64 && a.xxh3 == b.xxh3;
+}
+
+}  // namespace
+
+const char* DivergenceKindName(DivergenceKind kind) {
+  switch (kind) {
+    case DivergenceKind::kNone: return "none";
+    case DivergenceKind::kIsolated: return "isolated";
+    case DivergenceKind::kPropagates: return "propagates";
+    case DivergenceKind::kUndetermined: return "undetermined";
+  }
+  return "unknown";
+}
+
+CertifyWalker::CertifyWalker(const CertifyOptions& options) : options_(options) {
+  if (options_.isolation_window == 0) options_.isolation_window = 1;
+}
+
+void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a,
+                        const BoundaryItem& b) {
+  const bool equal = FingerprintsEqual(a, b);
+  const uint64_t ordinal = report_.pairs++;
+  if (!diverged_) {
+    if (equal) {
+      ++report_.certified_pairs;
+      if (step_runs_ == 0 || a.step != last_step_) ++step_runs_;
+      last_step_ = a.step;
+      if (options_.context > 0) {
+        if (recent_.size() == options_.context) recent_.pop_front();
+        recent_.push_back({ordinal, index_a, index_b, a, b, PairStatus::kEqual});
+      }
+      return;
+    }
+    diverged_ = true;
+    ++report_.differing;
+    report_.first_divergence = PairView{ordinal, index_a, index_b, a, b, PairStatus::kDiffers};
+    report_.before.assign(recent_.begin(), recent_.end());
+    recent_.clear();
+    // The divergent pair's step is not certified even if it began in the prefix.
+    const bool cuts_last_run = step_runs_ > 0 && a.step == last_step_;
+    report_.certified_steps = cuts_last_run ? step_runs_ - 1 : step_runs_;
+    return;
+  }
+  if (!equal) {
+    ++report_.differing;
+    ++report_.later_differing;
+  }
+  if (report_.after.size() < options_.context) {
+    report_.after.push_back(
+        {ordinal, index_a, index_b, a, b, equal ? PairStatus::kEqual : PairStatus::kDiffers});
+  }
+  if (judged_after_ < options_.isolation_window) {
+    ++judged_after_;
+    judged_differs_ |= !equal;
+  }
+}
+
+void CertifyWalker::AddEqualLockstepRun(uint64_t first, std::span<const BoundaryItem> a,
+                                        std::span<const BoundaryItem> b) {
+  const size_t n = a.size();
+  if (diverged_) {
+    for (size_t k = 0; k < n; ++k) Add(first + k, first + k, a[k], b[k]);
+    return;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (step_runs_ == 0 || a[k].step != last_step_) ++step_runs_;
+    last_step_ = a[k].step;
+  }
+  const size_t keep = std::min<size_t>(n, options_.context);
+  const uint64_t ordinal = report_.pairs;
+  report_.pairs += n;
+  report_.certified_pairs += n;
+  for (size_t k = n - keep; k < n; ++k) {
+    if (recent_.size() == options_.context) recent_.pop_front();
+    recent_.push_back({ordinal + k, first + k, first + k, a[k], b[k], PairStatus::kEqual});
+  }
+}
+
+CertifyReport CertifyWalker::Finish() {
+  CertifyReport report = report_;
+  if (!diverged_) {
+    report.certified_steps = step_runs_;
+    report.kind = DivergenceKind::kNone;
+  } else if (judged_after_ == 0) {
+    report.kind = DivergenceKind::kUndetermined;
+  } else {
+    report.kind = judged_differs_ ? DivergenceKind::kPropagates : DivergenceKind::kIsolated;
+  }
+  return report;
+}
+
+CertifyReport Certify(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
+                      const Alignment& alignment, const CertifyOptions& options) {
+  CertifyWalker walker(options);
+  for (const AlignedPair& pair : alignment.pairs) {
+    walker.Add(pair.index_a, pair.index_b, a[pair.index_a], b[pair.index_b]);
+  }
+  return walker.Finish();
+}
+
+LockstepComparer::LockstepComparer(bool compare_rank, const CertifyOptions& options)
+    : compare_rank_(compare_rank), walker_(options) {}
+
+bool LockstepComparer::Feed(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b) {
+  if (!lines_up_) return false;
+  const size_t n = std::min(a.size(), b.size());
+  size_t run_start = 0;  // start of the current run of equal pairs in this chunk
+  auto flush_run = [&](size_t end) {
+    walker_.AddEqualLockstepRun(position_ - (end - run_start), a.subspan(run_start, end - run_start),
+                                b.subspan(run_start, end - run_start));
+  };
+  for (size_t k = 0; k < n; ++k) {
+    if (!Pairable(a[k].key, b[k].key, compare_rank_)) {
+      flush_run(k);
+      lines_up_ = false;
+      return false;
+    }
+    if (a[k].xor64 != b[k].xor64 || a[k].xxh3 != b[k].xxh3) {
+      flush_run(k);
+      walker_.Add(position_, position_, a[k], b[k]);
+      run_start = k + 1;
+    }
+    ++position_;
+  }
+  flush_run(n);
+  if (a.size() != b.size()) lines_up_ = false;
+  return lines_up_;
+}
+
+}  // namespace dgrr::replay

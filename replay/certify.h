@@ -1,0 +1,123 @@
+// Prefix certification (docs/compare.md, "Certification"): walk the aligned
+// pairs in order of their index in A; the certified prefix is the longest
+// leading run of pairs whose two fingerprints (xor64 and xxh3) are both
+// equal. The first pair that breaks the run is the first divergence; the
+// report places it in context and says whether it is isolated (the pairs
+// right after it agree again) or propagates.
+//
+// Two ways in, with identical reports: Certify() over an Alignment held in
+// memory, and LockstepComparer, which streams two sequences chunk by chunk in
+// one pass when they line up (the lockstep fast path).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "replay/mapper.h"
+
+namespace dgrr::replay {
+
+enum class PairStatus : uint8_t { kEqual, kDiffers };
+
+// One aligned pair as the report shows it.
+struct PairView {
+  uint64_t ordinal = 0;  // position in the certification walk
+  uint64_t index_a = 0;  // position in each input sequence
+  uint64_t index_b = 0;
+  BoundaryItem a;
+  BoundaryItem b;
+  PairStatus status = PairStatus::kEqual;
+};
+
+enum class DivergenceKind : uint8_t {
+  kNone,          // every pair agrees
+  kIsolated,      // the isolation_window pairs after the first divergence all agree
+  kPropagates,    // at least one of them differs
+  kUndetermined,  // the first divergence is the last pair: nothing after it to judge by
+};
+const char* DivergenceKindName(DivergenceKind kind);
+
+struct CertifyOptions {
+  uint32_t context = 5;           // pairs shown before and after the first divergence
+  uint32_t isolation_window = 8;  // pairs after it that must agree for "isolated" (>= 1)
+};
+
+struct CertifyReport {
+  uint64_t pairs = 0;             // aligned pairs walked
+  uint64_t certified_pairs = 0;   // length of the certified prefix
+  // Steps whose pairs all lie in the certified prefix: the number of runs of
+  // equal A step among the prefix, less the run the first divergence cuts.
+  uint64_t certified_steps = 0;
+  std::optional<PairView> first_divergence;
+  std::vector<PairView> before;   // up to `context` pairs before it, in walk order
+  std::vector<PairView> after;    // up to `context` pairs after it
+  uint64_t later_differing = 0;   // pairs after the first divergence that differ
+  uint64_t differing = 0;         // all differing pairs (first included)
+  DivergenceKind kind = DivergenceKind::kNone;
+};
+
+// The certification walk as a state machine: Add() each aligned pair in walk
+// order, then Finish(). Holds only the context pairs, so it can follow a
+// stream of any length.
+class CertifyWalker {
+ public:
+  explicit CertifyWalker(const CertifyOptions& options);
+
+  void Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a, const BoundaryItem& b);
+  // Same as Add() for each k of a run of lockstep pairs (index first + k on
+  // both sides) whose fingerprints the caller found equal; touches only the
+  // steps and the last `context` pairs, which keeps the fast path fast.
+  void AddEqualLockstepRun(uint64_t first, std::span<const BoundaryItem> a,
+                           std::span<const BoundaryItem> b);
+  CertifyReport Finish();
+
+ private:
+  CertifyOptions options_;
+  CertifyReport report_;
+  bool diverged_ = false;
+  uint64_t step_runs_ = 0;        // runs of equal A step in the prefix so far
+  uint64_t last_step_ = 0;
+  std::deque<PairView> recent_;   // the last `context` pairs of the prefix
+  uint64_t judged_after_ = 0;     // pairs after the divergence judged for isolation
+  bool judged_differs_ = false;
+};
+
+// Certifies `alignment` of a and b. The walk follows alignment.pairs, which
+// the mapper sorts by index in A.
+CertifyReport Certify(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
+                      const Alignment& alignment, const CertifyOptions& options);
+
+// The lockstep fast path, streaming: feed chunks of A and B of equal length,
+// in order; the comparer checks that the keys line up and certifies as it
+// goes. Finish() yields the same report as
+// Certify(a, b, AlignLockstep(a, b), options) over the whole sequences.
+class LockstepComparer {
+ public:
+  LockstepComparer(bool compare_rank, const CertifyOptions& options);
+  LockstepComparer(const LockstepComparer&) = delete;
+  LockstepComparer& operator=(const LockstepComparer&) = delete;
+
+  // Compares the next chunk pair. Returns false, and stops consuming, at the
+  // first position whose keys are not pairable or when the chunks differ in
+  // length: the sequences do not line up and the tolerant mapper must take
+  // over. Once false, later calls return false.
+  bool Feed(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b);
+
+  bool lines_up() const { return lines_up_; }
+  // Pairs compared; when !lines_up(), also the position of the first mismatch.
+  uint64_t position() const { return position_; }
+
+  // Builds the report over the pairs compared.
+  CertifyReport Finish() { return walker_.Finish(); }
+
+ private:
+  bool compare_rank_;
+  bool lines_up_ = true;
+  uint64_t position_ = 0;
+  CertifyWalker walker_;
+};
+
+}  // namespace dgrr::replay

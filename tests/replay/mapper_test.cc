@@ -1,0 +1,384 @@
+#include "replay/mapper.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "replay/certify.h"
+#include "replay/synthetic.h"
+#include "tests/replay/replay_test_util.h"
+
+namespace dgrr::replay {
+namespace {
+
+using testing::CountFromA;
+using testing::CountWrongPairs;
+using testing::ExpectWellFormed;
+
+SyntheticOptions Small(uint64_t length = 20000) {
+  SyntheticOptions options;
+  options.length = length;
+  options.boundaries_per_step = 200;
+  options.seed = 7;
+  return options;
+}
+
+TEST(MapperTest, IdenticalSequencesTakeTheLockstepPath) {
+  const SyntheticPair pair = MakeSyntheticPair(Small(5000));
+  ASSERT_EQ(pair.a.size(), pair.b.size());
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  EXPECT_TRUE(alignment.stats.lockstep);
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  EXPECT_DOUBLE_EQ(alignment.stats.unmatched_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(alignment.stats.length_ratio, 1.0);
+}
+
+TEST(MapperTest, TolerantMapperAlsoPairsIdenticalSequencesExactly) {
+  const SyntheticPair pair = MakeSyntheticPair(Small(5000));
+  const Alignment alignment = AlignTolerant(pair.a, pair.b, MapperOptions{});
+  EXPECT_FALSE(alignment.stats.lockstep);
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  EXPECT_EQ(alignment.stats.anchors, pair.a.size());  // every key is unique: all are anchors
+}
+
+TEST(MapperTest, PureReorderingWithinTheBandPairsEverything) {
+  SyntheticOptions options = Small();
+  options.reorder_fraction = 0.05;
+  options.reorder_distance = 3;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  ASSERT_GT(pair.swaps, 500u);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  EXPECT_FALSE(alignment.stats.lockstep);
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_TRUE(alignment.unmatched_a.empty());
+  EXPECT_TRUE(alignment.unmatched_b.empty());
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  EXPECT_GT(alignment.stats.rescued_pairs, 0u);  // a swap leaves one of its two to the rescue
+}
+
+TEST(MapperTest, InsertionsAreUnmatchedInB) {
+  SyntheticOptions options = Small();
+  options.insert_fraction = 0.05;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  ASSERT_GT(pair.inserted, 500u);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  ASSERT_EQ(alignment.unmatched_b.size(), pair.inserted);
+  for (uint64_t j : alignment.unmatched_b) EXPECT_EQ(pair.origin_of_b[j], kNotFromA);
+  EXPECT_NEAR(alignment.stats.length_ratio,
+              static_cast<double>(pair.b.size()) / static_cast<double>(pair.a.size()), 1e-12);
+}
+
+TEST(MapperTest, DeletionsAreUnmatchedInA) {
+  SyntheticOptions options = Small();
+  options.delete_fraction = 0.05;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  ASSERT_GT(pair.deleted, 500u);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), pair.b.size());
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  EXPECT_EQ(alignment.unmatched_a.size(), pair.deleted);
+  EXPECT_TRUE(alignment.unmatched_b.empty());
+}
+
+TEST(MapperTest, FusedBoundariesAreUnmatchedOnBothSidesNotADivergence) {
+  const SyntheticOptions options = Small(400);
+  std::vector<BoundaryItem> a, b;
+  for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
+  // B replaces A[200] and A[201] by one boundary of another name.
+  b = a;
+  BoundaryItem fused = a[200];
+  fused.key.name_hash ^= 0x5555;
+  fused.xor64 = 1;  // its own fingerprint, unlike either side
+  b.erase(b.begin() + 200, b.begin() + 202);
+  b.insert(b.begin() + 200, fused);
+
+  const Alignment alignment = Align(a, b, MapperOptions{});
+  ExpectWellFormed(a, b, alignment);
+  EXPECT_EQ(alignment.unmatched_a, (std::vector<uint64_t>{200, 201}));
+  EXPECT_EQ(alignment.unmatched_b, (std::vector<uint64_t>{200}));
+  EXPECT_EQ(alignment.pairs.size(), a.size() - 2);
+
+  const CertifyReport report = Certify(a, b, alignment, CertifyOptions{});
+  EXPECT_EQ(report.kind, DivergenceKind::kNone);
+  EXPECT_FALSE(report.first_divergence.has_value());
+  EXPECT_EQ(report.certified_pairs, a.size() - 2);
+}
+
+TEST(MapperTest, SyntheticFusionsAreNeverPaired) {
+  SyntheticOptions options = Small();
+  options.fusions = 30;
+  options.reorder_fraction = 0.02;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  EXPECT_EQ(alignment.pairs.size(), CountFromA(pair));
+  EXPECT_EQ(alignment.unmatched_a.size(), 60u);
+  EXPECT_EQ(alignment.unmatched_b.size(), 30u);
+}
+
+TEST(MapperTest, AnchorsNeverCross) {
+  SyntheticOptions options = Small(30000);
+  options.reorder_fraction = 0.08;
+  options.reorder_distance = 6;
+  options.insert_fraction = 0.03;
+  options.delete_fraction = 0.03;
+  options.repeated_key_every = 5;
+  options.seed = 99;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ASSERT_GT(alignment.anchors.size(), 1000u);
+  ExpectWellFormed(pair.a, pair.b, alignment);  // checks strict monotonicity of anchors
+  for (const auto& [i, j] : alignment.anchors) {
+    EXPECT_EQ(pair.origin_of_b[j], i) << "anchor (" << i << ", " << j << ")";
+  }
+  EXPECT_GT(alignment.stats.anchor_density, 0.5);
+  EXPECT_GE(alignment.stats.windows, 1u);
+  EXPECT_GE(alignment.stats.largest_window, 1u);
+}
+
+TEST(MapperTest, RepeatedKeysArePairedThroughTheWindows) {
+  SyntheticOptions options = Small();
+  // One key in 8 repeats every 8 positions: never locally unique, so never
+  // an anchor; the windows and the rescue pass must pair it. Its repeats are
+  // farther apart than a reordering reaches, so the right occurrence is
+  // always identifiable.
+  options.repeated_key_every = 8;
+  options.reorder_fraction = 0.03;
+  options.reorder_distance = 3;
+  options.insert_fraction = 0.02;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_GT(alignment.stats.window_pairs, pair.a.size() / 10);
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_EQ(alignment.unmatched_b.size(), pair.inserted);
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+}
+
+TEST(MapperTest, RepeatsCloserThanTheReorderingStayWellFormed) {
+  // Repeats every 3 positions with swaps reaching 3: two equal keys can trade
+  // places, which no key-based mapper can see. Pairs stay pairable and
+  // almost everything pairs.
+  SyntheticOptions options = Small();
+  options.repeated_key_every = 3;
+  options.reorder_fraction = 0.03;
+  options.reorder_distance = 3;
+  options.insert_fraction = 0.02;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  ExpectWellFormed(pair.a, pair.b, alignment);
+  EXPECT_GE(alignment.pairs.size(), pair.a.size() - pair.a.size() / 1000);
+}
+
+TEST(MapperTest, RescuePairsABoundaryMovedAcrossAWindowBorder) {
+  const SyntheticOptions options = Small(300);
+  std::vector<BoundaryItem> a;
+  for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
+  // B moves A[100] three places later, past the anchors at 101..103.
+  std::vector<BoundaryItem> b = a;
+  std::rotate(b.begin() + 100, b.begin() + 101, b.begin() + 104);
+  ASSERT_EQ(b[103].key.name_hash, a[100].key.name_hash);
+
+  const Alignment alignment = AlignTolerant(a, b, MapperOptions{});
+  ExpectWellFormed(a, b, alignment);
+  EXPECT_EQ(alignment.pairs.size(), a.size());
+  const auto moved = std::find_if(alignment.pairs.begin(), alignment.pairs.end(),
+                                  [](const AlignedPair& p) { return p.index_a == 100; });
+  ASSERT_NE(moved, alignment.pairs.end());
+  EXPECT_EQ(moved->index_b, 103u);
+  EXPECT_EQ(moved->origin, PairOrigin::kRescue);
+  EXPECT_EQ(alignment.stats.rescued_pairs, 1u);
+}
+
+TEST(MapperTest, RescueIsConservativeAboutFarMoves) {
+  const SyntheticOptions options = Small(2000);
+  std::vector<BoundaryItem> a;
+  for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
+  // A[100] moves 1000 places: far beyond the rescue radius.
+  std::vector<BoundaryItem> b = a;
+  std::rotate(b.begin() + 100, b.begin() + 101, b.begin() + 1101);
+  MapperOptions mapper;
+  mapper.rescue_radius = 64;
+  const Alignment alignment = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, alignment);
+  EXPECT_EQ(alignment.unmatched_a, (std::vector<uint64_t>{100}));
+  EXPECT_EQ(alignment.unmatched_b, (std::vector<uint64_t>{1100}));
+  EXPECT_EQ(alignment.stats.rescued_pairs, 0u);
+}
+
+TEST(MapperTest, DivergenceRightAfterAWindowBorderIsFoundExactly) {
+  SyntheticOptions options = Small();
+  options.repeated_key_every = 16;  // repeated keys are never anchors: they fill the windows
+  options.reorder_fraction = 0.05;
+  options.insert_fraction = 0.02;
+  const SyntheticPair clean = MakeSyntheticPair(options);
+  const Alignment clean_alignment = Align(clean.a, clean.b, MapperOptions{});
+  // An anchor at a window border followed by a window of DP-paired boundaries.
+  uint64_t border = 0;
+  bool found = false;
+  for (size_t k = 0; k + 1 < clean_alignment.pairs.size(); ++k) {
+    const AlignedPair& p = clean_alignment.pairs[k];
+    const AlignedPair& next = clean_alignment.pairs[k + 1];
+    if (p.index_a > clean.a.size() / 2 && p.origin == PairOrigin::kAnchor &&
+        next.origin == PairOrigin::kWindow && next.index_a == p.index_a + 1) {
+      border = p.index_a;
+      found = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(found) << "no anchor followed by a window pair";
+
+  options.divergence_at = border + 1;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  // Fingerprints do not influence the pairing.
+  ASSERT_EQ(alignment.pairs.size(), clean_alignment.pairs.size());
+  for (size_t k = 0; k < alignment.pairs.size(); ++k) {
+    ASSERT_EQ(alignment.pairs[k].index_a, clean_alignment.pairs[k].index_a);
+    ASSERT_EQ(alignment.pairs[k].index_b, clean_alignment.pairs[k].index_b);
+  }
+  const CertifyReport report = Certify(pair.a, pair.b, alignment, CertifyOptions{});
+  ASSERT_TRUE(report.first_divergence.has_value());
+  EXPECT_EQ(report.first_divergence->index_a, border + 1);
+  EXPECT_EQ(report.first_divergence->index_b, *pair.divergence_b);
+  EXPECT_EQ(report.kind, DivergenceKind::kIsolated);
+  EXPECT_EQ(report.later_differing, 0u);
+}
+
+TEST(MapperTest, PlantedDivergenceFoundExactlyAtScale) {
+  SyntheticOptions options;
+  options.length = testing::kSanitized ? 200000 : 1000000;
+  options.boundaries_per_step = 512;
+  options.reorder_fraction = 0.05;
+  options.insert_fraction = 0.02;
+  options.divergence_at = options.length / 2 + 12345;
+  options.seed = 2024;
+  const SyntheticPair pair = MakeSyntheticPair(options);
+  const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+  EXPECT_EQ(alignment.pairs.size(), pair.a.size());
+  EXPECT_EQ(alignment.unmatched_b.size(), pair.inserted);
+  EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
+  const CertifyReport report = Certify(pair.a, pair.b, alignment, CertifyOptions{});
+  ASSERT_TRUE(report.first_divergence.has_value());
+  EXPECT_EQ(report.first_divergence->index_a, *options.divergence_at);
+  EXPECT_EQ(report.first_divergence->index_b, *pair.divergence_b);
+  EXPECT_EQ(report.certified_pairs, *options.divergence_at);
+  EXPECT_EQ(report.kind, DivergenceKind::kIsolated);
+  EXPECT_EQ(report.differing, 1u);
+}
+
+TEST(MapperTest, DifferentWorldSizesPairPerExampleBoundariesByExample) {
+  // Per-example boundaries: run A on 2 ranks, run B on 4; example e is
+  // processed by rank e % world.
+  std::vector<BoundaryItem> a, b;
+  for (uint64_t e = 0; e < 64; ++e) {
+    for (uint64_t op = 0; op < 3; ++op) {
+      BoundaryItem item;
+      item.key.name_hash = 1000 + op;
+      item.key.shape_digest = 77;
+      item.key.first_example = e;
+      item.key.example_count = 1;
+      item.key.rank = static_cast<uint32_t>(e % 2);
+      item.xor64 = e * 10 + op;
+      a.push_back(item);
+      item.key.rank = static_cast<uint32_t>(e % 4);
+      b.push_back(item);
+    }
+  }
+  MapperOptions mapper;
+  mapper.compare_rank = RanksComparable(2, 4);
+  EXPECT_FALSE(mapper.compare_rank);
+  const Alignment by_example = Align(a, b, mapper);
+  ExpectWellFormed(a, b, by_example, mapper.compare_rank);
+  EXPECT_TRUE(by_example.stats.lockstep);
+  EXPECT_EQ(by_example.pairs.size(), a.size());
+
+  // Were rank part of the key, examples with e % 4 in {2, 3} could not pair.
+  mapper.compare_rank = true;
+  const Alignment by_rank = Align(a, b, mapper);
+  ExpectWellFormed(a, b, by_rank, true);
+  EXPECT_EQ(by_rank.pairs.size(), a.size() / 2);
+  for (const AlignedPair& p : by_rank.pairs) EXPECT_EQ(a[p.index_a].key.rank, b[p.index_b].key.rank);
+}
+
+TEST(MapperTest, WindowWithoutAnchorsAndALongInsertion) {
+  // Every key identical: no boundary is locally unique, so there are no
+  // anchors and the whole sequence is one window; B has a block of 700
+  // extra boundaries in the middle, far wider than the band.
+  BoundaryItem item;
+  item.key.name_hash = 5;
+  std::vector<BoundaryItem> a(500, item);
+  std::vector<BoundaryItem> b(a.begin(), a.begin() + 250);
+  BoundaryItem other = item;
+  other.key.name_hash = 6;
+  b.insert(b.end(), 700, other);
+  b.insert(b.end(), a.begin() + 250, a.end());
+  MapperOptions mapper;
+  mapper.band = 8;
+  const Alignment alignment = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, alignment);
+  EXPECT_EQ(alignment.stats.anchors, 0u);
+  EXPECT_EQ(alignment.stats.windows, 1u);
+  EXPECT_EQ(alignment.stats.largest_window, b.size());
+  EXPECT_EQ(alignment.unmatched_b.size(), 700u);
+  // The band spans the length difference, so the block is skipped whole.
+  EXPECT_EQ(alignment.pairs.size(), a.size());
+  EXPECT_TRUE(alignment.unmatched_a.empty());
+
+  // A table cap forces the window to be cut; the result is still well formed.
+  mapper.max_window_cells = 1000;
+  const Alignment cut = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, cut);
+  EXPECT_GT(cut.pairs.size(), 0u);
+}
+
+TEST(MapperTest, EmptySequences) {
+  const SyntheticPair pair = MakeSyntheticPair(Small(50));
+  const std::vector<BoundaryItem> empty;
+  const Alignment only_b = Align(empty, pair.b, MapperOptions{});
+  ExpectWellFormed(empty, pair.b, only_b);
+  EXPECT_EQ(only_b.unmatched_b.size(), pair.b.size());
+  EXPECT_DOUBLE_EQ(only_b.stats.unmatched_fraction, 1.0);
+  const Alignment none = Align(empty, empty, MapperOptions{});
+  EXPECT_TRUE(none.pairs.empty());
+}
+
+TEST(MapperTest, KeyDigestSeparatesEveryField) {
+  BoundaryKey base;
+  base.name_hash = 1;
+  base.shape_digest = 2;
+  base.first_example = 3;
+  base.example_count = 4;
+  base.rank = 5;
+  base.phase = 1;
+  base.direction = 1;
+  base.dtype = 1;
+  std::vector<BoundaryKey> variants(8, base);
+  variants[0].name_hash++;
+  variants[1].shape_digest++;
+  variants[2].first_example++;
+  variants[3].example_count++;
+  variants[4].rank++;
+  variants[5].phase++;
+  variants[6].direction--;
+  variants[7].dtype++;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    EXPECT_FALSE(Pairable(base, variants[v], true)) << v;
+    EXPECT_NE(KeyDigest(base, true), KeyDigest(variants[v], true)) << v;
+  }
+  EXPECT_TRUE(Pairable(base, variants[4], false));
+  EXPECT_EQ(KeyDigest(base, false), KeyDigest(variants[4], false));
+}
+
+}  // namespace
+}  // namespace dgrr::replay
