@@ -116,8 +116,11 @@ class CheckpointPlanner {
         checkpoint_(checkpoint),
         ordinal_(ordinal),
         needed_(needed),
+        all_(program.Preorder()),
         enclosing_loops_(program.EnclosingLoops(checkpoint.id)),
-        loop_vars_(program.LoopVariables()) {}
+        loop_vars_(program.LoopVariables()) {
+    for (const StatementRef& ref : all_) loops_of_[ref.stmt->id] = program.EnclosingLoops(ref.stmt->id);
+  }
 
   StatusOr<FastForwardPlan> Plan() {
     FastForwardPlan plan;
@@ -166,7 +169,7 @@ class CheckpointPlanner {
   bool CanRunBefore(const Statement& stmt) const { return stmt.id < checkpoint_.id || SharesLoop(stmt); }
   bool CanRunAfter(const Statement& stmt) const { return stmt.id > checkpoint_.id || SharesLoop(stmt); }
   bool SharesLoop(const Statement& stmt) const {
-    for (int loop : program_.EnclosingLoops(stmt.id)) {
+    for (int loop : loops_of_.at(stmt.id)) {
       if (Contains(enclosing_loops_, loop)) return true;
     }
     return false;
@@ -189,7 +192,7 @@ class CheckpointPlanner {
     for (bool grew = true; grew;) {
       grew = false;
       const std::set<std::string> frontier = relevant;
-      for (const StatementRef& ref : program_.Preorder()) {
+      for (const StatementRef& ref : all_) {
         const Statement& stmt = *ref.stmt;
         if (Contains(reached, stmt.id) || !CanRunBefore(stmt) || !DefinesAny(stmt, frontier)) continue;
         reached.push_back(stmt.id);
@@ -226,7 +229,7 @@ class CheckpointPlanner {
 
   std::string InnermostSharedLoopLabel(const Statement& stmt) const {
     for (int loop : enclosing_loops_) {  // innermost first
-      if (Contains(program_.EnclosingLoops(stmt.id), loop)) return program_.Find(loop)->label;
+      if (Contains(loops_of_.at(stmt.id), loop)) return program_.Find(loop)->label;
     }
     return "?";
   }
@@ -234,7 +237,7 @@ class CheckpointPlanner {
   std::string NotNeededReason(const std::string& name) const {
     const Statement* redefinition = nullptr;
     bool used_later = false;
-    for (const StatementRef& ref : program_.Preorder()) {
+    for (const StatementRef& ref : all_) {
       const Statement& stmt = *ref.stmt;
       if (!CanRunAfter(stmt) || stmt.kind == StmtKind::kCheckpoint) continue;
       used_later = used_later || Contains(stmt.uses, name);
@@ -250,8 +253,10 @@ class CheckpointPlanner {
   const Statement& checkpoint_;
   int ordinal_;
   const NeededMap& needed_;
+  std::vector<StatementRef> all_;
   std::vector<int> enclosing_loops_;  // innermost first
   std::vector<std::string> loop_vars_;
+  std::map<int, std::vector<int>> loops_of_;  // statement id -> enclosing loops
 };
 
 // ---------------------------------------------------------------------------
