@@ -178,6 +178,62 @@ TEST(Record, LongShapeKeepsADigest) {
   EXPECT_TRUE(SetShape(&b, huge.data(), huge.size()).IsInvalidArgument());
 }
 
+// The worked example of docs/trace-format.md, byte for byte: any change to
+// the encoding shows up here and needs a new format version.
+TEST(Record, WorkedExampleOfTheSpec) {
+  TraceHeader h;
+  for (int i = 0; i < 16; ++i) h.run_id[i] = static_cast<uint8_t>(i);
+  h.seed = 42;
+  h.rank = 0;
+  h.world_size = 1;
+  h.config_digest = 0xc0ffee0000000001ull;
+  h.env_digest = 0xe0e0e0e000000002ull;
+  h.created_unix_ns = 1763780400000000000ull;
+  BoundaryRecord b;
+  b.step = 0;
+  b.seq = 0;
+  b.name_id = 0;
+  b.phase = Phase::kForward;
+  b.direction = Direction::kOutput;
+  b.dtype = DType::kF32;
+  const uint64_t dims[] = {4, 8};
+  ASSERT_TRUE(SetShape(&b, dims, 2).ok());
+  b.byte_count = 128;
+  b.example_count = 4;
+  b.xor64 = 0x1111222233334444ull;
+  b.xxh3 = 0x5555666677778888ull;
+  b.host_time_ns = 1763780400000001000ull;
+  StepRecord end{.step = 0, .kind = StepKind::kEnd, .host_time_ns = 1763780400000002000ull,
+                 .loss_dtype = DType::kF32, .loss_bits = FloatBits(1.5f),
+                 .params_xor64 = 0xaaaabbbbccccddddull, .params_xxh3 = 0x0123456789abcdefull};
+
+  uint8_t bytes[kHeaderSize + 3 * kRecordSize];
+  EncodeHeader(h, bytes);
+  EncodeNameChunk({.name_id = 0, .total_length = 7, .chunk_offset = 0, .bytes = "fc1.out"},
+                  bytes + RecordOffset(0));
+  EncodeBoundary(b, bytes + RecordOffset(1));
+  EncodeStep(end, bytes + RecordOffset(2));
+  for (int i = 0; i < 3; ++i) SealRecord(bytes + RecordOffset(i));
+  const std::string expected =
+      "4447525254524143010000008000000080000000000000000001020304050607"
+      "08090a0b0c0d0e0f2a0000000000000000000000010000000100000000eeffc0"
+      "02000000e0e0e0e000e0cbcbed347a1800000000000000000000000000000000"
+      "00000000000000000000000000000000000000000000000000000000344574d1"
+      "010000000000000007000000070000006663312e6f7574000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000000866fbda"
+      "0201010100000000000000000000000000000000000000000000000002000000"
+      "8000000000000000444433332222111188887777666655550000000000000000"
+      "04000000e8e3cbcbed347a180400000000000000080000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000005526d2d7"
+      "03010100000000000000000000000000d0e7cbcbed347a180000c03f00000000"
+      "ddddccccbbbbaaaaefcdab896745230100000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "00000000000000000000000000000000000000000000000000000000000f2c67";
+  EXPECT_EQ(Hex(bytes, sizeof bytes), expected);
+}
+
 TEST(Record, Names) {
   EXPECT_EQ(PhaseName(Phase::kCollective), "collective");
   EXPECT_EQ(DirectionName(Direction::kInput), "input");
