@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
+
+#include "fingerprint/fingerprint_simd.h"
+#include "fingerprint/xxh3_core.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t by value, XXH3_generateSecret_fromSeed
 #include <xxhash.h>
@@ -78,9 +80,9 @@ uint64_t Xor64FromLane0(const uint8_t* p, size_t n) {
   return acc;
 }
 
-// One read of memory for both fingerprints: each chunk is XORed (pulling it
-// into cache) and then hashed from cache. Returns the xor64 of the range as if
-// it started in lane 0; `state` has absorbed the bytes.
+// One read of memory for both fingerprints through libxxhash: each chunk is
+// XORed and then hashed while it is still in cache. Returns the xor64 of the
+// range as if it started in lane 0; `state` has absorbed the bytes.
 uint64_t FusedPass(const uint8_t* p, size_t n, size_t chunk_bytes, XXH3_state_t* state) {
   uint64_t acc = 0;
   for (size_t offset = 0; offset < n; offset += chunk_bytes) {
@@ -132,8 +134,13 @@ const uint8_t* DefaultXxh3Secret() {
 }  // namespace fingerprint_internal
 
 Fingerprint FingerprintBytes(const void* data, size_t n) {
-  return fingerprint_internal::FingerprintBytesChunked(data, n,
-                                                       fingerprint_internal::kFusedChunkBytes);
+  const auto* p = static_cast<const uint8_t*>(data);
+  // Up to 240 bytes XXH3 has no block loop: nothing to fuse.
+  if (n <= xxh3::kMidSizeMax) return {Xor64FromLane0(p, n), Xxh3(p, n)};
+  if (fingerprint_internal::HaveAvx2Path()) {
+    return fingerprint_internal::FingerprintLongAvx2(p, n, fingerprint_internal::DefaultXxh3Secret());
+  }
+  return fingerprint_internal::FingerprintBytesChunked(p, n, fingerprint_internal::kFusedChunkBytes);
 }
 
 // ---------------------------------------------------------------------------

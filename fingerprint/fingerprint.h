@@ -31,8 +31,10 @@ struct Fingerprint {
 uint64_t Xor64(const void* data, size_t n);
 // XXH3_64bits(data, n), seed 0.
 uint64_t Xxh3(const void* data, size_t n);
-// Both at once, reading the memory once (cache-sized chunks: XOR a chunk, then
-// hash it while it is still in cache).
+// Both at once, reading the memory once. On CPUs with AVX2 each 64-byte stripe
+// feeds the XOR and XXH3's accumulator from one load (fingerprint_simd.h);
+// elsewhere cache-sized chunks are XORed and then hashed by libxxhash while
+// still in cache. Same result either way.
 Fingerprint FingerprintBytes(const void* data, size_t n);
 
 // The 32-bit XOR signature of OpGuard (XOR of little-endian 32-bit words, the
@@ -72,9 +74,10 @@ class Fingerprinter {
 };
 
 namespace fingerprint_internal {
-// The fused pass with an explicit chunk size (a multiple of 8), exposed so the
-// benchmark can compare chunk sizes. FingerprintBytes uses kFusedChunkBytes.
-inline constexpr size_t kFusedChunkBytes = 32 * 1024;
+// The libxxhash route of FingerprintBytes (also Fingerprinter::Update's) with
+// an explicit chunk size (rounded down to a multiple of 8, at least 8), exposed
+// so tests cover it on AVX2 machines and the benchmark compares chunk sizes.
+inline constexpr size_t kFusedChunkBytes = 128 * 1024;
 Fingerprint FingerprintBytesChunked(const void* data, size_t n, size_t chunk_bytes);
 // XXH3's 192-byte default secret, read from libxxhash (what seed 0 uses);
 // the CUDA path and its CPU model need it.

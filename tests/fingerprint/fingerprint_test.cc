@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "fingerprint/fingerprint_simd.h"
+
 namespace dgrr {
 namespace {
 
@@ -155,6 +157,38 @@ TEST(FingerprintTest, FusedEqualsSeparatePasses) {
     EXPECT_EQ(fused.xor64, Xor64(buf.data(), n)) << "n=" << n;
     EXPECT_EQ(fused.xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
     EXPECT_EQ(fused.xxh3, Xxh3(buf.data(), n)) << "n=" << n;
+  }
+}
+
+// FingerprintBytes against the two separate definitions for every length
+// through two blocks and past, both routes (AVX2 single pass where the CPU has
+// it, libxxhash chunks everywhere).
+TEST(FingerprintTest, EveryLengthUpTo2200MatchesSeparatePasses) {
+  const std::vector<uint8_t> buf = RandomBytes(2200, 15);
+  for (size_t n = 0; n <= buf.size(); ++n) {
+    const Fingerprint expected{ReferenceXor64(buf.data(), n), Xxh3(buf.data(), n)};
+    ASSERT_EQ(FingerprintBytes(buf.data(), n), expected) << "n=" << n;
+    ASSERT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), n, 256), expected) << "n=" << n;
+  }
+}
+
+TEST(FingerprintTest, Avx2PathMatchesLibxxhashAtBlockBoundaries) {
+  if (!fingerprint_internal::HaveAvx2Path()) GTEST_SKIP() << "no AVX2 on this CPU: path not used";
+  const std::vector<uint8_t> data = RandomBytes((1 << 20) + 64, 16);
+  std::vector<uint8_t> storage(data.size() + 8);
+  std::copy(data.begin(), data.end(), storage.begin() + 3);  // misaligned copy
+  const std::vector<size_t> lengths = {241,  1023, 1024, 1025,         1088,          1089,       2048,
+                                       2049, 4096, 4097, 65536 + 63, (1 << 20) + 1, data.size()};
+  for (size_t n : lengths) {
+    const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
+    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(
+                  data.data(), n, fingerprint_internal::DefaultXxh3Secret()),
+              expected)
+        << "n=" << n;
+    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(
+                  storage.data() + 3, n, fingerprint_internal::DefaultXxh3Secret()),
+              expected)
+        << "misaligned n=" << n;
   }
 }
 
