@@ -69,7 +69,7 @@ struct DoublePair {
 // sqrt is correctly rounded everywhere; log, cos and sin are not required to
 // be, so glibc versions or CPU vs GPU may differ in the last bit of a double.
 // Rounding the double to float hides such a difference unless it straddles a
-// float rounding boundary (probability on the order of 2^-29 per value).
+// float rounding boundary (probability at most on the order of 2^-28 per value).
 DGRR_HD inline DoublePair NormalPairFromBits(uint64_t x, uint64_t y) {
   const double u1 = static_cast<double>((x >> 11) + 1) * 0x1p-53;
   const double u2 = static_cast<double>(y >> 11) * 0x1p-53;

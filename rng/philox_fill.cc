@@ -290,9 +290,9 @@ void PhiloxFillBlocksWith(FillKernel kernel, uint64_t key, uint64_t subsequence,
   switch (kernel) {
 #if DGRR_RNG_X86
     case FillKernel::kSse2:
-      return FillBlocksSse2<2>(key, subsequence, first_block, block_count, out);
+      return FillBlocksSse2<4>(key, subsequence, first_block, block_count, out);
     case FillKernel::kAvx2:
-      return FillBlocksAvx2<2>(key, subsequence, first_block, block_count, out);
+      return FillBlocksAvx2<4>(key, subsequence, first_block, block_count, out);
     case FillKernel::kAvx512:
       return FillBlocksAvx512<2>(key, subsequence, first_block, block_count, out);
 #endif

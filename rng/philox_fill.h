@@ -16,9 +16,9 @@ namespace dgrr::rng {
 
 enum class FillKernel {
   kScalar,  // one block at a time, rng/philox.h
-  kSse2,    // 8 blocks per step (x86-64 baseline)
-  kAvx2,    // 16 blocks per step
-  kAvx512,  // 32 blocks per step
+  kSse2,    // 4 vectors of 4 blocks in flight (x86-64 baseline)
+  kAvx2,    // 4 vectors of 8 blocks in flight
+  kAvx512,  // 2 vectors of 16 blocks in flight
 };
 
 const char* FillKernelName(FillKernel kernel);

@@ -6,6 +6,8 @@
 #include <array>
 #include <vector>
 
+#include "base/coding.h"
+#include "rng/distributions.h"
 #include "rng/philox_fill.h"
 #include "rng/philox_stream.h"
 #include "rng/rng_streams.h"
@@ -158,6 +160,15 @@ TEST(StreamId, MatchesTheWorkedExampleInTheSpec) {
   const uint32_t expected[8] = {0x9575174b, 0xfb6010dc, 0x6f460004, 0x965622fc,
                                 0x7980bedd, 0xb4eda881, 0x4683ee2a, 0x7f496ba1};
   for (uint32_t e : expected) EXPECT_EQ(s.NextU32(), e);
+  PhiloxStream again = rng.Stream(Purpose::kDropout, {3, 17, 2, 1});
+  EXPECT_EQ(FloatBits(UniformFloat(again)), 0x3f157517u);  // 0.5838179
+  again.SkipTo(0);
+  const DoublePair z = NormalPairFrom(again);
+  // glibc's log/cos/sin via Python's math module; allow an ulp or two.
+  EXPECT_NEAR(z.first, -0.16296531606367842, 1e-15);
+  EXPECT_NEAR(z.second, -0.09951608656902243, 1e-15);
+  const std::vector<uint32_t> order = *RngStreams(1234).EpochPermutation(7, 10);
+  EXPECT_EQ(order, (std::vector<uint32_t>{0, 7, 1, 3, 9, 5, 6, 4, 2, 8}));
 }
 
 TEST(StreamId, ChainsUseDocumentedMixers) {
