@@ -229,7 +229,7 @@ class WindowAligner {
       Align(am, a1, bm, b1, pairs);
       return;
     }
-    Fill(a0, b0, n, m);
+    Fill(a0, b0, n);
     Traceback(a0, b0, n, m, pairs);
   }
 
@@ -264,8 +264,7 @@ class WindowAligner {
     return digest_a_[i] == digest_b_[j] && Pairable(a_[i].key, b_[j].key, options_.compare_rank);
   }
 
-  void Fill(uint64_t a0, uint64_t b0, uint64_t n, uint64_t m) {
-    (void)m;
+  void Fill(uint64_t a0, uint64_t b0, uint64_t n) {
     moves_.assign(total_cells_, kNone);
     const int32_t match = options_.match_score, gap = options_.gap_penalty;
     previous_.clear();
@@ -328,8 +327,9 @@ class WindowAligner {
   std::vector<int32_t> previous_, current_;
 };
 
-// For each index of `sorted_pairs_x` order: where a leftover at position x on
-// one side is expected on the other side, from the nearest monotone pair.
+// Where a leftover at position x on one side is expected on the other side:
+// shifted along the nearest monotone pair (xs[k], ys[k]) with xs[k] <= x (the
+// first pair if none), proportionally when there are no pairs. xs ascending.
 int64_t PredictFromPairs(const std::vector<uint64_t>& xs, const std::vector<uint64_t>& ys,
                          uint64_t x, uint64_t length_x, uint64_t length_y) {
   if (xs.empty()) {
