@@ -342,6 +342,34 @@ TEST(MapperTest, WindowWithoutAnchorsAndALongInsertion) {
   EXPECT_GT(cut.pairs.size(), 0u);
 }
 
+TEST(MapperTest, BandLimitsHowFarTheWindowDPStrays) {
+  // Keys cycle with period 3, so nothing is locally unique: one window. B
+  // lacks A[10] and has an extra boundary at 50, so the boundaries between
+  // lie one diagonal off; equal lengths make the band just +-band around the
+  // main diagonal.
+  std::vector<BoundaryItem> a(60);
+  for (uint64_t i = 0; i < a.size(); ++i) a[i].key.name_hash = i % 3;
+  std::vector<BoundaryItem> b = a;
+  b.erase(b.begin() + 10);
+  BoundaryItem extra;
+  extra.key.name_hash = 99;
+  b.insert(b.begin() + 50, extra);
+  ASSERT_EQ(a.size(), b.size());
+  MapperOptions mapper;
+  mapper.rescue_radius = 0;  // look at the DP alone
+  mapper.band = 0;
+  const Alignment narrow = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, narrow);
+  EXPECT_EQ(narrow.stats.anchors, 0u);
+  EXPECT_EQ(narrow.pairs.size(), 19u);  // only A[0..9] and A[51..59], on the diagonal
+  mapper.band = 1;
+  const Alignment wide = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, wide);
+  EXPECT_EQ(wide.pairs.size(), 59u);
+  EXPECT_EQ(wide.unmatched_a, (std::vector<uint64_t>{10}));
+  EXPECT_EQ(wide.unmatched_b, (std::vector<uint64_t>{50}));
+}
+
 TEST(MapperTest, EmptySequences) {
   const SyntheticPair pair = MakeSyntheticPair(Small(50));
   const std::vector<BoundaryItem> empty;
