@@ -138,9 +138,11 @@ Fingerprint FingerprintBytes(const void* data, size_t n) {
   // Up to 240 bytes XXH3 has no block loop: nothing to fuse.
   if (n <= xxh3::kMidSizeMax) return {Xor64FromLane0(p, n), Xxh3(p, n)};
   if (fingerprint_internal::HaveAvx2Path()) {
-    return fingerprint_internal::FingerprintLongAvx2(p, n, fingerprint_internal::DefaultXxh3Secret());
+    return fingerprint_internal::FingerprintLongAvx2(p, n,
+                                                     fingerprint_internal::DefaultXxh3Secret());
   }
-  return fingerprint_internal::FingerprintBytesChunked(p, n, fingerprint_internal::kFusedChunkBytes);
+  return fingerprint_internal::FingerprintBytesChunked(p, n,
+                                                       fingerprint_internal::kFusedChunkBytes);
 }
 
 // ---------------------------------------------------------------------------

@@ -23,7 +23,8 @@ Status CudaFailure(const char* step, int err) {
 
 }  // namespace
 
-Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream, Fingerprint* out) {
+Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream,
+                              Fingerprint* out) {
   if (out == nullptr) return Status::InvalidArgument("FingerprintDeviceAsync: null output");
   if (dev_ptr == nullptr && n != 0) {
     return Status::InvalidArgument("FingerprintDeviceAsync: null device pointer with " +

@@ -9,13 +9,12 @@
 // the blocks sequentially (add, scramble) because the scramble is nonlinear,
 // add the tail and merge. <= 240 bytes: one thread. All arithmetic is the code
 // of fingerprint/xxh3_core.h, which the CPU tests check against libxxhash.
-#include "fingerprint/fingerprint_cuda_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "fingerprint/fingerprint_cuda_kernels.h"
 #include "fingerprint/xxh3_core.h"
 
 namespace dgrr::fingerprint_cuda_internal {
@@ -75,7 +74,8 @@ __global__ void XorPartialsKernel(const uint8_t* base, size_t n, size_t head, ui
   const auto* aligned = reinterpret_cast<const uint64_t*>(base + head);
   uint64_t acc = 0;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += stride) {
     acc ^= aligned[i];
   }
   acc = Rotl(acc, static_cast<unsigned>(8 * head));
@@ -96,7 +96,8 @@ __global__ void XorFinishKernel(const uint64_t* partials, size_t count, Fingerpr
   if (threadIdx.x == 0) result->xor64 = acc;
 }
 
-__global__ void Xxh3ShortKernel(const uint8_t* in, size_t n, SecretParam param, Fingerprint* result) {
+__global__ void Xxh3ShortKernel(const uint8_t* in, size_t n, SecretParam param,
+                                Fingerprint* result) {
   __shared__ uint8_t secret[xxh3::kSecretSize];
   StageSecret(param, secret);
   if (threadIdx.x == 0) result->xxh3 = xxh3::HashShort(in, n, secret);
@@ -110,7 +111,8 @@ __global__ void Xxh3BlockDeltasKernel(const uint8_t* in, size_t blocks, SecretPa
   StageSecret(param, secret);
   const size_t total = blocks * xxh3::kLanes;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
     const uint8_t* block = in + (i / xxh3::kLanes) * xxh3::kBlockLen;
     const size_t lane = i % xxh3::kLanes;
     if constexpr (kAligned) {
@@ -148,8 +150,9 @@ struct Scratch {
 
 }  // namespace
 
-int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const uint8_t* secret_bytes,
-                       DeviceFingerprint* out, const char** failed_step) {
+int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream,
+                       const uint8_t* secret_bytes, DeviceFingerprint* out,
+                       const char** failed_step) {
   const auto* in = static_cast<const uint8_t*>(dev_ptr);
   cudaStream_t s = stream;
   SecretParam secret;
@@ -160,7 +163,8 @@ int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const
   const size_t xor_blocks = std::clamp<size_t>(CeilDiv(words, kThreads * 8), 1, kMaxXorBlocks);
   const size_t hash_blocks = n > xxh3::kMidSizeMax ? xxh3::FullBlocks(n) : 0;
 
-  const size_t scratch_bytes = sizeof(Fingerprint) + 8 * xor_blocks + 8 * xxh3::kLanes * hash_blocks;
+  const size_t scratch_bytes =
+      sizeof(Fingerprint) + 8 * xor_blocks + 8 * xxh3::kLanes * hash_blocks;
   void* raw = nullptr;
   cudaError_t err = cudaMallocAsync(&raw, scratch_bytes, s);
   if (err != cudaSuccess) {
@@ -173,7 +177,7 @@ int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const
   scratch.deltas = scratch.partials + xor_blocks;
 
   XorPartialsKernel<<<static_cast<unsigned>(xor_blocks), kThreads, 0, s>>>(in, n, head,
-                                                                            scratch.partials);
+                                                                           scratch.partials);
   XorFinishKernel<<<1, kThreads, 0, s>>>(scratch.partials, xor_blocks, scratch.result);
   if (n <= xxh3::kMidSizeMax) {
     Xxh3ShortKernel<<<1, 32, 0, s>>>(in, n, secret, scratch.result);
@@ -182,9 +186,11 @@ int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const
       const auto grid = static_cast<unsigned>(
           std::min(CeilDiv(hash_blocks * xxh3::kLanes, kThreads), kMaxDeltaBlocks));
       if (reinterpret_cast<uintptr_t>(in) % 8 == 0) {
-        Xxh3BlockDeltasKernel<true><<<grid, kThreads, 0, s>>>(in, hash_blocks, secret, scratch.deltas);
+        Xxh3BlockDeltasKernel<true>
+            <<<grid, kThreads, 0, s>>>(in, hash_blocks, secret, scratch.deltas);
       } else {
-        Xxh3BlockDeltasKernel<false><<<grid, kThreads, 0, s>>>(in, hash_blocks, secret, scratch.deltas);
+        Xxh3BlockDeltasKernel<false>
+            <<<grid, kThreads, 0, s>>>(in, hash_blocks, secret, scratch.deltas);
       }
     }
     Xxh3ChainKernel<<<1, 32, 0, s>>>(in, n, hash_blocks, scratch.deltas, secret, scratch.result);

@@ -33,7 +33,8 @@ DGRR_AVX2_INLINE void Accumulate4(__m256i& acc, const __m256i& data, const uint8
 }
 
 // One 64-bit stripe into the hash and, when `also_xor`, into the XOR.
-DGRR_AVX2_INLINE void Stripe(Avx2State& s, const uint8_t* stripe, const uint8_t* key, bool also_xor) {
+DGRR_AVX2_INLINE void Stripe(Avx2State& s, const uint8_t* stripe, const uint8_t* key,
+                             bool also_xor) {
   const __m256i lo = Load(stripe);
   const __m256i hi = Load(stripe + 32);
   if (also_xor) {

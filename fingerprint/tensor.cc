@@ -54,8 +54,8 @@ Status TensorRef::Validate() const {
                                    std::string(DTypeName(dtype)) + " overflows 64-bit byte count");
   }
   if (bytes != *count * element_size) {
-    return Status::InvalidArgument("tensor bytes " + std::to_string(bytes) + " != " +
-                                   std::to_string(*count) + " elements * " +
+    return Status::InvalidArgument("tensor bytes " + std::to_string(bytes) +
+                                   " != " + std::to_string(*count) + " elements * " +
                                    std::to_string(element_size) + " bytes (" +
                                    std::string(DTypeName(dtype)) + ShapeString(shape()) + ")");
   }

@@ -20,11 +20,12 @@ struct TensorRef {
   const void* data = nullptr;  // not owned; must outlive every use of the ref
   uint64_t bytes = 0;          // size of the contiguous buffer at data
   DType dtype = DType::kUnknown;
-  int ndim = 0;                // 0 is a scalar (one element)
+  int ndim = 0;  // 0 is a scalar (one element)
   int64_t dims[kMaxTensorDims] = {};
 
   std::span<const int64_t> shape() const {
-    return {dims, static_cast<size_t>(ndim < 0 ? 0 : (ndim > kMaxTensorDims ? kMaxTensorDims : ndim))};
+    return {dims,
+            static_cast<size_t>(ndim < 0 ? 0 : (ndim > kMaxTensorDims ? kMaxTensorDims : ndim))};
   }
   // InvalidArgument naming the problem when: data is null with bytes > 0,
   // ndim is outside [0, kMaxTensorDims], a dim is negative, the element count

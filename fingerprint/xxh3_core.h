@@ -118,10 +118,9 @@ DGRR_HOST_DEVICE inline uint64_t Hash0To16(const uint8_t* in, size_t len, const 
     return Rrmxmx((last + (first << 32)) ^ bitflip, len);
   }
   if (len > 0) {
-    const uint32_t combined = (static_cast<uint32_t>(in[0]) << 16) |
-                              (static_cast<uint32_t>(in[len >> 1]) << 24) |
-                              static_cast<uint32_t>(in[len - 1]) |
-                              (static_cast<uint32_t>(len) << 8);
+    const uint32_t combined =
+        (static_cast<uint32_t>(in[0]) << 16) | (static_cast<uint32_t>(in[len >> 1]) << 24) |
+        static_cast<uint32_t>(in[len - 1]) | (static_cast<uint32_t>(len) << 8);
     const uint64_t bitflip = ReadLE32(secret) ^ ReadLE32(secret + 4);
     return Xxh64Avalanche(combined ^ bitflip);
   }
@@ -147,9 +146,10 @@ DGRR_HOST_DEVICE inline uint64_t Hash17To128(const uint8_t* in, size_t len, cons
   return Avalanche(acc);
 }
 
-DGRR_HOST_DEVICE inline uint64_t Hash129To240(const uint8_t* in, size_t len, const uint8_t* secret) {
-  constexpr size_t kStartOffset = 3;   // secret offset of rounds 8.. of the mid-size loop
-  constexpr size_t kLastOffset = 17;   // the last 16 bytes use secret + 136 - 17
+DGRR_HOST_DEVICE inline uint64_t Hash129To240(const uint8_t* in, size_t len,
+                                              const uint8_t* secret) {
+  constexpr size_t kStartOffset = 3;  // secret offset of rounds 8.. of the mid-size loop
+  constexpr size_t kLastOffset = 17;  // the last 16 bytes use secret + 136 - 17
   constexpr size_t kSecretSizeMin = 136;
   uint64_t acc = len * kPrime64_1;
   const size_t rounds = len / 16;
@@ -172,14 +172,22 @@ DGRR_HOST_DEVICE inline uint64_t HashShort(const uint8_t* in, size_t len, const 
 
 DGRR_HOST_DEVICE inline uint64_t InitialLane(size_t lane) {
   switch (lane) {
-    case 0: return kPrime32_3;
-    case 1: return kPrime64_1;
-    case 2: return kPrime64_2;
-    case 3: return kPrime64_3;
-    case 4: return kPrime64_4;
-    case 5: return kPrime32_2;
-    case 6: return kPrime64_5;
-    default: return kPrime32_1;
+    case 0:
+      return kPrime32_3;
+    case 1:
+      return kPrime64_1;
+    case 2:
+      return kPrime64_2;
+    case 3:
+      return kPrime64_3;
+    case 4:
+      return kPrime64_4;
+    case 5:
+      return kPrime32_2;
+    case 6:
+      return kPrime64_5;
+    default:
+      return kPrime32_1;
   }
 }
 

@@ -1,7 +1,7 @@
 // Fingerprint throughput against a plain read of the same memory, measured in
 // the same run. Rates are per CPU second (Google Benchmark's default), which
-// keeps time lost to other processes on a shared machine out of the figures. Targets (256 MiB): xor64 >= 0.9x the read pass, fused
-// xor64+xxh3 >= 0.7x. Results go to bench/README.md.
+// keeps time lost to other processes on a shared machine out of the figures. Targets (256 MiB):
+// xor64 >= 0.9x the read pass, fused xor64+xxh3 >= 0.7x. Results go to bench/README.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

@@ -26,9 +26,9 @@ bool HaveCudaDevice(std::string* why) {
   return true;
 }
 
-#define SKIP_WITHOUT_CUDA()                                       \
-  do {                                                            \
-    std::string why;                                              \
+#define SKIP_WITHOUT_CUDA()                                               \
+  do {                                                                    \
+    std::string why;                                                      \
     if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
@@ -71,8 +71,8 @@ TEST(FingerprintCudaTest, MatchesCpuForManyLengthsAndAlignments) {
   const std::vector<uint8_t> all = RandomBytes((4 << 20) + 3, 31);
   std::vector<size_t> lengths;
   for (size_t len = 0; len <= 300; ++len) lengths.push_back(len);
-  for (size_t len : {1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097, 65536 + 5,
-                     (1 << 20) - 1, (1 << 20) + 7}) {
+  for (size_t len : {1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097, 65536 + 5, (1 << 20) - 1,
+                     (1 << 20) + 7}) {
     lengths.push_back(len);
   }
   lengths.push_back(all.size());

@@ -56,7 +56,8 @@ std::vector<Vector> LoadSeedZeroVectors() {
     std::stringstream ss(line);
     for (std::string f; std::getline(ss, f, '|');) fields.push_back(f);
     if (fields.size() != 4 || fields[2] != "seed=0x0000000000000000") continue;
-    vectors.push_back({std::stoull(fields[1].substr(4)), std::stoull(fields[3], nullptr, 16), line});
+    vectors.push_back(
+        {std::stoull(fields[1].substr(4)), std::stoull(fields[3], nullptr, 16), line});
   }
   return vectors;
 }
@@ -79,7 +80,8 @@ TEST(Xxh3Test, MatchesPublishedSeedZeroVectors) {
     for (size_t i = 0; i < v.len; ++i) bytewise.Update(buf.data() + i, 1);
     EXPECT_EQ(bytewise.Digest().xxh3, v.expected) << v.line;
     Fingerprinter sevens;
-    for (size_t i = 0; i < v.len; i += 7) sevens.Update(buf.data() + i, std::min<size_t>(7, v.len - i));
+    for (size_t i = 0; i < v.len; i += 7)
+      sevens.Update(buf.data() + i, std::min<size_t>(7, v.len - i));
     EXPECT_EQ(sevens.Digest().xxh3, v.expected) << v.line;
   }
 }
@@ -168,7 +170,8 @@ TEST(FingerprintTest, EveryLengthUpTo2200MatchesSeparatePasses) {
   for (size_t n = 0; n <= buf.size(); ++n) {
     const Fingerprint expected{ReferenceXor64(buf.data(), n), Xxh3(buf.data(), n)};
     ASSERT_EQ(FingerprintBytes(buf.data(), n), expected) << "n=" << n;
-    ASSERT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), n, 256), expected) << "n=" << n;
+    ASSERT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), n, 256), expected)
+        << "n=" << n;
   }
 }
 
@@ -177,16 +180,17 @@ TEST(FingerprintTest, Avx2PathMatchesLibxxhashAtBlockBoundaries) {
   const std::vector<uint8_t> data = RandomBytes((1 << 20) + 64, 16);
   std::vector<uint8_t> storage(data.size() + 8);
   std::copy(data.begin(), data.end(), storage.begin() + 3);  // misaligned copy
-  const std::vector<size_t> lengths = {241,  1023, 1024, 1025,         1088,          1089,       2048,
-                                       2049, 4096, 4097, 65536 + 63, (1 << 20) + 1, data.size()};
+  const std::vector<size_t> lengths = {241,        1023,          1024,       1025, 1088,
+                                       1089,       2048,          2049,       4096, 4097,
+                                       65536 + 63, (1 << 20) + 1, data.size()};
   for (size_t n : lengths) {
     const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
-    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(
-                  data.data(), n, fingerprint_internal::DefaultXxh3Secret()),
+    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(data.data(), n,
+                                                        fingerprint_internal::DefaultXxh3Secret()),
               expected)
         << "n=" << n;
-    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(
-                  storage.data() + 3, n, fingerprint_internal::DefaultXxh3Secret()),
+    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(storage.data() + 3, n,
+                                                        fingerprint_internal::DefaultXxh3Secret()),
               expected)
         << "misaligned n=" << n;
   }
@@ -197,7 +201,8 @@ TEST(FingerprintTest, ChunkSizeDoesNotChangeResult) {
   const Fingerprint expected{ReferenceXor64(buf.data(), buf.size()), Xxh3(buf.data(), buf.size())};
   // 1000 is rounded down to a multiple of 8; 3 is raised to 8.
   for (size_t chunk : {3, 8, 64, 1000, 4096, 16384, 65536, 1 << 20}) {
-    EXPECT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), buf.size(), chunk), expected)
+    EXPECT_EQ(fingerprint_internal::FingerprintBytesChunked(buf.data(), buf.size(), chunk),
+              expected)
         << "chunk=" << chunk;
   }
 }

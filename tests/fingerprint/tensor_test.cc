@@ -93,7 +93,8 @@ TEST(TensorRefTest, MakeRejectsBadShapes) {
   int32_t x = 0;
   EXPECT_TRUE(MakeTensorRef(&x, DType::kI32, {1, -1}).status().IsInvalidArgument());
   EXPECT_TRUE(MakeTensorRef(&x, DType::kUnknown, {1}).status().IsInvalidArgument());
-  EXPECT_TRUE(MakeTensorRef(&x, DType::kI32, {1, 1, 1, 1, 1, 1, 1, 1, 1}).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      MakeTensorRef(&x, DType::kI32, {1, 1, 1, 1, 1, 1, 1, 1, 1}).status().IsInvalidArgument());
   EXPECT_TRUE(MakeTensorRef(nullptr, DType::kI32, {1}).status().IsInvalidArgument());
 }
 

@@ -31,8 +31,8 @@ uint64_t HashLongAsKernels(const uint8_t* in, size_t len) {
   std::vector<uint64_t> deltas(blocks * xxh3::kLanes);
   for (size_t i = deltas.size(); i-- > 0;) {
     const size_t block = i / xxh3::kLanes, lane = i % xxh3::kLanes;
-    deltas[i] = xxh3::BlockLaneDelta(in + block * xxh3::kBlockLen, xxh3::kStripesPerBlock, Secret(),
-                                     lane);
+    deltas[i] =
+        xxh3::BlockLaneDelta(in + block * xxh3::kBlockLen, xxh3::kStripesPerBlock, Secret(), lane);
   }
   uint64_t acc[xxh3::kLanes];
   for (size_t lane = 0; lane < xxh3::kLanes; ++lane) {
@@ -57,8 +57,8 @@ TEST(Xxh3CoreTest, EveryLengthUpTo2100MatchesLibxxhash) {
 
 TEST(Xxh3CoreTest, KernelArrangementMatchesLibxxhash) {
   const std::vector<uint8_t> buf = RandomBytes((1 << 20) + 7, 22);
-  std::vector<size_t> lengths = {241, 255, 256, 257, 1023, 1024, 1025, 1088, 1089, 2047, 2048,
-                                 2049, 4095, 4096, 4097, 65536, 65537, buf.size()};
+  std::vector<size_t> lengths = {241,  255,  256,  257,  1023, 1024, 1025,  1088,  1089,
+                                 2047, 2048, 2049, 4095, 4096, 4097, 65536, 65537, buf.size()};
   for (size_t len = 241; len < 1200; len += 13) lengths.push_back(len);
   for (size_t len : lengths) {
     EXPECT_EQ(HashLongAsKernels(buf.data(), len), Xxh3(buf.data(), len)) << "len=" << len;
@@ -67,8 +67,8 @@ TEST(Xxh3CoreTest, KernelArrangementMatchesLibxxhash) {
 
 TEST(Xxh3CoreTest, ShortPathsAtEveryBoundary) {
   const std::vector<uint8_t> buf = RandomBytes(256, 23);
-  for (size_t len : {0, 1, 2, 3, 4, 8, 9, 16, 17, 32, 33, 64, 65, 96, 97, 128, 129, 143, 144, 239,
-                     240}) {
+  for (size_t len :
+       {0, 1, 2, 3, 4, 8, 9, 16, 17, 32, 33, 64, 65, 96, 97, 128, 129, 143, 144, 239, 240}) {
     EXPECT_EQ(xxh3::HashShort(buf.data(), len, Secret()), Xxh3(buf.data(), len)) << "len=" << len;
   }
 }
