@@ -36,6 +36,8 @@ class RngStreams {
   }
   // The stream of (purpose, coords), at position 0; 1 to 4 coordinates,
   // checked at compile time: rng.Stream(Purpose::kShuffle, {epoch}).
+  // Coordinates are uint64_t; brace-initialising from a signed variable is a
+  // narrowing error, so cast signed indices (static_cast<uint64_t>(layer)).
   template <size_t N>
   DGRR_HD constexpr PhiloxStream Stream(Purpose purpose, const uint64_t (&coords)[N]) const {
     static_assert(N <= kMaxStreamCoords, "a stream has at most 4 coordinates");

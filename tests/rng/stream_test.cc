@@ -59,6 +59,25 @@ TEST(PhiloxStream, SkipToEqualsSequentialAtManyPositions) {
   }
 }
 
+// Around the places where the block index changes shape: the carry from
+// counter word 0 into word 1 (position 2^34 = block 2^32), position 2^62 and
+// a quarter of the way from the end: sequential draws across 300 positions
+// equal SkipTo at each of them.
+TEST(PhiloxStream, SkipToEqualsSequentialAtHugePositions) {
+  for (uint64_t centre : std::initializer_list<uint64_t>{uint64_t{1} << 34, uint64_t{1} << 62,
+                                                         (uint64_t{3} << 62) + 2}) {
+    const uint64_t start = centre - 150;
+    PhiloxStream sequential(kKey, kSubsequence, start);
+    for (uint64_t p = start; p < start + 300; ++p) {
+      PhiloxStream jump(kKey, kSubsequence);
+      jump.SkipTo(p);
+      const uint32_t expected = sequential.NextU32();
+      ASSERT_EQ(jump.NextU32(), expected) << "position " << p;
+      ASSERT_EQ(expected, ReferenceDraw(kKey, kSubsequence, p)) << "position " << p;
+    }
+  }
+}
+
 TEST(PhiloxStream, SkipAddsToPosition) {
   PhiloxStream a(kKey, kSubsequence, 10);
   a.Skip(1001);
@@ -151,10 +170,9 @@ TEST(PhiloxStream, EqualityIgnoresTheBlockCache) {
 // ---- Stream identity ---------------------------------------------------------
 
 TEST(StreamId, MatchesTheWorkedExampleInTheSpec) {
-  // docs/rng.md, "Worked example".
+  // docs/rng.md, "Worked example"; values printed by tests/rng/rng_v1_model.py.
   const RngStreams rng(20240601);
   PhiloxStream s = rng.Stream(Purpose::kDropout, {3, 17, 2, 1});
-  // Values from an independent Python model of the spec (not from this code).
   EXPECT_EQ(s.key(), 0x566346a651400c26ull);
   EXPECT_EQ(s.subsequence(), 0xf60b2ae9e15aa57eull);
   const uint32_t expected[8] = {0x9575174b, 0xfb6010dc, 0x6f460004, 0x965622fc,
