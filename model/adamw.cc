@@ -1,0 +1,61 @@
+#include "model/adamw.h"
+
+#include <cmath>
+#include <string>
+
+#include "model/det_math.h"
+
+namespace dgrr::model {
+
+AdamW::AdamW(const ParameterLayout& layout, const AdamWOptions& options)
+    : layout_(layout),
+      options_(options),
+      m_(layout.total_size(), 0.0f),
+      v_(layout.total_size(), 0.0f) {}
+
+void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* observer,
+                 uint64_t first_example, uint32_t example_count) {
+  ++step_;
+  const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
+  const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+  const float c1 = static_cast<float>(1.0 - PowInt(b1, step_));
+  const float c2 = static_cast<float>(1.0 - PowInt(b2, step_));
+  for (const NamedTensor& t : layout_.tensors()) {
+    const float wd = t.weight_decay ? options_.weight_decay : 0.0f;
+    float* p = params + t.offset;
+    const float* g = grad + t.offset;
+    float* m = m_.data() + t.offset;
+    float* v = v_.data() + t.offset;
+    if (observer != nullptr) {
+      observer->OnBoundary(t.name + ".grad", Phase::kOptimizer, false, g, t.shape, first_example,
+                           example_count);
+    }
+    for (size_t i = 0; i < t.size; ++i) {
+      m[i] = b1 * m[i] + one_minus_b1 * g[i];
+      v[i] = b2 * v[i] + one_minus_b2 * (g[i] * g[i]);
+      const float m_hat = m[i] / c1;
+      const float v_hat = v[i] / c2;
+      p[i] = p[i] - lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
+    }
+    if (observer != nullptr) {
+      observer->OnBoundary(t.name, Phase::kOptimizer, true, p, t.shape, first_example, example_count);
+      observer->OnBoundary("adamw.m." + t.name, Phase::kOptimizer, true, m, t.shape, first_example,
+                           example_count);
+      observer->OnBoundary("adamw.v." + t.name, Phase::kOptimizer, true, v, t.shape, first_example,
+                           example_count);
+    }
+  }
+}
+
+float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm) {
+  double sum_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) sum_sq += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+  const double norm = std::sqrt(sum_sq);
+  if (max_norm > 0 && norm > static_cast<double>(max_norm)) {
+    const float scale = static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
+    for (size_t i = 0; i < n; ++i) grad[i] *= scale;
+  }
+  return static_cast<float>(norm);
+}
+
+}  // namespace dgrr::model

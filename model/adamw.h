@@ -1,0 +1,65 @@
+// AdamW with decoupled weight decay, and gradient clipping by global norm.
+//
+// Moments m and v are contiguous float arrays with the parameters' layout, so
+// the runtime registers and checkpoints them like the parameters. Per element,
+// at step t (1-based, after the increment):
+//
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * (g * g)
+//   m_hat = m / c1,   v_hat = v / c2,   c1 = 1 - beta1^t,  c2 = 1 - beta2^t
+//   p = p - lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)     (wd = 0 for tensors
+//                                                            without weight_decay)
+//
+// in float, evaluated in exactly that order; c1 and c2 are computed in double
+// (beta^t by binary exponentiation, not libm pow) and rounded once to float. Elementwise, so thread-independent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/hooks.h"
+
+namespace dgrr::model {
+
+struct AdamWOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+class AdamW {
+ public:
+  AdamW(const ParameterLayout& layout, const AdamWOptions& options);
+
+  // One update with learning rate lr. If observer is set, reports per tensor
+  // (Phase::kOptimizer, per batch): the input gradient as "<name>.grad"
+  // (is_output = false), then the updated "<name>", "adamw.m.<name>",
+  // "adamw.v.<name>" (is_output = true).
+  void Step(float* params, const float* grad, float lr, BoundaryObserver* observer = nullptr,
+            uint64_t first_example = 0, uint32_t example_count = 0);
+
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }  // when restoring a checkpoint
+  std::vector<float>& m() { return m_; }
+  std::vector<float>& v() { return v_; }
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  const ParameterLayout& layout_;
+  AdamWOptions options_;
+  int64_t step_ = 0;
+  std::vector<float> m_, v_;
+};
+
+// Global L2 norm of grad[0..n): squares summed in double in ascending index,
+// then sqrt. If the norm exceeds max_norm, every element is multiplied by the
+// float scale max_norm / (norm + 1e-6). Returns the norm before clipping.
+// max_norm <= 0 disables clipping (the norm is still returned).
+float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm);
+
+}  // namespace dgrr::model

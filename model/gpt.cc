@@ -1,0 +1,395 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "model/layers.h"
+#include "model/splitmix.h"
+
+namespace dgrr::model {
+
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kData: return "data";
+  }
+  return "unknown";
+}
+
+const char* DropoutSiteName(DropoutSite site) {
+  switch (site) {
+    case DropoutSite::kAttentionProbs: return "attn.probs";
+    case DropoutSite::kAttentionResidual: return "attn.residual";
+    case DropoutSite::kMlpResidual: return "mlp.residual";
+  }
+  return "unknown";
+}
+
+BoundaryNames::BoundaryNames(int num_layers) {
+  for (int l = 0; l < num_layers; ++l) {
+    const std::string p = "block" + std::to_string(l) + ".";
+    Block b;
+    b.ln1_out = p + "ln1.out";
+    b.qkv_out = p + "attn.qkv.out";
+    b.softmax_out = p + "attn.softmax.out";
+    b.att_dropout_out = p + "attn.softmax.dropout.out";
+    b.attn_out = p + "attn.out";
+    b.attn_proj_out = p + "attn.proj.out";
+    b.attn_proj_dropout_out = p + "attn.proj.dropout.out";
+    b.attn_residual_out = p + "attn.residual.out";
+    b.ln2_out = p + "ln2.out";
+    b.fc_out = p + "mlp.fc.out";
+    b.gelu_out = p + "mlp.gelu.out";
+    b.mlp_proj_out = p + "mlp.proj.out";
+    b.mlp_proj_dropout_out = p + "mlp.proj.dropout.out";
+    b.mlp_residual_out = p + "mlp.residual.out";
+    b.mlp_proj_dinp = p + "mlp.proj.dinp";
+    b.gelu_dinp = p + "mlp.gelu.dinp";
+    b.fc_dinp = p + "mlp.fc.dinp";
+    b.ln2_dinp = p + "ln2.dinp";
+    b.attn_proj_dinp = p + "attn.proj.dinp";
+    b.softmax_dinp = p + "attn.softmax.dinp";
+    b.attn_dinp = p + "attn.dinp";
+    b.qkv_dinp = p + "attn.qkv.dinp";
+    b.ln1_dinp = p + "ln1.dinp";
+    blocks.push_back(std::move(b));
+  }
+}
+
+namespace {
+const std::string kEmbedOut = "embed.out";
+const std::string kLnfOut = "lnf.out";
+const std::string kLogits = "lm_head.logits";
+const std::string kLoss = "loss";
+const std::string kLossDinp = "loss.dinp";
+const std::string kLmHeadDinp = "lm_head.dinp";
+const std::string kLnfDinp = "lnf.dinp";
+
+template <typename S>
+void Zero(std::vector<S>& v) {
+  std::fill(v.begin(), v.end(), S(0));
+}
+}  // namespace
+
+template <typename S>
+ExampleEngine<S>::ExampleEngine(const GptConfig& config)
+    : config_(config),
+      layout_(config),
+      names_(config.num_layers),
+      attn_keep_scale_(S(1) / (S(1) - static_cast<S>(config.attn_dropout))),
+      resid_keep_scale_(S(1) / (S(1) - static_cast<S>(config.resid_dropout))) {
+  const size_t T = config.seq_len, C = config.channels, V = config.vocab_size,
+               NH = config.num_heads;
+  const size_t TC = T * C, att = NH * T * T;
+  const bool attn_drop = config.attn_dropout > 0, resid_drop = config.resid_dropout > 0;
+  encoded_.resize(TC);
+  lnf_.resize(TC);
+  lnf_mean_.resize(T);
+  lnf_rstd_.resize(T);
+  logits_.resize(T * V);
+  probs_.resize(T * V);
+  losses_.resize(T);
+  dencoded_.resize(TC);
+  dlnf_.resize(TC);
+  dlogits_.resize(T * V);
+  dlosses_.resize(T);
+  acts_.resize(config.num_layers);
+  grads_.resize(config.num_layers);
+  for (LayerActs& a : acts_) {
+    a.ln1.resize(TC), a.ln1_mean.resize(T), a.ln1_rstd.resize(T), a.qkv.resize(3 * TC);
+    a.preatt.resize(att), a.att.resize(att), a.atty.resize(TC), a.attproj.resize(TC);
+    a.res2.resize(TC), a.ln2.resize(TC), a.ln2_mean.resize(T), a.ln2_rstd.resize(T);
+    a.fch.resize(4 * TC), a.fch_gelu.resize(4 * TC), a.fcproj.resize(TC), a.res3.resize(TC);
+    if (attn_drop) a.att_dropped.resize(att), a.keep_att.resize(att);
+    if (resid_drop) {
+      a.attproj_dropped.resize(TC), a.fcproj_dropped.resize(TC);
+      a.keep_attproj.resize(TC), a.keep_fcproj.resize(TC);
+    }
+  }
+  for (LayerGrads& g : grads_) {
+    g.ln1.resize(TC), g.qkv.resize(3 * TC), g.preatt.resize(att), g.att.resize(att);
+    g.atty.resize(TC), g.attproj.resize(TC), g.res2.resize(TC), g.ln2.resize(TC);
+    g.fch.resize(4 * TC), g.fch_gelu.resize(4 * TC), g.fcproj.resize(TC);
+    g.res3.resize(TC);
+    if (resid_drop) g.attproj_dropped.resize(TC), g.fcproj_dropped.resize(TC);
+  }
+}
+
+template <typename S>
+void ExampleEngine<S>::Observe(const std::string& name, Phase phase, S* data,
+                               std::initializer_list<int64_t> dims, uint64_t example_index,
+                               const ExampleHooks& hooks) const {
+  // The hooks speak float: the double reference path is never observed.
+  if constexpr (std::is_same_v<S, float>) {
+    if (hooks.observer != nullptr) {
+      hooks.observer->OnBoundary(name, phase, /*is_output=*/true, data,
+                                 std::span<const int64_t>(dims.begin(), dims.size()),
+                                 example_index, 1);
+    }
+    if (hooks.mutator != nullptr) {
+      size_t count = 1;
+      for (int64_t d : dims) count *= static_cast<size_t>(d);
+      hooks.mutator->AfterBoundary(name, phase, data, count, example_index);
+    }
+  } else {
+    (void)name, (void)phase, (void)data, (void)dims, (void)example_index, (void)hooks;
+  }
+}
+
+template <typename S>
+void ExampleEngine<S>::BlockForward(int l, const S* params, const S* block_in,
+                                    uint64_t example_index, const ExampleHooks& hooks) {
+  const int T = config_.seq_len, C = config_.channels, NH = config_.num_heads;
+  const size_t TC = static_cast<size_t>(T) * C;
+  const BlockOffsets& o = layout_.block(l);
+  const BoundaryNames::Block& n = names_.blocks[l];
+  LayerActs& a = acts_[l];
+  const bool attn_drop = config_.attn_dropout > 0, resid_drop = config_.resid_dropout > 0;
+  const Phase fwd = Phase::kForward;
+
+  LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), block_in,
+                   params + o.ln1_w, params + o.ln1_b, T, C);
+  Observe(n.ln1_out, fwd, a.ln1.data(), {T, C}, example_index, hooks);
+  MatmulForward(a.qkv.data(), a.ln1.data(), params + o.qkv_w, params + o.qkv_b, T, C, 3 * C);
+  Observe(n.qkv_out, fwd, a.qkv.data(), {T, 3 * C}, example_index, hooks);
+
+  uint8_t* keep_att = nullptr;
+  if (attn_drop) {
+    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kAttentionProbs,
+                              config_.attn_dropout, a.keep_att.data(), a.keep_att.size());
+    keep_att = a.keep_att.data();
+  }
+  AttentionForward(a.atty.data(), a.preatt.data(), a.att.data(),
+                   attn_drop ? a.att_dropped.data() : nullptr, a.qkv.data(), keep_att,
+                   attn_keep_scale_, T, C, NH);
+  Observe(n.softmax_out, fwd, a.att.data(), {NH, T, T}, example_index, hooks);
+  if (attn_drop) Observe(n.att_dropout_out, fwd, a.att_dropped.data(), {NH, T, T}, example_index, hooks);
+  Observe(n.attn_out, fwd, a.atty.data(), {T, C}, example_index, hooks);
+
+  MatmulForward(a.attproj.data(), a.atty.data(), params + o.attn_proj_w, params + o.attn_proj_b,
+                T, C, C);
+  Observe(n.attn_proj_out, fwd, a.attproj.data(), {T, C}, example_index, hooks);
+  const S* attn_branch = a.attproj.data();
+  if (resid_drop) {
+    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kAttentionResidual,
+                              config_.resid_dropout, a.keep_attproj.data(), TC);
+    DropoutForward(a.attproj_dropped.data(), a.attproj.data(), a.keep_attproj.data(),
+                   resid_keep_scale_, TC);
+    Observe(n.attn_proj_dropout_out, fwd, a.attproj_dropped.data(), {T, C}, example_index, hooks);
+    attn_branch = a.attproj_dropped.data();
+  }
+  ResidualForward(a.res2.data(), block_in, attn_branch, TC);
+  Observe(n.attn_residual_out, fwd, a.res2.data(), {T, C}, example_index, hooks);
+
+  LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                   params + o.ln2_w, params + o.ln2_b, T, C);
+  Observe(n.ln2_out, fwd, a.ln2.data(), {T, C}, example_index, hooks);
+  MatmulForward(a.fch.data(), a.ln2.data(), params + o.fc_w, params + o.fc_b, T, C, 4 * C);
+  Observe(n.fc_out, fwd, a.fch.data(), {T, 4 * C}, example_index, hooks);
+  GeluForward(a.fch_gelu.data(), a.fch.data(), 4 * TC);
+  Observe(n.gelu_out, fwd, a.fch_gelu.data(), {T, 4 * C}, example_index, hooks);
+  MatmulForward(a.fcproj.data(), a.fch_gelu.data(), params + o.mlp_proj_w,
+                params + o.mlp_proj_b, T, 4 * C, C);
+  Observe(n.mlp_proj_out, fwd, a.fcproj.data(), {T, C}, example_index, hooks);
+  const S* mlp_branch = a.fcproj.data();
+  if (resid_drop) {
+    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kMlpResidual, config_.resid_dropout,
+                              a.keep_fcproj.data(), TC);
+    DropoutForward(a.fcproj_dropped.data(), a.fcproj.data(), a.keep_fcproj.data(),
+                   resid_keep_scale_, TC);
+    Observe(n.mlp_proj_dropout_out, fwd, a.fcproj_dropped.data(), {T, C}, example_index, hooks);
+    mlp_branch = a.fcproj_dropped.data();
+  }
+  ResidualForward(a.res3.data(), a.res2.data(), mlp_branch, TC);
+  Observe(n.mlp_residual_out, fwd, a.res3.data(), {T, C}, example_index, hooks);
+}
+
+template <typename S>
+S ExampleEngine<S>::Forward(const S* params, const uint8_t* tokens, uint64_t example_index,
+                            const ExampleHooks& hooks) {
+  const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
+  const Phase fwd = Phase::kForward;
+  EncoderForward(encoded_.data(), tokens, params + layout_.wte(), params + layout_.wpe(), T, C);
+  Observe(kEmbedOut, fwd, encoded_.data(), {T, C}, example_index, hooks);
+  const S* block_in = encoded_.data();
+  for (int l = 0; l < config_.num_layers; ++l) {
+    BlockForward(l, params, block_in, example_index, hooks);
+    block_in = acts_[l].res3.data();
+  }
+  LayerNormForward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), block_in,
+                   params + layout_.lnf_w(), params + layout_.lnf_b(), T, C);
+  Observe(kLnfOut, fwd, lnf_.data(), {T, C}, example_index, hooks);
+  LmHeadForward(logits_.data(), lnf_.data(), params + layout_.wte(), T, C, V);
+  Observe(kLogits, fwd, logits_.data(), {T, V}, example_index, hooks);
+  CrossEntropyForward(probs_.data(), losses_.data(), logits_.data(), tokens + 1, T, V);
+  S sum = 0;
+  for (int t = 0; t < T; ++t) sum += losses_[t];
+  S loss = sum / static_cast<S>(T);
+  Observe(kLoss, fwd, &loss, {}, example_index, hooks);
+  return loss;
+}
+
+template <typename S>
+void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
+                                     const S* dblock_out, S* dblock_in, S* grad,
+                                     uint64_t example_index, const ExampleHooks& hooks) {
+  const int T = config_.seq_len, C = config_.channels, NH = config_.num_heads;
+  const size_t TC = static_cast<size_t>(T) * C;
+  const BlockOffsets& o = layout_.block(l);
+  const BoundaryNames::Block& n = names_.blocks[l];
+  LayerActs& a = acts_[l];
+  LayerGrads& g = grads_[l];
+  const bool attn_drop = config_.attn_dropout > 0, resid_drop = config_.resid_dropout > 0;
+  const Phase bwd = Phase::kBackward;
+  // dblock_out, the gradient of this block's output, is complete on entry.
+
+  // res3 = res2 + mlp_branch
+  S* dmlp_branch = resid_drop ? g.fcproj_dropped.data() : g.fcproj.data();
+  ResidualBackward(g.res2.data(), dmlp_branch, dblock_out, TC);
+  if (resid_drop) {
+    DropoutBackward(g.fcproj.data(), g.fcproj_dropped.data(), a.keep_fcproj.data(),
+                    resid_keep_scale_, TC);
+  }
+  MatmulBackward(g.fch_gelu.data(), grad + o.mlp_proj_w, grad + o.mlp_proj_b, g.fcproj.data(),
+                 a.fch_gelu.data(), params + o.mlp_proj_w, T, 4 * C, C);
+  Observe(n.mlp_proj_dinp, bwd, g.fch_gelu.data(), {T, 4 * C}, example_index, hooks);
+  GeluBackward(g.fch.data(), a.fch.data(), g.fch_gelu.data(), 4 * TC);
+  Observe(n.gelu_dinp, bwd, g.fch.data(), {T, 4 * C}, example_index, hooks);
+  MatmulBackward(g.ln2.data(), grad + o.fc_w, grad + o.fc_b, g.fch.data(), a.ln2.data(),
+                 params + o.fc_w, T, C, 4 * C);
+  Observe(n.fc_dinp, bwd, g.ln2.data(), {T, C}, example_index, hooks);
+  LayerNormBackward(g.res2.data(), grad + o.ln2_w, grad + o.ln2_b, g.ln2.data(), a.res2.data(),
+                    params + o.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), T, C);
+  Observe(n.ln2_dinp, bwd, g.res2.data(), {T, C}, example_index, hooks);
+
+  // res2 = block_in + attn_branch
+  S* dattn_branch = resid_drop ? g.attproj_dropped.data() : g.attproj.data();
+  ResidualBackward(dblock_in, dattn_branch, g.res2.data(), TC);
+  if (resid_drop) {
+    DropoutBackward(g.attproj.data(), g.attproj_dropped.data(), a.keep_attproj.data(),
+                    resid_keep_scale_, TC);
+  }
+  MatmulBackward(g.atty.data(), grad + o.attn_proj_w, grad + o.attn_proj_b, g.attproj.data(),
+                 a.atty.data(), params + o.attn_proj_w, T, C, C);
+  Observe(n.attn_proj_dinp, bwd, g.atty.data(), {T, C}, example_index, hooks);
+  AttentionBackward(g.qkv.data(), g.att.data(), g.preatt.data(), g.atty.data(), a.qkv.data(),
+                    a.att.data(), attn_drop ? a.att_dropped.data() : nullptr,
+                    attn_drop ? a.keep_att.data() : nullptr, attn_keep_scale_, T, C, NH);
+  Observe(n.softmax_dinp, bwd, g.preatt.data(), {NH, T, T}, example_index, hooks);
+  Observe(n.attn_dinp, bwd, g.qkv.data(), {T, 3 * C}, example_index, hooks);
+  MatmulBackward(g.ln1.data(), grad + o.qkv_w, grad + o.qkv_b, g.qkv.data(), a.ln1.data(),
+                 params + o.qkv_w, T, C, 3 * C);
+  Observe(n.qkv_dinp, bwd, g.ln1.data(), {T, C}, example_index, hooks);
+  LayerNormBackward(dblock_in, grad + o.ln1_w, grad + o.ln1_b, g.ln1.data(), block_in,
+                    params + o.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), T, C);
+  Observe(n.ln1_dinp, bwd, dblock_in, {T, C}, example_index, hooks);
+}
+
+template <typename S>
+void ExampleEngine<S>::Backward(const S* params, const uint8_t* tokens, uint64_t example_index,
+                                S* grad, const ExampleHooks& hooks) {
+  const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
+  const int L = config_.num_layers;
+  const Phase bwd = Phase::kBackward;
+  // Fresh buffers: this example's gradient is its own, never an accumulation.
+  std::fill(grad, grad + layout_.total_size(), S(0));
+  Zero(dencoded_), Zero(dlnf_), Zero(dlogits_);
+  for (LayerGrads& g : grads_) {
+    for (std::vector<S>* v : {&g.ln1, &g.qkv, &g.preatt, &g.att, &g.atty, &g.attproj,
+                              &g.attproj_dropped, &g.res2, &g.ln2, &g.fch, &g.fch_gelu, &g.fcproj,
+                              &g.fcproj_dropped, &g.res3}) {
+      Zero(*v);
+    }
+  }
+  // d(mean of T token losses)/d(token loss) = 1/T.
+  std::fill(dlosses_.begin(), dlosses_.end(), S(1) / static_cast<S>(T));
+  CrossEntropyBackward(dlogits_.data(), probs_.data(), tokens + 1, dlosses_.data(), T, V);
+  Observe(kLossDinp, bwd, dlogits_.data(), {T, V}, example_index, hooks);
+  LmHeadBackward(dlnf_.data(), grad + layout_.wte(), dlogits_.data(), lnf_.data(),
+                 params + layout_.wte(), T, C, V);
+  Observe(kLmHeadDinp, bwd, dlnf_.data(), {T, C}, example_index, hooks);
+  LayerNormBackward(grads_[L - 1].res3.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
+                    dlnf_.data(), acts_[L - 1].res3.data(), params + layout_.lnf_w(),
+                    lnf_mean_.data(), lnf_rstd_.data(), T, C);
+  Observe(kLnfDinp, bwd, grads_[L - 1].res3.data(), {T, C}, example_index, hooks);
+  for (int l = L - 1; l >= 0; --l) {
+    const S* block_in = l > 0 ? acts_[l - 1].res3.data() : encoded_.data();
+    S* dblock_in = l > 0 ? grads_[l - 1].res3.data() : dencoded_.data();
+    BlockBackward(l, params, block_in, grads_[l].res3.data(), dblock_in, grad, example_index,
+                  hooks);
+  }
+  EncoderBackward(grad + layout_.wte(), grad + layout_.wpe(), dencoded_.data(), tokens, T, C);
+}
+
+template class ExampleEngine<float>;
+template class ExampleEngine<double>;
+
+// ---------------------------------------------------------------- Gpt
+
+Gpt::Gpt(const GptConfig& config)
+    : config_(config), layout_(config), params_(layout_.total_size(), 0.0f) {}
+
+StatusOr<Gpt> Gpt::Create(const GptConfig& config) {
+  DGRR_RETURN_IF_ERROR(config.Validate());
+  return Gpt(config);
+}
+
+namespace {
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+}  // namespace
+
+void Gpt::Initialize(const NormalFill& fill) {
+  const float base_std = 0.02f;
+  // Projections that write into the residual stream are scaled down so the
+  // stream's variance does not grow with depth (GPT-2).
+  const float residual_std =
+      static_cast<float>(0.02 / std::sqrt(2.0 * static_cast<double>(config_.num_layers)));
+  const std::vector<NamedTensor>& tensors = layout_.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& t = tensors[i];
+    float* out = params_.data() + t.offset;
+    // Layernorm weights are the only non-decayed tensors that are not biases.
+    const bool is_norm = !t.weight_decay && EndsWith(t.name, ".w");
+    if (EndsWith(t.name, ".b")) {
+      std::fill(out, out + t.size, 0.0f);
+    } else if (is_norm) {
+      std::fill(out, out + t.size, 1.0f);
+    } else {
+      fill(t.name, i, out, t.size);
+      const bool residual = EndsWith(t.name, "attn.proj.w") || EndsWith(t.name, "mlp.proj.w");
+      const float std_dev = residual ? residual_std : base_std;
+      for (size_t k = 0; k < t.size; ++k) out[k] *= std_dev;
+    }
+  }
+}
+
+NormalFill SplitMixNormalFill(uint64_t seed) {
+  return [seed](std::string_view, size_t tensor_index, float* out, size_t count) {
+    SplitMixStream stream(SplitMix64(seed) ^ SplitMix64(0x1000 + tensor_index));
+    constexpr double kTwoPi = 2.0 * std::numbers::pi;
+    for (size_t k = 0; k < count; ++k) {
+      // Box-Muller from two 53-bit uniforms, u1 in (0, 1] so log is finite.
+      const double u1 = (static_cast<double>(stream.Next() >> 11) + 1.0) * 0x1.0p-53;
+      const double u2 = static_cast<double>(stream.Next() >> 11) * 0x1.0p-53;
+      out[k] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+    }
+  };
+}
+
+void SplitMixDropoutMasks::FillKeepMask(uint64_t example_index, int layer, DropoutSite site,
+                                        float drop_probability, uint8_t* keep,
+                                        size_t count) const {
+  uint64_t key = SplitMix64(seed_);
+  key = SplitMix64(key ^ example_index);
+  key = SplitMix64(key ^ (static_cast<uint64_t>(layer) << 8 | static_cast<uint64_t>(site)));
+  // Keep when a 24-bit uniform integer is at or above p * 2^24.
+  const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(drop_probability) * 16777216.0);
+  for (size_t i = 0; i < count; ++i) keep[i] = (SplitMix64(key + i) >> 40) >= threshold ? 1 : 0;
+}
+
+}  // namespace dgrr::model

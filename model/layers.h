@@ -1,0 +1,380 @@
+// The reference GPT's layers: each a pair of plain forward and backward
+// functions over arrays of one example (one sequence), in the manner of llm.c's
+// train_gpt2.c. Convention: T time (sequence length), C channels, OC output
+// channels, V vocabulary, NH heads, hs = C/NH head size. Arguments are outputs
+// first, then inputs, then dimensions; each array's shape is written beside it.
+//
+// Templated on the scalar S so the same code runs in float (training) and in
+// double (finite-difference gradient checks). Backward functions ACCUMULATE
+// (+=) into their gradient outputs, so a tensor used twice (the tied token
+// embedding, the residual stream) collects both contributions; the caller
+// zeroes the example's gradient buffers first. Every sum runs in one fixed,
+// documented order (docs/model.md), so results never depend on threads.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+#include "model/det_math.h"
+#include "model/matmul.h"
+
+namespace dgrr::model {
+
+inline constexpr double kLayerNormEps = 1e-5;
+
+// A per-thread scratch buffer; each worker thread owns its own, so the
+// backward functions need no allocation on the hot path and share nothing.
+template <typename S>
+S* LayerScratch(int slot, size_t n) {
+  thread_local std::vector<S> buffers[2];
+  if (buffers[slot].size() < n) buffers[slot].resize(n);
+  return buffers[slot].data();
+}
+
+// ---------------------------------------------------------------- embeddings
+template <typename S>
+void EncoderForward(S* out,              // [T,C]
+                    const uint8_t* tokens,  // [T]
+                    const S* wte,        // [V,C]
+                    const S* wpe,        // [maxT,C]
+                    int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const S* tok = wte + static_cast<size_t>(tokens[t]) * C;
+    const S* pos = wpe + static_cast<size_t>(t) * C;
+    for (int c = 0; c < C; ++c) out[t * C + c] = tok[c] + pos[c];
+  }
+}
+
+template <typename S>
+void EncoderBackward(S* dwte,               // [V,C] accumulated
+                     S* dwpe,               // [maxT,C] accumulated
+                     const S* dout,         // [T,C]
+                     const uint8_t* tokens, // [T]
+                     int T, int C) {
+  for (int t = 0; t < T; ++t) {  // ascending t: a token seen twice sums in time order
+    S* dtok = dwte + static_cast<size_t>(tokens[t]) * C;
+    S* dpos = dwpe + static_cast<size_t>(t) * C;
+    for (int c = 0; c < C; ++c) {
+      dtok[c] += dout[t * C + c];
+      dpos[c] += dout[t * C + c];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- layernorm
+template <typename S>
+void LayerNormForward(S* out,        // [T,C]
+                      S* mean,       // [T]
+                      S* rstd,       // [T]
+                      const S* inp,  // [T,C]
+                      const S* weight, const S* bias,  // [C], [C]
+                      int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const S* x = inp + t * C;
+    S sum = 0;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const S m = sum / static_cast<S>(C);
+    S sq = 0;
+    for (int c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+    const S var = sq / static_cast<S>(C);
+    const S s = S(1) / std::sqrt(var + static_cast<S>(kLayerNormEps));
+    for (int c = 0; c < C; ++c) out[t * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[t] = m;
+    rstd[t] = s;
+  }
+}
+
+template <typename S>
+void LayerNormBackward(S* dinp,          // [T,C] accumulated
+                       S* dweight, S* dbias,  // [C], [C] accumulated
+                       const S* dout,    // [T,C]
+                       const S* inp,     // [T,C]
+                       const S* weight,  // [C]
+                       const S* mean, const S* rstd,  // [T], [T]
+                       int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const S* x = inp + t * C;
+    const S* dy = dout + t * C;
+    // Two reductions over the row: mean of dnorm and mean of dnorm * norm.
+    S dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const S norm = (x[c] - mean[t]) * rstd[t];
+      const S dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean = dnorm_mean / static_cast<S>(C);
+    dnorm_norm_mean = dnorm_norm_mean / static_cast<S>(C);
+    for (int c = 0; c < C; ++c) {
+      const S norm = (x[c] - mean[t]) * rstd[t];
+      const S dnorm = weight[c] * dy[c];
+      dbias[c] += dy[c];
+      dweight[c] += norm * dy[c];
+      dinp[t * C + c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[t];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+// out = inp . weight + bias. The weight is stored [C,OC] (input-major) so the
+// forward is one Gemm whose vector lanes run along OC. Per element:
+// (sum over c ascending) + bias.
+template <typename S>
+void MatmulForward(S* out,           // [T,OC]
+                   const S* inp,     // [T,C]
+                   const S* weight,  // [C,OC]
+                   const S* bias,    // [OC] or nullptr
+                   int T, int C, int OC) {
+  Gemm(out, inp, weight, T, C, OC, /*accumulate=*/false);
+  if (bias == nullptr) return;
+  for (int t = 0; t < T; ++t) {
+    for (int o = 0; o < OC; ++o) out[t * OC + o] += bias[o];
+  }
+}
+
+template <typename S>
+void MatmulBackward(S* dinp,           // [T,C] accumulated
+                    S* dweight,        // [C,OC] accumulated
+                    S* dbias,          // [OC] accumulated, or nullptr
+                    const S* dout,     // [T,OC]
+                    const S* inp,      // [T,C]
+                    const S* weight,   // [C,OC]
+                    int T, int C, int OC) {
+  // dinp += dout . weight^T  (sum over oc ascending)
+  S* weight_t = LayerScratch<S>(0, static_cast<size_t>(C) * OC);  // [OC,C]
+  Transpose(weight_t, weight, C, OC);
+  Gemm(dinp, dout, weight_t, T, OC, C, /*accumulate=*/true);
+  // dweight += inp^T . dout  (sum over t ascending)
+  S* inp_t = LayerScratch<S>(1, static_cast<size_t>(T) * C);  // [C,T]
+  Transpose(inp_t, inp, T, C);
+  Gemm(dweight, inp_t, dout, C, T, OC, /*accumulate=*/true);
+  if (dbias == nullptr) return;
+  for (int t = 0; t < T; ++t) {
+    for (int o = 0; o < OC; ++o) dbias[o] += dout[t * OC + o];
+  }
+}
+
+// ---------------------------------------------------------------- LM head
+// logits = inp . wte^T: the head shares the token embedding [V,C].
+template <typename S>
+void LmHeadForward(S* logits,      // [T,V]
+                   const S* inp,   // [T,C]
+                   const S* wte,   // [V,C]
+                   int T, int C, int V) {
+  S* wte_t = LayerScratch<S>(0, static_cast<size_t>(C) * V);  // [C,V]
+  Transpose(wte_t, wte, V, C);
+  Gemm(logits, inp, wte_t, T, C, V, /*accumulate=*/false);
+}
+
+template <typename S>
+void LmHeadBackward(S* dinp,          // [T,C] accumulated
+                    S* dwte,          // [V,C] accumulated
+                    const S* dlogits, // [T,V]
+                    const S* inp,     // [T,C]
+                    const S* wte,     // [V,C]
+                    int T, int C, int V) {
+  Gemm(dinp, dlogits, wte, T, V, C, /*accumulate=*/true);  // sum over v ascending
+  S* dlogits_t = LayerScratch<S>(1, static_cast<size_t>(V) * T);  // [V,T]
+  Transpose(dlogits_t, dlogits, T, V);
+  Gemm(dwte, dlogits_t, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
+}
+
+// ---------------------------------------------------------------- attention
+// Causal multi-head self-attention over qkv = [q | k | v] per time step.
+// preatt holds the scaled scores, att the softmax probabilities (zero above
+// the diagonal); when dropout is active, att_used = att * keep * keep_scale is
+// what multiplies v, otherwise att_used == att.
+template <typename S>
+void AttentionForward(S* out,              // [T,C]
+                      S* preatt,           // [NH,T,T]
+                      S* att,              // [NH,T,T]
+                      S* att_dropped,      // [NH,T,T] or nullptr (no dropout)
+                      const S* qkv,        // [T,3C]
+                      const uint8_t* keep, // [NH,T,T] or nullptr
+                      S keep_scale, int T, int C, int NH) {
+  const int hs = C / NH;
+  const S scale = S(1) / std::sqrt(static_cast<S>(hs));
+  const int C3 = 3 * C;
+  for (int h = 0; h < NH; ++h) {
+    for (int t = 0; t < T; ++t) {
+      const S* q = qkv + t * C3 + h * hs;
+      S* pre_row = preatt + (static_cast<size_t>(h) * T + t) * T;
+      S* att_row = att + (static_cast<size_t>(h) * T + t) * T;
+      S max_score = -INFINITY;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const S* k = qkv + t2 * C3 + C + h * hs;
+        S dot = 0;
+        for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
+        pre_row[t2] = dot * scale;
+        if (pre_row[t2] > max_score) max_score = pre_row[t2];
+      }
+      S denom = 0;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        att_row[t2] = Exp(pre_row[t2] - max_score);
+        denom += att_row[t2];
+      }
+      for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = att_row[t2] / denom;
+      for (int t2 = t + 1; t2 < T; ++t2) pre_row[t2] = att_row[t2] = 0;
+      const S* used_row = att_row;
+      if (att_dropped != nullptr) {
+        S* drop_row = att_dropped + (static_cast<size_t>(h) * T + t) * T;
+        const uint8_t* keep_row = keep + (static_cast<size_t>(h) * T + t) * T;
+        for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = keep_row[t2] ? att_row[t2] * keep_scale : S(0);
+        used_row = drop_row;
+      }
+      S* y = out + t * C + h * hs;
+      for (int i = 0; i < hs; ++i) y[i] = 0;
+      for (int t2 = 0; t2 <= t; ++t2) {  // ascending t2
+        const S* v = qkv + t2 * C3 + 2 * C + h * hs;
+        for (int i = 0; i < hs; ++i) y[i] += used_row[t2] * v[i];
+      }
+    }
+  }
+}
+
+template <typename S>
+void AttentionBackward(S* dqkv,              // [T,3C] accumulated
+                       S* datt,              // [NH,T,T] written: d loss / d att
+                       S* dpreatt,           // [NH,T,T] written: d loss / d preatt
+                       const S* dout,        // [T,C]
+                       const S* qkv,         // [T,3C]
+                       const S* att,         // [NH,T,T]
+                       const S* att_dropped, // [NH,T,T] or nullptr
+                       const uint8_t* keep,  // [NH,T,T] or nullptr
+                       S keep_scale, int T, int C, int NH) {
+  const int hs = C / NH;
+  const S scale = S(1) / std::sqrt(static_cast<S>(hs));
+  const int C3 = 3 * C;
+  for (int h = 0; h < NH; ++h) {
+    for (int t = 0; t < T; ++t) {
+      const size_t row = (static_cast<size_t>(h) * T + t) * T;
+      const S* used_row = (att_dropped != nullptr ? att_dropped : att) + row;
+      const S* att_row = att + row;
+      S* datt_row = datt + row;
+      S* dpre_row = dpreatt + row;
+      const S* dy = dout + t * C + h * hs;
+      for (int t2 = 0; t2 < T; ++t2) datt_row[t2] = dpre_row[t2] = 0;
+      // Through y = sum_t2 att_used[t2] * v[t2].
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const S* v = qkv + t2 * C3 + 2 * C + h * hs;
+        S* dv = dqkv + t2 * C3 + 2 * C + h * hs;
+        S d_used = 0;
+        for (int i = 0; i < hs; ++i) {
+          d_used += v[i] * dy[i];
+          dv[i] += used_row[t2] * dy[i];
+        }
+        if (keep != nullptr) d_used = keep[row + t2] ? d_used * keep_scale : S(0);
+        datt_row[t2] = d_used;
+      }
+      // Through the softmax: dpre = att * (datt - sum(att * datt)).
+      S weighted = 0;
+      for (int t2 = 0; t2 <= t; ++t2) weighted += att_row[t2] * datt_row[t2];
+      for (int t2 = 0; t2 <= t; ++t2) dpre_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
+      // Through pre = scale * q . k.
+      const S* q = qkv + t * C3 + h * hs;
+      S* dq = dqkv + t * C3 + h * hs;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const S* k = qkv + t2 * C3 + C + h * hs;
+        S* dk = dqkv + t2 * C3 + C + h * hs;
+        const S g = dpre_row[t2] * scale;
+        for (int i = 0; i < hs; ++i) {
+          dq[i] += k[i] * g;
+          dk[i] += q[i] * g;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- GELU
+// The tanh approximation used by GPT-2.
+template <typename S>
+void GeluForward(S* out, const S* inp, size_t N) {  // out [N], inp [N]
+  const S k = std::sqrt(S(2) / std::numbers::pi_v<S>);
+  for (size_t i = 0; i < N; ++i) {
+    const S x = inp[i];
+    const S cube = S(0.044715) * x * x * x;
+    out[i] = S(0.5) * x * (S(1) + Tanh(k * (x + cube)));
+  }
+}
+
+template <typename S>
+void GeluBackward(S* dinp, const S* inp, const S* dout, size_t N) {  // dinp [N] accumulated
+  const S k = std::sqrt(S(2) / std::numbers::pi_v<S>);
+  for (size_t i = 0; i < N; ++i) {
+    const S x = inp[i];
+    const S cube = S(0.044715) * x * x * x;
+    const S u = k * (x + cube);
+    const S th = Tanh(u);
+    const S sech2 = S(1) - th * th;
+    const S local = S(0.5) * (S(1) + th) + x * S(0.5) * sech2 * k * (S(1) + S(3) * S(0.044715) * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+// ---------------------------------------------------------------- residual, dropout
+template <typename S>
+void ResidualForward(S* out, const S* inp1, const S* inp2, size_t N) {  // all [N]
+  for (size_t i = 0; i < N; ++i) out[i] = inp1[i] + inp2[i];
+}
+
+template <typename S>
+void ResidualBackward(S* dinp1, S* dinp2, const S* dout, size_t N) {  // accumulated
+  for (size_t i = 0; i < N; ++i) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
+}
+
+// Inverted dropout: kept elements are scaled by keep_scale = 1/(1-p).
+template <typename S>
+void DropoutForward(S* out, const S* inp, const uint8_t* keep, S keep_scale, size_t N) {
+  for (size_t i = 0; i < N; ++i) out[i] = keep[i] ? inp[i] * keep_scale : S(0);
+}
+
+template <typename S>
+void DropoutBackward(S* dinp, const S* dout, const uint8_t* keep, S keep_scale, size_t N) {
+  for (size_t i = 0; i < N; ++i) dinp[i] += keep[i] ? dout[i] * keep_scale : S(0);
+}
+
+// ---------------------------------------------------------------- loss
+// Softmax cross-entropy per position: losses[t] = logsumexp(logits[t]) - logits[t][target].
+template <typename S>
+void CrossEntropyForward(S* probs,         // [T,V]
+                         S* losses,        // [T]
+                         const S* logits,  // [T,V]
+                         const uint8_t* targets,  // [T]
+                         int T, int V) {
+  for (int t = 0; t < T; ++t) {
+    const S* row = logits + t * V;
+    S* p = probs + t * V;
+    S max_logit = row[0];
+    for (int v = 1; v < V; ++v) max_logit = row[v] > max_logit ? row[v] : max_logit;
+    S denom = 0;
+    for (int v = 0; v < V; ++v) {
+      p[v] = Exp(row[v] - max_logit);
+      denom += p[v];
+    }
+    for (int v = 0; v < V; ++v) p[v] = p[v] / denom;
+    losses[t] = Log(denom) - (row[targets[t]] - max_logit);
+  }
+}
+
+// dlogits[t] += (probs[t] - onehot(target)) * dlosses[t].
+template <typename S>
+void CrossEntropyBackward(S* dlogits,      // [T,V] accumulated
+                          const S* probs,  // [T,V]
+                          const uint8_t* targets,  // [T]
+                          const S* dlosses,  // [T]
+                          int T, int V) {
+  for (int t = 0; t < T; ++t) {
+    for (int v = 0; v < V; ++v) {
+      const S indicator = v == targets[t] ? S(1) : S(0);
+      dlogits[t * V + v] += (probs[t * V + v] - indicator) * dlosses[t];
+    }
+  }
+}
+
+}  // namespace dgrr::model

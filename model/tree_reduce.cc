@@ -1,0 +1,77 @@
+#include "model/tree_reduce.h"
+
+#include <algorithm>
+#include <string>
+
+#include "model/parallel.h"
+
+namespace dgrr::model {
+namespace {
+
+// Sum of buffers[lo..hi) over elements [e0, e1), left in buffers[lo].
+void ReduceRange(std::span<float* const> buffers, size_t lo, size_t hi, size_t e0, size_t e1) {
+  if (hi - lo == 1) return;
+  const size_t mid = TreeSplit(lo, hi);
+  ReduceRange(buffers, lo, mid, e0, e1);
+  ReduceRange(buffers, mid, hi, e0, e1);
+  float* left = buffers[lo];
+  const float* right = buffers[mid];
+  for (size_t e = e0; e < e1; ++e) left[e] += right[e];
+}
+
+template <typename S>
+S ScalarTree(std::span<const S> v, size_t lo, size_t hi) {
+  if (hi - lo == 1) return v[lo];
+  const size_t mid = TreeSplit(lo, hi);
+  return ScalarTree(v, lo, mid) + ScalarTree(v, mid, hi);
+}
+
+}  // namespace
+
+bool IsCanonicalNode(size_t lo, size_t hi, size_t total) {
+  size_t node_lo = 0, node_hi = total;
+  while (node_lo < node_hi) {
+    if (node_lo == lo && node_hi == hi) return true;
+    if (node_hi - node_lo == 1) return false;
+    const size_t mid = TreeSplit(node_lo, node_hi);
+    if (hi <= mid) {
+      node_hi = mid;
+    } else if (lo >= mid) {
+      node_lo = mid;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
+void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads) {
+  if (buffers.size() <= 1 || n == 0) return;
+  // Blocks of elements small enough that one block of every buffer stays in cache.
+  constexpr size_t kBlock = 4096;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  ParallelFor(blocks, num_threads, [&](size_t b, int) {
+    ReduceRange(buffers, 0, buffers.size(), b * kBlock, std::min(n, (b + 1) * kBlock));
+  });
+}
+
+Status TreeReduceAlignedBlock(std::span<float* const> buffers, uint64_t first_index, size_t n,
+                              int num_threads) {
+  const size_t size = buffers.size();
+  if (size == 0 || (size & (size - 1)) != 0 || first_index % size != 0) {
+    return Status::InvalidArgument("tree reduce: block [" + std::to_string(first_index) + ", " +
+                                   std::to_string(first_index + size) +
+                                   ") is not an aligned power-of-two block of examples");
+  }
+  TreeReduceInPlace(buffers, n, num_threads);
+  return Status::OK();
+}
+
+float TreeSum(std::span<const float> values) {
+  return values.empty() ? 0.0f : ScalarTree(values, 0, values.size());
+}
+double TreeSum(std::span<const double> values) {
+  return values.empty() ? 0.0 : ScalarTree(values, 0, values.size());
+}
+
+}  // namespace dgrr::model

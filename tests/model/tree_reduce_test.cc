@@ -1,0 +1,119 @@
+#include "model/tree_reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "model/splitmix.h"
+
+namespace dgrr::model {
+namespace {
+
+TEST(TreeReduce, SplitIsLargestPowerOfTwoBelowSize) {
+  EXPECT_EQ(TreeSplit(0, 2), 1u);
+  EXPECT_EQ(TreeSplit(0, 3), 2u);
+  EXPECT_EQ(TreeSplit(0, 4), 2u);
+  EXPECT_EQ(TreeSplit(0, 5), 4u);
+  EXPECT_EQ(TreeSplit(0, 8), 4u);
+  EXPECT_EQ(TreeSplit(0, 9), 8u);
+  EXPECT_EQ(TreeSplit(4, 7), 6u);
+}
+
+// The tree is not left-to-right: ((1 + 1e8) + (-1e8 + 1)) rounds to 0 in
+// float, while the sequential sum gives 1.
+TEST(TreeReduce, ScalarSumFollowsTheTree) {
+  const std::vector<float> v = {1.0f, 1e8f, -1e8f, 1.0f};
+  EXPECT_EQ(TreeSum(v), 0.0f);
+  float sequential = 0;
+  for (float x : v) sequential += x;
+  EXPECT_EQ(sequential, 1.0f);
+  // Three leaves: (a + b) + c.
+  const std::vector<float> w = {1e8f, -1e8f, 1.0f};
+  EXPECT_EQ(TreeSum(w), 1.0f);
+  EXPECT_EQ(TreeSum(std::vector<float>{}), 0.0f);
+}
+
+// Every aligned power-of-two block inside [0, N) is a node of the canonical
+// tree, and nothing misaligned is.
+TEST(TreeReduce, AlignedPowerOfTwoBlocksAreCanonicalNodes) {
+  for (size_t total = 1; total <= 40; ++total) {
+    for (size_t size = 1; size <= total; size *= 2) {
+      for (size_t lo = 0; lo + size <= total; lo += size) {
+        EXPECT_TRUE(IsCanonicalNode(lo, lo + size, total)) << lo << "+" << size << " of " << total;
+      }
+    }
+    if (total >= 4) {
+      EXPECT_FALSE(IsCanonicalNode(1, 3, total)) << total;
+    }
+  }
+  EXPECT_TRUE(IsCanonicalNode(0, 6, 6));
+  EXPECT_TRUE(IsCanonicalNode(4, 6, 6));
+}
+
+std::vector<std::vector<float>> RandomBuffers(size_t count, size_t n, uint64_t seed) {
+  SplitMixStream rng(seed);
+  std::vector<std::vector<float>> out(count, std::vector<float>(n));
+  for (auto& b : out) {
+    for (float& x : b) x = static_cast<float>(static_cast<int64_t>(rng.Next() >> 40) - (1 << 23)) * 1e-3f;
+  }
+  return out;
+}
+
+std::vector<float*> Pointers(std::vector<std::vector<float>>& buffers) {
+  std::vector<float*> p;
+  for (auto& b : buffers) p.push_back(b.data());
+  return p;
+}
+
+TEST(TreeReduce, ElementwiseMatchesScalarTreeForAnyThreadCount) {
+  const size_t count = 7, n = 10000;  // more than one element block
+  const auto original = RandomBuffers(count, n, 1);
+  std::vector<float> expected(n);
+  for (size_t e = 0; e < n; ++e) {
+    std::vector<float> column;
+    for (const auto& b : original) column.push_back(b[e]);
+    expected[e] = TreeSum(column);
+  }
+  for (int threads : {1, 2, 3}) {
+    auto buffers = original;
+    TreeReduceInPlace(Pointers(buffers), n, threads);
+    EXPECT_EQ(0, std::memcmp(buffers[0].data(), expected.data(), n * sizeof(float))) << threads;
+  }
+}
+
+// R ranks each pre-reducing an aligned shard of S = 2^j examples, then the
+// shard sums combined as leaves, give the same bits as one rank over R*S.
+TEST(TreeReduce, ShardPreReductionComposes) {
+  const size_t n = 33;
+  for (size_t shard : {1, 2, 4}) {
+    for (size_t ranks : {1, 2, 3, 5, 6}) {
+      const auto original = RandomBuffers(ranks * shard, n, 100 + ranks * 10 + shard);
+      auto whole = original;
+      TreeReduceInPlace(Pointers(whole), n, 1);
+      auto pieces = original;
+      auto pointers = Pointers(pieces);
+      std::vector<float*> partials;
+      for (size_t r = 0; r < ranks; ++r) {
+        std::span<float* const> block(pointers.data() + r * shard, shard);
+        ASSERT_TRUE(TreeReduceAlignedBlock(block, r * shard, n, 1).ok());
+        partials.push_back(pointers[r * shard]);
+      }
+      TreeReduceInPlace(partials, n, 1);
+      EXPECT_EQ(0, std::memcmp(whole[0].data(), partials[0], n * sizeof(float)))
+          << "ranks " << ranks << " shard " << shard;
+    }
+  }
+}
+
+TEST(TreeReduce, AlignedBlockRejectsMisalignedShards) {
+  auto buffers = RandomBuffers(4, 3, 9);
+  auto pointers = Pointers(buffers);
+  EXPECT_TRUE(TreeReduceAlignedBlock(pointers, 2, 3, 1).IsInvalidArgument());
+  std::span<float* const> three(pointers.data(), 3);
+  EXPECT_TRUE(TreeReduceAlignedBlock(three, 0, 3, 1).IsInvalidArgument());
+  EXPECT_TRUE(TreeReduceAlignedBlock(pointers, 8, 3, 1).ok());
+}
+
+}  // namespace
+}  // namespace dgrr::model
