@@ -103,7 +103,9 @@ DGRR_HD inline DoublePair NormalPairFrom(PhiloxStream& s) {
 // Unbiased integer in [0, range), range >= 1: Lemire's multiply-and-reject
 // ("Fast random integer generation in an interval", 2019). m = u * range;
 // reject while the low 32 bits of m are below 2^32 mod range; return m >> 32.
+// range = 0 stands for 2^32 (the formula's limit): one draw, returned as is.
 DGRR_HD constexpr uint32_t UniformBelow(PhiloxStream& s, uint32_t range) {
+  if (range == 0) return s.NextU32();
   uint64_t m = static_cast<uint64_t>(s.NextU32()) * range;
   uint32_t low = static_cast<uint32_t>(m);
   if (low < range) {

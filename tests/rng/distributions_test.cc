@@ -218,6 +218,12 @@ TEST(UniformBelow, MatchesDefinitionIncludingRejections) {
   }
 }
 
+TEST(UniformBelow, ZeroRangeMeansTwoToThe32) {
+  PhiloxStream a = TestStream(11);
+  PhiloxStream b = a;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(UniformBelow(a, 0), b.NextU32());
+}
+
 TEST(UniformBelow, ChiSquareOnSmallRange) {
   PhiloxStream s = TestStream(10);
   std::vector<uint64_t> buckets(256);

@@ -109,6 +109,17 @@ TEST(PhiloxStream, HugePositionsNearTheEnd) {
   EXPECT_EQ(bulk.position(), start + 3 + 290);
 }
 
+TEST(PhiloxStream, FillWrapsAtTheEndLikeNextU32) {
+  const uint64_t start = ~uint64_t{0} - 45;  // 46 draws before the wrap
+  PhiloxStream scalar(kKey, kSubsequence, start);
+  PhiloxStream bulk = scalar;
+  std::vector<uint32_t> filled(200);
+  bulk.Fill(filled.data(), filled.size());
+  for (size_t i = 0; i < filled.size(); ++i) ASSERT_EQ(filled[i], scalar.NextU32()) << i;
+  EXPECT_EQ(bulk.position(), 200u - 46u);
+  EXPECT_EQ(filled[46], ReferenceDraw(kKey, kSubsequence, 0));
+}
+
 TEST(PhiloxStream, NextU64IsTwoDrawsLowFirst) {
   PhiloxStream a(kKey, kSubsequence, 3);  // straddles a block boundary
   PhiloxStream b = a;
