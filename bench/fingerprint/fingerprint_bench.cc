@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -104,6 +105,49 @@ void BM_FusedChunk(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * buf.size()));
 }
 
+// The target ratios measured with the baseline interleaved: every iteration
+// times one read pass and one candidate pass over the same 256 MiB (thread CPU
+// time), so both see the same machine load. Counters: GB/s of each and
+// ratio = candidate / read.
+double ThreadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+template <typename Candidate>
+void InterleavedAgainstRead(benchmark::State& state, Candidate candidate) {
+  const auto& buf = Buffer(size_t{256} << 20);
+  double read_seconds = 0, candidate_seconds = 0;
+  for (auto _ : state) {
+    double t0 = ThreadSeconds();
+    benchmark::DoNotOptimize(ReadPass(buf.data(), buf.size()));
+    double t1 = ThreadSeconds();
+    benchmark::DoNotOptimize(candidate(buf.data(), buf.size()));
+    double t2 = ThreadSeconds();
+    read_seconds += t1 - t0;
+    candidate_seconds += t2 - t1;
+  }
+  const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(buf.size());
+  state.counters["read_GBps"] = bytes / read_seconds / 1e9;
+  state.counters["cand_GBps"] = bytes / candidate_seconds / 1e9;
+  state.counters["ratio"] = read_seconds / candidate_seconds;
+}
+
+void BM_Interleaved_Xor64(benchmark::State& state) {
+  InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) { return dgrr::Xor64(p, n); });
+}
+void BM_Interleaved_Fused(benchmark::State& state) {
+  InterleavedAgainstRead(state,
+                         [](const uint8_t* p, size_t n) { return dgrr::FingerprintBytes(p, n); });
+}
+void BM_Interleaved_FusedLibxxhash(benchmark::State& state) {
+  InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
+    return dgrr::fingerprint_internal::FingerprintBytesChunked(
+        p, n, dgrr::fingerprint_internal::kFusedChunkBytes);
+  });
+}
+
 constexpr int64_t k4K = 4 << 10, k1M = 1 << 20, k256M = int64_t{256} << 20;
 #define DGRR_SIZES ->Arg(k4K)->Arg(k1M)->Arg(k256M)
 BENCHMARK(BM_ReadPass) DGRR_SIZES;
@@ -112,6 +156,9 @@ BENCHMARK(BM_Xxh3) DGRR_SIZES;
 BENCHMARK(BM_Xor64ThenXxh3) DGRR_SIZES;
 BENCHMARK(BM_Fused) DGRR_SIZES;
 BENCHMARK(BM_FusedLibxxhash) DGRR_SIZES;
+BENCHMARK(BM_Interleaved_Xor64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved_Fused)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved_FusedLibxxhash)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FusedChunk)->RangeMultiplier(2)->Range(4 << 10, 1 << 20);
 
 }  // namespace
