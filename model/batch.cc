@@ -21,9 +21,18 @@ BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t 
   losses_.resize(max_examples);
 }
 
-void BatchGradients::ComputeExamples(const float* params, const uint8_t* examples, size_t count,
-                                     uint64_t first_example, const ExampleHooks& hooks) {
-  count_ = std::min(count, pointers_.size());
+Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examples,
+                                       size_t count, uint64_t first_example,
+                                       const ExampleHooks& hooks) {
+  if (count == 0 || count > pointers_.size()) {
+    return Status::InvalidArgument("batch of " + std::to_string(count) +
+                                   " examples; this BatchGradients holds 1 to " +
+                                   std::to_string(pointers_.size()));
+  }
+  if ((config_.attn_dropout > 0 || config_.resid_dropout > 0) && hooks.masks == nullptr) {
+    return Status::InvalidArgument("dropout is on but no DropoutMaskSource was given");
+  }
+  count_ = count;
   const size_t window = static_cast<size_t>(config_.seq_len) + 1;
   ParallelFor(count_, num_threads_, [&](size_t i, int worker) {
     ExampleEngine<float>& engine = *engines_[worker];
@@ -31,13 +40,13 @@ void BatchGradients::ComputeExamples(const float* params, const uint8_t* example
     losses_[i] = engine.Forward(params, tokens, first_example + i, hooks);
     engine.Backward(params, tokens, first_example + i, pointers_[i], hooks);
   });
+  return Status::OK();
 }
 
-float BatchGradients::ComputeMeanGradient(const float* params, const uint8_t* examples,
-                                          size_t count, uint64_t first_example,
-                                          const ExampleHooks& hooks, float* grad_out) {
-  ComputeExamples(params, examples, count, first_example, hooks);
-  if (count_ == 0) return 0.0f;
+StatusOr<float> BatchGradients::ComputeMeanGradient(const float* params, const uint8_t* examples,
+                                                    size_t count, uint64_t first_example,
+                                                    const ExampleHooks& hooks, float* grad_out) {
+  DGRR_RETURN_IF_ERROR(ComputeExamples(params, examples, count, first_example, hooks));
   TreeReduceInPlace(gradients(), num_params_, num_threads_);
   const float divisor = static_cast<float>(count_);
   const float* sum = pointers_[0];

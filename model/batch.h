@@ -20,7 +20,9 @@ class BatchGradients {
 
   // Runs examples[i] (count windows of seq_len + 1 bytes, back to back) as
   // global example first_example + i, each into its own gradient buffer.
-  void ComputeExamples(const float* params, const uint8_t* examples, size_t count,
+  // InvalidArgument if count is 0 or above max_examples, or if the config has
+  // dropout and hooks.masks is null.
+  Status ComputeExamples(const float* params, const uint8_t* examples, size_t count,
                        uint64_t first_example, const ExampleHooks& hooks);
 
   // Per-example results of the last ComputeExamples.
@@ -31,7 +33,7 @@ class BatchGradients {
   // divide both by count (a division, not a multiply by 1/count: one
   // rounding). Writes the mean gradient to grad_out and returns the mean loss.
   // If hooks.observer is set, reports every parameter gradient (per batch).
-  float ComputeMeanGradient(const float* params, const uint8_t* examples, size_t count,
+  StatusOr<float> ComputeMeanGradient(const float* params, const uint8_t* examples, size_t count,
                             uint64_t first_example, const ExampleHooks& hooks, float* grad_out);
 
   int num_threads() const { return num_threads_; }

@@ -1,6 +1,8 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 
@@ -212,6 +214,11 @@ S ExampleEngine<S>::Forward(const S* params, const uint8_t* tokens, uint64_t exa
                             const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const Phase fwd = Phase::kForward;
+  if ((config_.attn_dropout > 0 || config_.resid_dropout > 0) && hooks.masks == nullptr) {
+    // A programming error, not a data error: BatchGradients checks it first.
+    std::fprintf(stderr, "dgrr::model: dropout is on but ExampleHooks::masks is null\n");
+    std::abort();
+  }
   EncoderForward(encoded_.data(), tokens, params + layout_.wte(), params + layout_.wpe(), T, C);
   Observe(kEmbedOut, fwd, encoded_.data(), {T, C}, example_index, hooks);
   const S* block_in = encoded_.data();

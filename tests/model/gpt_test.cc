@@ -297,8 +297,10 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
     for (int threads : {1, 2, 3, 4}) {
       BatchGradients batch(config, threads, B);
       std::vector<float> grad(model->num_parameters());
-      losses.push_back(batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 0, hooks,
-                                                 grad.data()));
+      auto loss = batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 0, hooks,
+                                            grad.data());
+      ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+      losses.push_back(*loss);
       grads.push_back(std::move(grad));
     }
     for (size_t i = 1; i < grads.size(); ++i) {
@@ -309,8 +311,8 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
     std::vector<std::vector<float>> shard_sums;
     for (uint64_t rank = 0; rank < 2; ++rank) {
       BatchGradients shard(config, 2, 4);
-      shard.ComputeExamples(model->parameters(), examples.data() + rank * 4 * window, 4, rank * 4,
-                            hooks);
+      ASSERT_TRUE(shard.ComputeExamples(model->parameters(), examples.data() + rank * 4 * window, 4,
+                                        rank * 4, hooks).ok());
       ASSERT_TRUE(TreeReduceAlignedBlock(shard.gradients(), rank * 4, shard.num_parameters(), 1).ok());
       shard_sums.emplace_back(shard.gradients()[0], shard.gradients()[0] + shard.num_parameters());
     }
@@ -319,6 +321,21 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
     for (float& g : shard_sums[0]) g = g / static_cast<float>(B);
     EXPECT_EQ(0, std::memcmp(grads[0].data(), shard_sums[0].data(), grads[0].size() * 4));
   }
+}
+
+TEST(BatchGradients, RejectsBadBatches) {
+  const GptConfig config = SmallTestConfig(0.1f);
+  BatchGradients batch(config, 1, 2);
+  std::vector<float> params(batch.num_parameters(), 0.01f), grad(batch.num_parameters());
+  const auto examples = Tokens(3 * (config.seq_len + 1), 90);
+  SplitMixDropoutMasks masks(1);
+  EXPECT_TRUE(batch.ComputeExamples(params.data(), examples.data(), 3, 0, {nullptr, nullptr, &masks})
+                  .IsInvalidArgument());
+  EXPECT_TRUE(batch.ComputeExamples(params.data(), examples.data(), 0, 0, {nullptr, nullptr, &masks})
+                  .IsInvalidArgument());
+  EXPECT_TRUE(batch.ComputeExamples(params.data(), examples.data(), 2, 0, {}).IsInvalidArgument());
+  EXPECT_TRUE(batch.ComputeMeanGradient(params.data(), examples.data(), 2, 0,
+                                        {nullptr, nullptr, &masks}, grad.data()).ok());
 }
 
 TEST(GptDeterminism, DropoutRequiresMasksAndChangesLoss) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -42,8 +43,9 @@ TrainResult Train(const Preset& preset, int steps, int threads) {
       const uint8_t* ex = data->Example((step * B + j) % data->num_examples());
       std::copy(ex, ex + window, examples.begin() + j * window);
     }
-    result.losses.push_back(batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 0,
-                                                      {}, grad.data()));
+    auto loss = batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 0, {}, grad.data());
+    EXPECT_TRUE(loss.ok()) << loss.status().ToString();
+    result.losses.push_back(loss.ok() ? *loss : NAN);
     ClipGradientsByGlobalNorm(grad.data(), grad.size(), d.grad_clip);
     adam.Step(model->parameters(), grad.data(), schedule.At(step));
   }
