@@ -1,0 +1,83 @@
+// dgrr env: print the environment fingerprint of this machine and build.
+#include <iomanip>
+#include <iostream>
+
+#include "base/coding.h"
+#include "base/version.h"
+#include "cli/command.h"
+#include "runtime/environment.h"
+
+namespace dgrr::cli {
+namespace {
+
+void PrintHuman(const nlohmann::json& env, uint64_t digest) {
+  const auto& d = env["dgrr"];
+  std::cout << "dgrr " << d["version"].get<std::string>() << " (commit "
+            << d["git_commit"].get<std::string>() << ", " << d["build_type"].get<std::string>()
+            << (d["cuda_build"].get<bool>() ? ", CUDA" : ", CPU-only") << ")\n"
+            << "compiler: " << env["compiler"]["id"].get<std::string>() << "\n"
+            << "flags:    " << env["compiler"]["cxx_flags"].get<std::string>() << "\n"
+            << "cpu:      " << env["host"]["cpu_model"].get<std::string>() << " ("
+            << env["host"]["hardware_threads"] << " hardware threads)\n"
+            << "os:       " << env["host"]["os"].get<std::string>() << "\n";
+  const auto& gpu = env["gpu"];
+  if (gpu["available"].get<bool>()) {
+    std::cout << "gpu:      " << gpu["name"].get<std::string>() << ", " << gpu["sm_count"]
+              << " SMs, sm_" << gpu["compute_capability"] << ", CUDA runtime "
+              << gpu["cuda_runtime_version"] << ", driver " << gpu["cuda_driver_version"] << "\n";
+  } else {
+    std::cout << "gpu:      none (" << gpu["reason"].get<std::string>() << ")\n";
+  }
+  if (gpu.contains("cublas_version")) {
+    std::cout << "cublas:   " << gpu["cublas_version"].get<std::string>() << "\n";
+  }
+  if (gpu.contains("nccl_version")) {
+    std::cout << "nccl:     " << gpu["nccl_version"].get<std::string>() << "\n";
+  }
+  std::cout << "controls:\n";
+  for (const auto& c : env["controls"]) {
+    std::string origin = c["origin"].get<std::string>();
+    if (c.contains("source")) origin += " (" + c["source"].get<std::string>() + ")";
+    std::cout << "  " << std::left << std::setw(26) << c["name"].get<std::string>()
+              << std::setw(12) << c["value"].get<std::string>() << origin << "\n";
+  }
+  std::cout << "digest:   " << Hex64(digest) << "\n";
+}
+
+int RunEnv(const std::vector<std::string>& args) {
+  po::options_description options("Options");
+  options.add_options()("json", "print the fingerprint as JSON (schema dgrr.env/1, docs/environment.md)")(
+      "threads", po::value<int>()->default_value(1), "worker threads per rank to record");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  int rc = ParseCommandLine(
+      "env", "dgrr env [--json] [--threads N]",
+      "Prints the environment fingerprint of this machine and build: dgrr version and commit,\n"
+      "compiler and flags, CPU, GPU, CUDA/cuBLAS/NCCL versions, and every determinism control\n"
+      "(NCCL algorithm, protocol, channels, cuBLAS workspace, ...) with the origin of its value.\n"
+      "A warning names each setting that endangers bitwise reproducibility.",
+      options, positional, args, vm);
+  if (rc >= 0) return rc;
+
+  DeterminismOptions opts;
+  opts.threads = vm["threads"].as<int>();
+  opts.gpu = DGRR_HAVE_CUDA_BUILD != 0;
+  auto controls = DeterminismControls::Apply(opts, RealProcessEnvironment());
+  if (!controls.ok()) return ReportError("env", controls.status());
+  nlohmann::json env = CollectEnvironment(*controls);
+  uint64_t digest = EnvironmentDigest(env);
+  if (vm.count("json")) {
+    env["digest"] = Hex64(digest);
+    std::cout << env.dump(2) << "\n";
+  } else {
+    PrintHuman(env, digest);
+  }
+  for (const auto& w : controls->Warnings()) ReportWarning("env", w);
+  return kExitOk;
+}
+
+}  // namespace
+
+DGRR_COMMAND(env, "print this machine's environment fingerprint and determinism controls", RunEnv);
+
+}  // namespace dgrr::cli
