@@ -1,0 +1,60 @@
+#include "runtime/rank_group.h"
+
+#include <map>
+
+namespace dgrr {
+
+InProcessRankGroup::InProcessRankGroup(int world_size)
+    : world_size_(world_size), slots_(static_cast<size_t>(world_size)) {}
+
+Status InProcessRankGroup::AllGather(int rank, const Fingerprint& mine,
+                                     std::vector<Fingerprint>* all) {
+  if (rank < 0 || rank >= world_size_) {
+    return Status::InvalidArgument("rank " + std::to_string(rank) + " outside a group of " +
+                                   std::to_string(world_size_));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  // Wait until the previous round has been fully read by every rank.
+  cv_.wait(lock, [&] { return departed_ == 0; });
+  const uint64_t my_round = round_;
+  slots_[static_cast<size_t>(rank)] = mine;
+  if (++arrived_ == world_size_) {
+    ++round_;
+    cv_.notify_all();
+  } else {
+    cv_.wait(lock, [&] { return round_ != my_round; });
+  }
+  *all = slots_;
+  if (++departed_ == world_size_) {
+    arrived_ = 0;
+    departed_ = 0;
+    cv_.notify_all();
+  }
+  return Status::OK();
+}
+
+std::vector<int> OutlierRanks(const std::vector<Fingerprint>& fingerprints) {
+  std::map<std::pair<uint64_t, uint64_t>, int> votes;
+  for (const auto& f : fingerprints) ++votes[{f.xor64, f.xxh3}];
+  std::pair<uint64_t, uint64_t> reference{};
+  int best = 0;
+  for (const auto& [fp, n] : votes) {
+    if (n > best) {
+      best = n;
+      reference = fp;
+    }
+  }
+  if (fingerprints.empty()) return {};
+  if (2 * best <= static_cast<int>(fingerprints.size())) {
+    reference = {fingerprints[0].xor64, fingerprints[0].xxh3};  // no strict majority
+  }
+  std::vector<int> outliers;
+  for (size_t r = 0; r < fingerprints.size(); ++r) {
+    if (fingerprints[r].xor64 != reference.first || fingerprints[r].xxh3 != reference.second) {
+      outliers.push_back(static_cast<int>(r));
+    }
+  }
+  return outliers;
+}
+
+}  // namespace dgrr

@@ -1,0 +1,67 @@
+#include "runtime/state_registry.h"
+
+namespace dgrr {
+
+const char* StateRoleName(StateRole role) {
+  switch (role) {
+    case StateRole::kParameter: return "parameter";
+    case StateRole::kOptimizer: return "optimizer";
+    case StateRole::kCounter: return "counter";
+    case StateRole::kCursor: return "cursor";
+    case StateRole::kRng: return "rng";
+    case StateRole::kOther: return "other";
+  }
+  return "unknown";
+}
+
+const char* RestorePolicyName(RestorePolicy policy) {
+  switch (policy) {
+    case RestorePolicy::kCheckpoint: return "checkpoint";
+    case RestorePolicy::kFastForward: return "fast-forward";
+    case RestorePolicy::kNone: return "none";
+  }
+  return "unknown";
+}
+
+Status StateRegistry::Register(StateEntry entry) {
+  if (entry.name.empty() || entry.name.size() > 256) {
+    return Status::InvalidArgument("state name must be 1 to 256 bytes: '" + entry.name + "'");
+  }
+  if (Find(entry.name) != nullptr) {
+    return Status::InvalidArgument("state '" + entry.name + "' is already registered");
+  }
+  if (entry.data == nullptr && entry.bytes > 0) {
+    return Status::InvalidArgument("state '" + entry.name + "': null data with " +
+                                   std::to_string(entry.bytes) + " bytes");
+  }
+  if (entry.dtype != DType::kUnknown && !entry.shape.empty()) {
+    uint64_t elements = 1;
+    for (int64_t d : entry.shape) {
+      if (d < 0) return Status::InvalidArgument("state '" + entry.name + "': negative dimension");
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (elements * DTypeSize(entry.dtype) != entry.bytes) {
+      return Status::InvalidArgument("state '" + entry.name + "': " + std::to_string(entry.bytes) +
+                                     " bytes do not match its shape and dtype");
+    }
+  }
+  entries_.push_back(std::move(entry));
+  return Status::OK();
+}
+
+const StateEntry* StateRegistry::Find(const std::string& name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+Fingerprint StateRegistry::ParameterFingerprint() const {
+  Fingerprinter fp;
+  for (const auto& e : entries_) {
+    if (e.role == StateRole::kParameter) fp.Update(e.data, e.bytes);
+  }
+  return fp.Digest();
+}
+
+}  // namespace dgrr

@@ -1,0 +1,62 @@
+// The state registry: the named buffers that make up a rank's training state
+// (parameters, optimizer moments, counters, data cursors, RNG positions), each
+// tagged with how it is restored. Checkpointing and resume work from this list
+// alone, so a training program states once what its state is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "fingerprint/fingerprint.h"
+
+namespace dgrr {
+
+enum class StateRole : uint8_t {
+  kParameter,   // model weights; fingerprinted into every STEP record
+  kOptimizer,   // optimizer moments and the like
+  kCounter,     // step counters, scheduler state
+  kCursor,      // data position (epoch, index)
+  kRng,         // RNG stream positions
+  kOther,
+};
+
+enum class RestorePolicy : uint8_t {
+  kCheckpoint,   // saved in each checkpoint and loaded on resume
+  kFastForward,  // not saved; regenerated on resume by the fast-forward plan
+  kNone,         // not needed after a checkpoint (scratch)
+};
+
+struct StateEntry {
+  std::string name;       // stable identity, e.g. "params", "adam.m", "data.cursor"
+  void* data = nullptr;   // not owned; must stay valid while registered
+  uint64_t bytes = 0;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  StateRole role = StateRole::kOther;
+  RestorePolicy restore = RestorePolicy::kCheckpoint;
+  // Every rank holds the same bytes (data-parallel replicas): checkpoints store
+  // it once after checking the ranks agree.
+  bool replicated = false;
+};
+
+const char* StateRoleName(StateRole role);
+const char* RestorePolicyName(RestorePolicy policy);
+
+class StateRegistry {
+ public:
+  // Names are unique, 1..256 bytes; data non-null when bytes > 0; when dtype is
+  // known and a shape given, bytes must match it.
+  Status Register(StateEntry entry);
+  const std::vector<StateEntry>& entries() const { return entries_; }
+  const StateEntry* Find(const std::string& name) const;
+  // The fingerprint of all kParameter entries, in registration order.
+  Fingerprint ParameterFingerprint() const;
+
+ private:
+  std::vector<StateEntry> entries_;
+};
+
+}  // namespace dgrr

@@ -1,0 +1,83 @@
+#include "runtime/state_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "runtime/rank_group.h"
+
+namespace dgrr {
+namespace {
+
+TEST(StateRegistry, RegistersAndFindsByName) {
+  StateRegistry reg;
+  float w[4] = {1, 2, 3, 4};
+  uint64_t cursor = 7;
+  ASSERT_TRUE(reg.Register({"params", w, sizeof w, DType::kF32, {4}, StateRole::kParameter}).ok());
+  ASSERT_TRUE(reg.Register({"data.cursor", &cursor, 8, DType::kU64, {1}, StateRole::kCursor,
+                            RestorePolicy::kFastForward})
+                  .ok());
+  ASSERT_NE(reg.Find("data.cursor"), nullptr);
+  EXPECT_EQ(reg.Find("data.cursor")->restore, RestorePolicy::kFastForward);
+  EXPECT_EQ(reg.Find("nope"), nullptr);
+  EXPECT_EQ(reg.entries().size(), 2u);
+}
+
+TEST(StateRegistry, RejectsBadEntries) {
+  StateRegistry reg;
+  float w[4] = {};
+  EXPECT_TRUE(reg.Register({"", w, 16}).IsInvalidArgument());
+  EXPECT_TRUE(reg.Register({"x", nullptr, 16}).IsInvalidArgument());
+  EXPECT_TRUE(reg.Register({"x", w, 12, DType::kF32, {4}}).IsInvalidArgument()) << "size vs shape";
+  ASSERT_TRUE(reg.Register({"x", w, 16, DType::kF32, {4}}).ok());
+  EXPECT_TRUE(reg.Register({"x", w, 16}).IsInvalidArgument()) << "duplicate name";
+}
+
+TEST(StateRegistry, ParameterFingerprintCoversParametersInOrderOnly) {
+  StateRegistry reg;
+  float a[3] = {1, 2, 3}, b[2] = {4, 5}, m[2] = {9, 9};
+  ASSERT_TRUE(reg.Register({"a", a, sizeof a, DType::kF32, {3}, StateRole::kParameter}).ok());
+  ASSERT_TRUE(reg.Register({"adam.m", m, sizeof m, DType::kF32, {2}, StateRole::kOptimizer}).ok());
+  ASSERT_TRUE(reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter}).ok());
+  float both[5] = {1, 2, 3, 4, 5};
+  EXPECT_EQ(reg.ParameterFingerprint(), FingerprintBytes(both, sizeof both));
+  m[0] = 0;  // optimizer state is not part of the parameter fingerprint
+  EXPECT_EQ(reg.ParameterFingerprint(), FingerprintBytes(both, sizeof both));
+  b[1] = 6;
+  EXPECT_NE(reg.ParameterFingerprint(), FingerprintBytes(both, sizeof both));
+}
+
+TEST(InProcessRankGroup, EveryRankGetsEveryFingerprintEachRound) {
+  constexpr int kRanks = 4, kRounds = 50;
+  InProcessRankGroup group(kRanks);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(kRanks, 0);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<Fingerprint> all;
+        Fingerprint mine{static_cast<uint64_t>(round), static_cast<uint64_t>(r)};
+        if (!group.AllGather(r, mine, &all).ok()) ++bad[r];
+        for (int k = 0; k < kRanks; ++k) {
+          if (all[k].xor64 != static_cast<uint64_t>(round) || all[k].xxh3 != static_cast<uint64_t>(k)) {
+            ++bad[r];
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(bad[r], 0) << "rank " << r;
+  std::vector<Fingerprint> all;
+  EXPECT_TRUE(group.AllGather(9, {}, &all).IsInvalidArgument());
+}
+
+TEST(RankGroup, OutlierIsTheMinority) {
+  Fingerprint a{1, 2}, b{3, 4};
+  EXPECT_EQ(OutlierRanks({a, a, b, a}), std::vector<int>{2});
+  EXPECT_EQ(OutlierRanks({a, b}), std::vector<int>{1}) << "no majority: compare with rank 0";
+  EXPECT_TRUE(OutlierRanks({a, a}).empty());
+}
+
+}  // namespace
+}  // namespace dgrr
