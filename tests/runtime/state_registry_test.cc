@@ -26,11 +26,11 @@ TEST(StateRegistry, RegistersAndFindsByName) {
 TEST(StateRegistry, RejectsBadEntries) {
   StateRegistry reg;
   float w[4] = {};
-  EXPECT_TRUE(reg.Register({"", w, 16}).IsInvalidArgument());
-  EXPECT_TRUE(reg.Register({"x", nullptr, 16}).IsInvalidArgument());
+  EXPECT_TRUE(reg.Register({"", w, 16, DType::kUnknown, {}}).IsInvalidArgument());
+  EXPECT_TRUE(reg.Register({"x", nullptr, 16, DType::kUnknown, {}}).IsInvalidArgument());
   EXPECT_TRUE(reg.Register({"x", w, 12, DType::kF32, {4}}).IsInvalidArgument()) << "size vs shape";
   ASSERT_TRUE(reg.Register({"x", w, 16, DType::kF32, {4}}).ok());
-  EXPECT_TRUE(reg.Register({"x", w, 16}).IsInvalidArgument()) << "duplicate name";
+  EXPECT_TRUE(reg.Register({"x", w, 16, DType::kUnknown, {}}).IsInvalidArgument()) << "duplicate name";
 }
 
 TEST(StateRegistry, ParameterFingerprintCoversParametersInOrderOnly) {
