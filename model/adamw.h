@@ -50,7 +50,7 @@ class AdamW {
   const AdamWOptions& options() const { return options_; }
 
  private:
-  const ParameterLayout& layout_;
+  ParameterLayout layout_;  // a copy: small, and no lifetime coupling to the model
   AdamWOptions options_;
   int64_t step_ = 0;
   std::vector<float> m_, v_;

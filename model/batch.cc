@@ -11,8 +11,9 @@ namespace dgrr::model {
 
 BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t max_examples)
     : config_(config),
+      layout_(config),
       num_threads_(std::max(1, num_threads)),
-      num_params_(ParameterLayout(config).total_size()) {
+      num_params_(layout_.total_size()) {
   for (int w = 0; w < num_threads_; ++w) {
     engines_.push_back(std::make_unique<ExampleEngine<float>>(config));
   }
@@ -52,7 +53,7 @@ StatusOr<float> BatchGradients::ComputeMeanGradient(const float* params, const u
   const float* sum = pointers_[0];
   for (size_t k = 0; k < num_params_; ++k) grad_out[k] = sum[k] / divisor;
   if (hooks.observer != nullptr) {
-    ObserveParameterGradients(ParameterLayout(config_), grad_out, hooks.observer, first_example,
+    ObserveParameterGradients(layout_, grad_out, hooks.observer, first_example,
                               static_cast<uint32_t>(count_));
   }
   return TreeSum(losses()) / divisor;

@@ -41,6 +41,7 @@ class BatchGradients {
 
  private:
   GptConfig config_;
+  ParameterLayout layout_;
   int num_threads_;
   size_t num_params_;
   size_t count_ = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fd_check.h"
+#include "model/adamw.h"
 #include "model/batch.h"
 #include "model/corpus.h"
 #include "model/tree_reduce.h"
@@ -157,13 +158,14 @@ struct Call {
   std::vector<int64_t> dims;
   uint64_t first_example;
   uint32_t count;
+  bool is_output;
   float first_value;
   double sum;  // of all elements: a cheap whole-tensor fingerprint
 };
 
 class RecordingObserver : public BoundaryObserver {
  public:
-  void OnBoundary(std::string_view name, Phase phase, bool, const float* data,
+  void OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     size_t count = 1;
@@ -172,7 +174,7 @@ class RecordingObserver : public BoundaryObserver {
     for (size_t i = 0; i < count; ++i) sum += data[i];
     std::lock_guard<std::mutex> lock(mu_);
     calls.push_back({std::string(name), phase, {dims.begin(), dims.end()}, first_example,
-                     example_count, data[0], sum});
+                     example_count, is_output, data[0], sum});
   }
   const Call* Find(const std::string& name) const {
     for (const Call& c : calls) {
@@ -321,6 +323,42 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
     for (float& g : shard_sums[0]) g = g / static_cast<float>(B);
     EXPECT_EQ(0, std::memcmp(grads[0].data(), shard_sums[0].data(), grads[0].size() * 4));
   }
+}
+
+// Parameter gradients are reported once per batch, after the reduction; the
+// optimizer reports its input gradient and its outputs per tensor.
+TEST(GptBoundaries, PerBatchGradientAndOptimizerBoundaries) {
+  const GptConfig config = SmallTestConfig(0);
+  auto model = Gpt::Create(config);
+  ASSERT_TRUE(model.ok());
+  model->Initialize(SplitMixNormalFill(91));
+  const size_t B = 4;
+  const auto examples = Tokens(static_cast<int>(B * (config.seq_len + 1)), 92);
+  BatchGradients batch(config, 2, B);
+  RecordingObserver observer;
+  std::vector<float> grad(batch.num_parameters());
+  ASSERT_TRUE(batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 12,
+                                        {&observer, nullptr, nullptr}, grad.data()).ok());
+  const Call* dw = observer.Find("block1.mlp.fc.dw");
+  ASSERT_NE(dw, nullptr);
+  EXPECT_EQ(dw->phase, Phase::kBackward);
+  EXPECT_EQ(dw->first_example, 12u);
+  EXPECT_EQ(dw->count, B);
+  EXPECT_EQ(dw->dims, (std::vector<int64_t>{8, 32}));
+  EXPECT_EQ(dw->first_value, grad[model->layout().Find("block1.mlp.fc.w")->offset]);
+  EXPECT_NE(observer.Find("dwte"), nullptr);
+  size_t per_example = 0;
+  for (const Call& c : observer.calls) per_example += c.name == "block0.ln1.out";
+  EXPECT_EQ(per_example, B);
+
+  AdamW adam(model->layout(), AdamWOptions{});
+  RecordingObserver opt;
+  adam.Step(model->parameters(), grad.data(), 1e-3f, &opt, 12, B);
+  ASSERT_NE(opt.Find("lnf.b.grad"), nullptr);
+  EXPECT_FALSE(opt.Find("lnf.b.grad")->is_output);
+  EXPECT_EQ(opt.Find("lnf.b")->phase, Phase::kOptimizer);
+  EXPECT_TRUE(opt.Find("adamw.v.wte")->is_output);
+  EXPECT_EQ(opt.calls.size(), 4 * model->layout().tensors().size());
 }
 
 TEST(BatchGradients, RejectsBadBatches) {
