@@ -1,6 +1,7 @@
 #include "fingerprint/fingerprint.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "fingerprint/fingerprint_simd.h"
@@ -135,66 +136,79 @@ const uint8_t* DefaultXxh3Secret() {
 
 Fingerprint FingerprintBytes(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  // Up to 240 bytes XXH3 has no block loop: nothing to fuse.
+  // Up to 240 bytes XXH3 has no stripe loop: nothing to fuse.
   if (n <= xxh3::kMidSizeMax) return {Xor64FromLane0(p, n), Xxh3(p, n)};
-  if (fingerprint_internal::HaveAvx2Path()) {
-    return fingerprint_internal::FingerprintLongAvx2(p, n,
-                                                     fingerprint_internal::DefaultXxh3Secret());
-  }
-  return fingerprint_internal::FingerprintBytesChunked(p, n,
-                                                       fingerprint_internal::kFusedChunkBytes);
+  return fingerprint_internal::FingerprintLong(p, n, fingerprint_internal::BestStripeConsumer());
 }
 
 // ---------------------------------------------------------------------------
 // Fingerprinter
 // ---------------------------------------------------------------------------
 
-void Fingerprinter::StateDeleter::operator()(XXH3_state_s* state) const { XXH3_freeState(state); }
-
-Fingerprinter::Fingerprinter() : xxh3_state_(XXH3_createState()) {
-  if (xxh3_state_ == nullptr) throw std::bad_alloc();
-  Reset();
-}
-
-Fingerprinter::~Fingerprinter() = default;
-
-Fingerprinter::Fingerprinter(const Fingerprinter& other)
-    : xor64_(other.xor64_), total_bytes_(other.total_bytes_), xxh3_state_(XXH3_createState()) {
-  if (xxh3_state_ == nullptr) throw std::bad_alloc();
-  XXH3_copyState(xxh3_state_.get(), other.xxh3_state_.get());
-}
-
-Fingerprinter& Fingerprinter::operator=(const Fingerprinter& other) {
-  if (this != &other) {
-    xor64_ = other.xor64_;
-    total_bytes_ = other.total_bytes_;
-    XXH3_copyState(xxh3_state_.get(), other.xxh3_state_.get());
-  }
-  return *this;
-}
-
-Fingerprinter::Fingerprinter(Fingerprinter&&) noexcept = default;
-Fingerprinter& Fingerprinter::operator=(Fingerprinter&&) noexcept = default;
-
 void Fingerprinter::Reset() {
-  xor64_ = 0;
+  state_ = fingerprint_internal::InitialStripeState();
   total_bytes_ = 0;
-  XXH3_64bits_reset(xxh3_state_.get());
+  buffered_ = 0;
 }
 
 void Fingerprinter::Update(const void* data, size_t n) {
   if (n == 0) return;
   const auto* p = static_cast<const uint8_t*>(data);
-  const uint64_t lane0 = FusedPass(p, n, fingerprint_internal::kFusedChunkBytes, xxh3_state_.get());
-  // This update's first byte sits in lane total_bytes_ % 8 of the whole
-  // stream: moving every byte up that many lanes is a left rotation of the
-  // little-endian word by 8 bits per lane.
-  xor64_ ^= std::rotl(lane0, static_cast<int>(8 * (total_bytes_ % 8)));
   total_bytes_ += n;
+  // Until more than kBufferBytes are pending nothing is consumed, so a stream
+  // of at most 240 bytes is still whole in the buffer at Digest.
+  if (buffered_ + n <= kBufferBytes) {
+    std::memcpy(buffer_ + buffered_, p, n);
+    buffered_ += n;
+    return;
+  }
+  const uint8_t* secret = fingerprint_internal::DefaultXxh3Secret();
+  const fingerprint_internal::StripeConsumer consume = fingerprint_internal::BestStripeConsumer();
+  if (buffered_ > 0) {
+    // Complete the buffer and consume it whole: at least one byte follows.
+    const size_t fill = kBufferBytes - buffered_;
+    std::memcpy(buffer_ + buffered_, p, fill);
+    p += fill;
+    n -= fill;
+    consume(&state_, buffer_, kBufferBytes / kStripeBytes, secret);
+    std::memcpy(last_stripe_, buffer_ + kBufferBytes - kStripeBytes, kStripeBytes);
+    buffered_ = 0;
+  }
+  // Consume the input in place, keeping 1..64 bytes: the stripe holding the
+  // stream's last byte so far may be the final one, which XXH3 treats apart.
+  const size_t stripes = (n - 1) / kStripeBytes;
+  if (stripes > 0) {
+    consume(&state_, p, stripes, secret);
+    std::memcpy(last_stripe_, p + (stripes - 1) * kStripeBytes, kStripeBytes);
+  }
+  buffered_ = n - stripes * kStripeBytes;
+  std::memcpy(buffer_, p + stripes * kStripeBytes, buffered_);
 }
 
 Fingerprint Fingerprinter::Digest() const {
-  return {xor64_, XXH3_64bits_digest(xxh3_state_.get())};
+  if (total_bytes_ <= xxh3::kMidSizeMax) {
+    return {Xor64FromLane0(buffer_, buffered_), Xxh3(buffer_, buffered_)};
+  }
+  // Finish on a copy: Digest leaves the stream as it was.
+  const uint8_t* secret = fingerprint_internal::DefaultXxh3Secret();
+  fingerprint_internal::StripeState state = state_;
+  const size_t stripes = (buffered_ - 1) / kStripeBytes;  // buffered_ >= 1 here
+  fingerprint_internal::BestStripeConsumer()(&state, buffer_, stripes, secret);
+  const size_t rest = stripes * kStripeBytes;  // consumed bytes: a multiple of 64
+  Fingerprint result;
+  result.xor64 = state.xor64 ^ Xor64FromLane0(buffer_ + rest, buffered_ - rest);
+  // The final stripe is the stream's last 64 bytes, partly from the last
+  // consumed stripe when fewer than 64 are buffered.
+  uint8_t joined[kStripeBytes];
+  const uint8_t* last = joined;
+  if (buffered_ >= kStripeBytes) {
+    last = buffer_ + buffered_ - kStripeBytes;
+  } else {
+    std::memcpy(joined, last_stripe_ + buffered_, kStripeBytes - buffered_);
+    std::memcpy(joined + kStripeBytes - buffered_, buffer_, buffered_);
+  }
+  result.xxh3 = fingerprint_internal::FinishLong(state, last, total_bytes_, secret);
+  return result;
 }
 
 }  // namespace dgrr

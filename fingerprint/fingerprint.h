@@ -12,12 +12,8 @@
 // fingerprint by the trace, not mixed into it.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-
-struct XXH3_state_s;  // libxxhash's streaming state, kept out of this header
 
 namespace dgrr {
 
@@ -31,10 +27,10 @@ struct Fingerprint {
 uint64_t Xor64(const void* data, size_t n);
 // XXH3_64bits(data, n), seed 0.
 uint64_t Xxh3(const void* data, size_t n);
-// Both at once, reading the memory once. On CPUs with AVX2 each 64-byte stripe
-// feeds the XOR and XXH3's accumulator from one load (fingerprint_simd.h);
-// elsewhere cache-sized chunks are XORed and then hashed by libxxhash while
-// still in cache. Same result either way.
+// Both at once, reading the memory once: each 64-byte stripe feeds the XOR and
+// XXH3's accumulator from one load (fingerprint_simd.h; AVX2 where the CPU has
+// it, else SSE2). The xxh3 value is XXH3_64bits' exactly (tested against
+// libxxhash).
 Fingerprint FingerprintBytes(const void* data, size_t n);
 
 // The 32-bit XOR signature of OpGuard (XOR of little-endian 32-bit words, the
@@ -43,20 +39,28 @@ inline uint32_t XorSignature32(uint64_t xor64) {
   return static_cast<uint32_t>(xor64) ^ static_cast<uint32_t>(xor64 >> 32);
 }
 
+namespace fingerprint_internal {
+// XXH3's 8 accumulator lanes, the position in the current 1024-byte block,
+// and the XOR of every word consumed so far. Stripes are consumed at stream
+// offsets that are multiples of 64, so the XOR needs no lane rotation.
+// (fingerprint_simd.h has the functions that advance it.)
+struct StripeState {
+  uint64_t acc[8];
+  uint64_t xor64;
+  size_t stripes_in_block;  // 0..15
+};
+}  // namespace fingerprint_internal
+
 // Streaming fingerprint over several buffers. After Reset, any sequence of
 // Update calls gives the Digest that FingerprintBytes gives for the
 // concatenation of their bytes, whatever the split (lengths need not be
-// multiples of 8). Digest does not change the state. Not thread-safe; one
-// Fingerprinter per thread. A moved-from Fingerprinter may only be assigned
-// to or destroyed.
+// multiples of 8). Digest does not change the state. Runs the same single pass
+// as FingerprintBytes on the bulk of each update; copies at most 256 bytes per
+// update into its own buffer. A plain value: copyable, no heap. Not
+// thread-safe; one Fingerprinter per thread.
 class Fingerprinter {
  public:
-  Fingerprinter();  // ready to use: starts Reset
-  ~Fingerprinter();
-  Fingerprinter(const Fingerprinter& other);
-  Fingerprinter& operator=(const Fingerprinter& other);
-  Fingerprinter(Fingerprinter&&) noexcept;
-  Fingerprinter& operator=(Fingerprinter&&) noexcept;
+  Fingerprinter() { Reset(); }
 
   void Reset();
   void Update(const void* data, size_t n);
@@ -65,18 +69,20 @@ class Fingerprinter {
   uint64_t bytes() const { return total_bytes_; }
 
  private:
-  struct StateDeleter {
-    void operator()(XXH3_state_s* state) const;
-  };
-  uint64_t xor64_ = 0;
+  static constexpr size_t kBufferBytes = 256;  // > 240: short inputs stay whole
+  static constexpr size_t kStripeBytes = 64;
+  fingerprint_internal::StripeState state_;
   uint64_t total_bytes_ = 0;
-  std::unique_ptr<XXH3_state_s, StateDeleter> xxh3_state_;
+  size_t buffered_ = 0;                // bytes in buffer_ not yet consumed
+  uint8_t buffer_[kBufferBytes];       // the unconsumed end of the stream
+  uint8_t last_stripe_[kStripeBytes];  // the last 64 bytes consumed
 };
 
 namespace fingerprint_internal {
-// The libxxhash route of FingerprintBytes (also Fingerprinter::Update's) with
-// an explicit chunk size (rounded down to a multiple of 8, at least 8), exposed
-// so tests cover it on AVX2 machines and the benchmark compares chunk sizes.
+// The alternative fused route, kept as an independent reference and for the
+// benchmark: cache-sized chunks XORed and then fed to libxxhash's streaming
+// XXH3 while in cache. `chunk_bytes` is rounded down to a multiple of 8 (at
+// least 8). Same result as FingerprintBytes; slower (bench/README.md).
 inline constexpr size_t kFusedChunkBytes = 128 * 1024;
 Fingerprint FingerprintBytesChunked(const void* data, size_t n, size_t chunk_bytes);
 // XXH3's 192-byte default secret, read from libxxhash (what seed 0 uses);

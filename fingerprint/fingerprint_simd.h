@@ -1,12 +1,11 @@
-// Internal: the single-pass AVX2 fingerprint of inputs longer than 240 bytes.
+// Internal: the single-pass fingerprint of the long-input (> 240 bytes) path.
 //
-// The libxxhash route (XOR a cache-sized chunk, then hash it from cache) reads
-// memory once but runs the two computations one after the other; on the
-// machines we measured it reaches only ~0.6x of a plain read. Here each
-// 64-byte stripe is loaded once and feeds both the XOR and XXH3's accumulate
-// step, so the pass runs at memory speed. The arithmetic is XXH3-64's own
-// (xxh3_core.h describes it); tests compare every result with libxxhash.
-// Chosen at run time only, on CPUs with AVX2; nothing else changes.
+// XOR-then-hash per cache-sized chunk (libxxhash streaming) reads memory once
+// but runs the two computations back to back: ~0.6x of a plain read pass on
+// the machine we measured. Here each 64-byte stripe is loaded once and feeds
+// both the XOR and XXH3's accumulate step, so the pass runs at memory speed.
+// The arithmetic is XXH3-64's own (xxh3_core.h describes it); the tests
+// compare every variant with libxxhash.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +15,35 @@
 
 namespace dgrr::fingerprint_internal {
 
-// True when this build has the AVX2 path and the CPU supports it.
-bool HaveAvx2Path();
+// The state before any stripe: XXH3's initial lanes, xor64 = 0.
+StripeState InitialStripeState();
 
-// Requires HaveAvx2Path() and n > 240 (xxh3::kMidSizeMax). `secret` is XXH3's
-// default secret (DefaultXxh3Secret()).
-Fingerprint FingerprintLongAvx2(const uint8_t* data, size_t n, const uint8_t* secret);
+// Consumes `count` whole 64-byte stripes at p (any alignment): XXH3's
+// accumulate step keyed by the stripe's place in its block, the scramble after
+// every 16th stripe, and the XOR of all their words. The caller must keep the
+// stripe holding the input's last byte for FinishLong.
+using StripeConsumer = void (*)(StripeState* state, const uint8_t* p, size_t count,
+                                const uint8_t* secret);
+void ConsumeStripesScalar(StripeState* state, const uint8_t* p, size_t count,
+                          const uint8_t* secret);
+#if defined(__x86_64__) && defined(__GNUC__)
+void ConsumeStripesSse2(StripeState* state, const uint8_t* p, size_t count,
+                        const uint8_t* secret);  // x86-64 baseline
+void ConsumeStripesAvx2(StripeState* state, const uint8_t* p, size_t count,
+                        const uint8_t* secret);  // only where the CPU has AVX2
+#endif
+// The fastest consumer this CPU supports (chosen once).
+StripeConsumer BestStripeConsumer();
+// "avx2", "sse2" or "scalar": which one BestStripeConsumer picked.
+const char* BestStripeConsumerName();
+
+// XXH3's final stripe (the last 64 bytes of the whole input, which may overlap
+// consumed ones; not XORed) and the merge. `total_len` > 240.
+uint64_t FinishLong(const StripeState& state, const uint8_t* last_stripe, uint64_t total_len,
+                    const uint8_t* secret);
+
+// FingerprintBytes for n > 240 with a given consumer (tests and the benchmark
+// run each one).
+Fingerprint FingerprintLong(const uint8_t* data, size_t n, StripeConsumer consume);
 
 }  // namespace dgrr::fingerprint_internal

@@ -4,6 +4,7 @@
 // xor64 >= 0.9x the read pass, fused xor64+xxh3 >= 0.7x. Results go to bench/README.md.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "fingerprint/fingerprint.h"
+#include "fingerprint/fingerprint_simd.h"
 
 namespace {
 
@@ -83,8 +85,8 @@ void BM_Fused(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 
-// The libxxhash route (XOR a chunk, hash it from cache): what FingerprintBytes
-// does on CPUs without AVX2.
+// The libxxhash route (XOR a chunk, then hash it from cache with libxxhash),
+// the alternative the single pass replaced.
 void BM_FusedLibxxhash(benchmark::State& state) {
   const auto& buf = Buffer(static_cast<size_t>(state.range(0)));
   for (auto _ : state) {
@@ -94,7 +96,7 @@ void BM_FusedLibxxhash(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 
-// The libxxhash route on 256 MiB with the chunk size as the argument.
+// That route on 256 MiB with the chunk size as the argument.
 void BM_FusedChunk(benchmark::State& state) {
   const auto& buf = Buffer(size_t{256} << 20);
   const auto chunk = static_cast<size_t>(state.range(0));
@@ -141,6 +143,23 @@ void BM_Interleaved_Fused(benchmark::State& state) {
   InterleavedAgainstRead(state,
                          [](const uint8_t* p, size_t n) { return dgrr::FingerprintBytes(p, n); });
 }
+void BM_Interleaved_FusedSse2(benchmark::State& state) {
+  InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
+    return dgrr::fingerprint_internal::FingerprintLong(
+        p, n, dgrr::fingerprint_internal::ConsumeStripesSse2);
+  });
+}
+// Fingerprinter fed in 1 MiB + 3 byte updates (odd, so lanes and stripes do
+// not line up with the updates).
+void BM_Interleaved_Streaming(benchmark::State& state) {
+  InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
+    dgrr::Fingerprinter f;
+    constexpr size_t kPiece = (1 << 20) + 3;
+    for (size_t offset = 0; offset < n; offset += kPiece)
+      f.Update(p + offset, std::min(kPiece, n - offset));
+    return f.Digest();
+  });
+}
 void BM_Interleaved_FusedLibxxhash(benchmark::State& state) {
   InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
     return dgrr::fingerprint_internal::FingerprintBytesChunked(
@@ -158,6 +177,8 @@ BENCHMARK(BM_Fused) DGRR_SIZES;
 BENCHMARK(BM_FusedLibxxhash) DGRR_SIZES;
 BENCHMARK(BM_Interleaved_Xor64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_Fused)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved_FusedSse2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved_Streaming)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_FusedLibxxhash)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FusedChunk)->RangeMultiplier(2)->Range(4 << 10, 1 << 20);
 

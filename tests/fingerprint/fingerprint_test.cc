@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fingerprint/fingerprint_simd.h"
@@ -175,24 +176,57 @@ TEST(FingerprintTest, EveryLengthUpTo2200MatchesSeparatePasses) {
   }
 }
 
-TEST(FingerprintTest, Avx2PathMatchesLibxxhashAtBlockBoundaries) {
-  if (!fingerprint_internal::HaveAvx2Path()) GTEST_SKIP() << "no AVX2 on this CPU: path not used";
+// Every stripe consumer this machine can run, against libxxhash and the XOR
+// definition: lengths over blocks and block boundaries, aligned and not.
+std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> Consumers() {
+  std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> consumers = {
+      {"scalar", fingerprint_internal::ConsumeStripesScalar}};
+#if defined(__x86_64__) && defined(__GNUC__)
+  consumers.push_back({"sse2", fingerprint_internal::ConsumeStripesSse2});
+  if (__builtin_cpu_supports("avx2")) {
+    consumers.push_back({"avx2", fingerprint_internal::ConsumeStripesAvx2});
+  }
+#endif
+  return consumers;
+}
+
+TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
   const std::vector<uint8_t> data = RandomBytes((1 << 20) + 64, 16);
   std::vector<uint8_t> storage(data.size() + 8);
   std::copy(data.begin(), data.end(), storage.begin() + 3);  // misaligned copy
-  const std::vector<size_t> lengths = {241,        1023,          1024,       1025, 1088,
-                                       1089,       2048,          2049,       4096, 4097,
-                                       65536 + 63, (1 << 20) + 1, data.size()};
-  for (size_t n : lengths) {
-    const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
-    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(data.data(), n,
-                                                        fingerprint_internal::DefaultXxh3Secret()),
-              expected)
-        << "n=" << n;
-    EXPECT_EQ(fingerprint_internal::FingerprintLongAvx2(storage.data() + 3, n,
-                                                        fingerprint_internal::DefaultXxh3Secret()),
-              expected)
-        << "misaligned n=" << n;
+  std::vector<size_t> lengths = {1023, 1024, 1025, 1088,       1089,          2048,
+                                 2049, 4096, 4097, 65536 + 63, (1 << 20) + 1, data.size()};
+  for (size_t n = 241; n <= 1100; ++n) lengths.push_back(n);
+  for (const auto& [name, consume] : Consumers()) {
+    for (size_t n : lengths) {
+      const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
+      ASSERT_EQ(fingerprint_internal::FingerprintLong(data.data(), n, consume), expected)
+          << name << " n=" << n;
+      ASSERT_EQ(fingerprint_internal::FingerprintLong(storage.data() + 3, n, consume), expected)
+          << name << " misaligned n=" << n;
+    }
+  }
+  EXPECT_NE(std::string(fingerprint_internal::BestStripeConsumerName()), "");
+}
+
+// Streaming hands each consumer runs that start mid-block: consuming stripes
+// in uneven pieces must equal consuming them in one call.
+TEST(FingerprintTest, StripeConsumersResumeMidBlock) {
+  const std::vector<uint8_t> data = RandomBytes(64 * 100, 17);
+  const uint8_t* secret = fingerprint_internal::DefaultXxh3Secret();
+  for (const auto& [name, consume] : Consumers()) {
+    fingerprint_internal::StripeState whole = fingerprint_internal::InitialStripeState();
+    consume(&whole, data.data(), 100, secret);
+    fingerprint_internal::StripeState pieces = fingerprint_internal::InitialStripeState();
+    size_t done = 0;
+    for (size_t piece : {1, 3, 12, 16, 17, 0, 5, 30, 16}) {
+      consume(&pieces, data.data() + 64 * done, piece, secret);
+      done += piece;
+    }
+    ASSERT_EQ(done, 100u);
+    EXPECT_EQ(pieces.xor64, whole.xor64) << name;
+    EXPECT_EQ(pieces.stripes_in_block, whole.stripes_in_block) << name;
+    for (int lane = 0; lane < 8; ++lane) EXPECT_EQ(pieces.acc[lane], whole.acc[lane]) << name;
   }
 }
 
