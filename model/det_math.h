@@ -42,9 +42,9 @@ inline float ExpFInRange(float x) {
   p = p * r + 1.0f;
   // Multiply by 2^k exactly by adding k to p's exponent field: p is in
   // [0.7, 1.42] and k in [-124, 128), so the result stays a normal float.
-  int32_t bits;
+  uint32_t bits;
   std::memcpy(&bits, &p, sizeof bits);
-  bits += static_cast<int32_t>(k) * (1 << 23);
+  bits += static_cast<uint32_t>(static_cast<int32_t>(k)) << 23;  // wraps: adds k to the exponent
   std::memcpy(&p, &bits, sizeof p);
   return p;
 }
@@ -56,12 +56,32 @@ inline float ExpF(float x) {
   return ExpFInRange(x);
 }
 
-// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|); |u| clamped at 9,
-// where tanh is 1 to float precision. Branch-free for vectorisation.
+// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|), with |u| clamped at 9
+// where tanh is 1 to float precision; NaN in, NaN out. Written with integer
+// selects on the bit patterns (no float compare, no branch) so GCC vectorises
+// loops over it.
 inline float TanhF(float u) {
-  const float a = std::fmin(std::fabs(u), 9.0f);
+  constexpr uint32_t kNineBits = 0x41100000u;  // 9.0f
+  constexpr uint32_t kInfBits = 0x7f800000u;
+  uint32_t u_bits;
+  std::memcpy(&u_bits, &u, sizeof u_bits);
+  const uint32_t sign = u_bits & 0x80000000u;
+  const uint32_t abs_bits = u_bits ^ sign;
+  // For non-negative floats the bit patterns order like the values.
+  const uint32_t below = 0u - static_cast<uint32_t>(abs_bits < kNineBits);  // all ones or zero
+  const uint32_t clamped_bits = (abs_bits & below) | (kNineBits & ~below);
+  float a;
+  std::memcpy(&a, &clamped_bits, sizeof a);
   const float e = ExpFInRange(-2.0f * a);  // in (0, 1]: no overflow
-  return std::copysign((1.0f - e) / (1.0f + e), u);
+  const float t = (1.0f - e) / (1.0f + e);
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t_bits);
+  t_bits |= sign;  // t >= 0, so OR-ing the sign in is copysign
+  const uint32_t is_nan = 0u - static_cast<uint32_t>(abs_bits > kInfBits);
+  const uint32_t result_bits = (u_bits & is_nan) | (t_bits & ~is_nan);
+  float result;
+  std::memcpy(&result, &result_bits, sizeof result);
+  return result;
 }
 
 inline float LogF(float x) {

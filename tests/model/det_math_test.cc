@@ -31,6 +31,8 @@ TEST(DetMath, TanhAbsoluteError) {
   EXPECT_LE(worst, 2e-7);
   EXPECT_EQ(TanhF(0.0f), 0.0f);
   EXPECT_EQ(TanhF(-20.0f), -1.0f);
+  EXPECT_TRUE(std::isnan(TanhF(NAN)));
+  EXPECT_TRUE(std::signbit(TanhF(-0.0f)));
 }
 
 TEST(DetMath, LogWithinTwoUlp) {
