@@ -361,6 +361,28 @@ TEST(GptBoundaries, PerBatchGradientAndOptimizerBoundaries) {
   EXPECT_EQ(opt.calls.size(), 4 * model->layout().tensors().size());
 }
 
+class ForbiddenMasks : public DropoutMaskSource {
+ public:
+  void FillKeepMask(uint64_t, int, DropoutSite, float, uint8_t*, size_t) const override {
+    ADD_FAILURE() << "a mask was requested with dropout off";
+  }
+};
+
+// p == 0 skips dropout entirely: no mask is requested, even when a source is given.
+TEST(GptDeterminism, NoDropoutRequestsNoMasks) {
+  const GptConfig config = SmallTestConfig(0);
+  auto model = Gpt::Create(config);
+  ASSERT_TRUE(model.ok());
+  model->Initialize(SplitMixNormalFill(95));
+  const auto tokens = Tokens(config.seq_len + 1, 96);
+  ForbiddenMasks forbidden;
+  ExampleEngine<float> engine(config);
+  std::vector<float> grad(model->num_parameters());
+  const float with_source = engine.Forward(model->parameters(), tokens.data(), 0, {nullptr, nullptr, &forbidden});
+  engine.Backward(model->parameters(), tokens.data(), 0, grad.data(), {nullptr, nullptr, &forbidden});
+  EXPECT_EQ(with_source, engine.Forward(model->parameters(), tokens.data(), 0, {}));
+}
+
 TEST(BatchGradients, RejectsBadBatches) {
   const GptConfig config = SmallTestConfig(0.1f);
   BatchGradients batch(config, 1, 2);
