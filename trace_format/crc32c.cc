@@ -29,10 +29,13 @@ constexpr Tables MakeTables() {
 }
 constexpr Tables kTables = MakeTables();
 
+// Written as one expression, not a loop: GCC 12 merges this form into a
+// single 8-byte load but leaves the loop form as eight byte loads.
 inline uint64_t LoadLittle64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
+  return static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 8 |
+         static_cast<uint64_t>(p[2]) << 16 | static_cast<uint64_t>(p[3]) << 24 |
+         static_cast<uint64_t>(p[4]) << 32 | static_cast<uint64_t>(p[5]) << 40 |
+         static_cast<uint64_t>(p[6]) << 48 | static_cast<uint64_t>(p[7]) << 56;
 }
 
 #if defined(__x86_64__)
@@ -49,6 +52,29 @@ __attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t crc, const uint8
     --n;
   }
   return ~state32;
+}
+
+// Four blocks at a time, one CRC chain per block: crc32q has a latency of
+// about three cycles but a throughput of one per cycle.
+__attribute__((target("sse4.2"))) void ValueOfBlocksSse42(const uint8_t* base, size_t stride,
+                                                          size_t length, size_t count,
+                                                          uint32_t* out) {
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const uint8_t* p[4] = {base + i * stride, base + (i + 1) * stride, base + (i + 2) * stride,
+                           base + (i + 3) * stride};
+    uint64_t s[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+    size_t k = 0;
+    for (; k + 8 <= length; k += 8) {
+      for (int j = 0; j < 4; ++j) s[j] = _mm_crc32_u64(s[j], LoadLittle64(p[j] + k));
+    }
+    for (int j = 0; j < 4; ++j) {
+      auto s32 = static_cast<uint32_t>(s[j]);
+      for (size_t t = k; t < length; ++t) s32 = _mm_crc32_u8(s32, p[j][t]);
+      out[i + j] = ~s32;
+    }
+  }
+  for (; i < count; ++i) out[i] = ExtendSse42(0, base + i * stride, length);
 }
 
 bool DetectSse42() {
@@ -92,6 +118,17 @@ uint32_t ExtendHardware(uint32_t crc, const void* data, size_t n) {
   if (HardwareAvailable()) return ExtendSse42(crc, static_cast<const uint8_t*>(data), n);
 #endif
   return ExtendPortable(crc, data, n);
+}
+
+void ValueOfBlocks(const void* base, size_t stride, size_t length, size_t count, uint32_t* out) {
+  const auto* bytes = static_cast<const uint8_t*>(base);
+#if defined(__x86_64__)
+  if (HardwareAvailable()) {
+    ValueOfBlocksSse42(bytes, stride, length, count, out);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < count; ++i) out[i] = ExtendPortable(0, bytes + i * stride, length);
 }
 
 uint32_t Extend(uint32_t crc, const void* data, size_t n) {

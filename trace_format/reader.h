@@ -91,7 +91,11 @@ class TraceReader {
   int fd_;
   const TraceHeader header_;
 
-  std::unique_ptr<uint8_t[]> buffer_;  // kReadBufferBytes, not zero-filled
+  // Starts small (a short trace costs little to open) and grows while reads
+  // fill it, up to 1 MiB. Not zero-filled.
+  size_t capacity_;
+  std::unique_ptr<uint8_t[]> buffer_;
+  std::unique_ptr<uint32_t[]> crcs_;  // computed CRC of each whole record in buffer_
   size_t pos_ = 0;   // next unread byte in buffer_
   size_t end_ = 0;   // bytes of buffer_ holding file data
   uint64_t next_index_ = 0;

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -35,7 +36,7 @@ namespace evt {
 constexpr size_t kKind = 1, kPayloadLength = 2, kStep = 8, kHostTime = 16;
 }
 
-bool AllZero(const uint8_t* p, size_t n) {
+inline bool AllZero(const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (p[i] != 0) return false;
   }
@@ -44,8 +45,9 @@ bool AllZero(const uint8_t* p, size_t n) {
 
 Status Bad(std::string reason) { return Status::Corruption(reason); }
 
-Status CheckReserved(const uint8_t* src, size_t begin, size_t end) {
-  if (!AllZero(src + begin, end - begin)) {
+// Inline so that the common case (all zero) builds no Status on the read path.
+inline Status CheckReserved(const uint8_t* src, size_t begin, size_t end) {
+  if (!AllZero(src + begin, end - begin)) [[unlikely]] {
     return Bad("reserved bytes " + std::to_string(begin) + ".." + std::to_string(end - 1) +
                " are not zero");
   }
@@ -319,6 +321,23 @@ void SealRecord(uint8_t* record) {
   EncodeFixed32(record + kRecordCrcOffset, crc32c::Mask(crc32c::Value(record, kRecordCrcOffset)));
 }
 
+void SealRecords(uint8_t* records, size_t count) {
+  constexpr size_t kBatch = 64;
+  uint32_t crcs[kBatch];
+  for (size_t first = 0; first < count; first += kBatch) {
+    const size_t n = std::min(kBatch, count - first);
+    uint8_t* batch = records + first * kRecordSize;
+    crc32c::ValueOfBlocks(batch, kRecordSize, kRecordCrcOffset, n, crcs);
+    for (size_t i = 0; i < n; ++i) {
+      EncodeFixed32(batch + i * kRecordSize + kRecordCrcOffset, crc32c::Mask(crcs[i]));
+    }
+  }
+}
+
+uint32_t StoredRecordCrc(const uint8_t* record) {
+  return crc32c::Unmask(DecodeFixed32(record + kRecordCrcOffset));
+}
+
 bool RecordCrcMatches(const uint8_t* record) {
   return crc32c::Unmask(DecodeFixed32(record + kRecordCrcOffset)) ==
          crc32c::Value(record, kRecordCrcOffset);
@@ -334,6 +353,10 @@ T* Hold(RecordBody* body) {
 
 Status DecodeRecord(const uint8_t* src, RecordBody* body) {
   if (!RecordCrcMatches(src)) return Bad("CRC mismatch");
+  return DecodeRecordFields(src, body);
+}
+
+Status DecodeRecordFields(const uint8_t* src, RecordBody* body) {
   switch (static_cast<RecordType>(src[0])) {
     case RecordType::kName: return DecodeName(src, Hold<NameChunk>(body));
     case RecordType::kBoundary: return DecodeBoundary(src, Hold<BoundaryRecord>(body));

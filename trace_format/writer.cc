@@ -191,9 +191,7 @@ Status TraceWriter::HandOver() {
 }
 
 Status TraceWriter::SealAndWrite(Buffer* buffer) {
-  for (size_t offset = 0; offset < buffer->used; offset += kRecordSize) {
-    SealRecord(buffer->bytes.get() + offset);
-  }
+  SealRecords(buffer->bytes.get(), buffer->used / kRecordSize);
   return file_->Append(buffer->bytes.get(), buffer->used);
 }
 

@@ -1,0 +1,169 @@
+// Trace writer and reader throughput, each next to its baseline measured in
+// the same run: appending a record vs memcpy of 128 bytes into a buffer;
+// reading and validating vs read(2) of the same file from the page cache.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "trace_format/crc32c.h"
+#include "trace_format/reader.h"
+#include "trace_format/writer.h"
+
+namespace dgrr::trace {
+namespace {
+
+// Swallows bytes: measures the writer without the kernel.
+class NullFile : public WritableFile {
+ public:
+  Status Append(const void*, size_t) override { return Status::OK(); }
+  Status Flush() override { return Status::OK(); }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override { return Status::OK(); }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_ = "null";
+};
+
+std::string BenchPath(const char* name) {
+  return (std::filesystem::temp_directory_path() /
+          ("dgrr-bench-" + std::to_string(::getpid()) + "-" + name))
+      .string();
+}
+
+BoundaryRecord Boundary(uint64_t seq) {
+  BoundaryRecord b;
+  b.step = seq >> 10;
+  b.seq = seq;
+  b.name_id = 0;
+  b.ndim = 2;
+  b.dims = {1024, 4096, 0, 0, 0, 0};
+  b.byte_count = 1024 * 4096 * 4;
+  b.example_count = 8;
+  b.xor64 = seq * 0x9e3779b97f4a7c15ull;
+  b.xxh3 = ~b.xor64;
+  b.host_time_ns = 1700000000000000000ull + seq;
+  return b;
+}
+
+// Baseline: what copying a record's bytes into a buffer costs.
+void BM_Baseline_MemcpyRecordIntoBuffer(benchmark::State& state) {
+  std::vector<uint8_t> buffer(1 << 20);
+  uint8_t record[kRecordSize];
+  std::memset(record, 0x5a, sizeof record);
+  size_t used = 0;
+  for (auto _ : state) {
+    if (used == buffer.size()) used = 0;
+    record[8] = static_cast<uint8_t>(used);
+    std::memcpy(buffer.data() + used, record, kRecordSize);
+    benchmark::DoNotOptimize(buffer.data() + used);
+    used += kRecordSize;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Baseline_MemcpyRecordIntoBuffer);
+
+// The training thread's cost per AppendBoundary, with the I/O thread sealing
+// CRCs and handing buffers to `sink` (range 0: a null file; 1: /dev/null).
+void BM_AppendBoundary(benchmark::State& state) {
+  const std::string path = BenchPath("append.trace");
+  TraceWriterOptions options;
+  options.overwrite = true;
+  const bool dev_null = state.range(0) == 1;
+  options.open_file = [dev_null](const std::string&) -> StatusOr<std::unique_ptr<WritableFile>> {
+    if (dev_null) return OpenWritableFile("/dev/null", false);
+    return std::unique_ptr<WritableFile>(new NullFile);
+  };
+  auto writer = TraceWriter::Create(path, TraceHeader{}, options);
+  if (!writer.ok()) {
+    state.SkipWithError(writer.status().ToString().c_str());
+    return;
+  }
+  (void)(*writer)->InternName("block0.attn.qkv.out");
+  uint64_t seq = 0;
+  for (auto _ : state) {
+    Status s = (*writer)->AppendBoundary(Boundary(seq++));
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+  }
+  (void)(*writer)->Close();
+  std::filesystem::remove(path);
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(dev_null ? "sink=/dev/null" : "sink=null");
+}
+BENCHMARK(BM_AppendBoundary)->Arg(0)->Arg(1)->UseRealTime();
+
+constexpr uint64_t kReadRecords = 1 << 18;  // 32 MiB of records
+
+const std::string& ReadFixture() {
+  static const std::string path = [] {
+    std::string p = BenchPath("read.trace");
+    auto writer = TraceWriter::Create(p, TraceHeader{}, {.overwrite = true});
+    (void)(*writer)->InternName("block0.attn.qkv.out");
+    for (uint64_t seq = 0; seq + 1 < kReadRecords; ++seq) (void)(*writer)->AppendBoundary(Boundary(seq));
+    (void)(*writer)->Close();
+    std::atexit([] { std::filesystem::remove(BenchPath("read.trace")); });
+    return p;
+  }();
+  return path;
+}
+
+// Baseline: read(2) of the whole file from the page cache, 1 MiB at a time.
+void BM_Baseline_ReadFile(benchmark::State& state) {
+  const std::string& path = ReadFixture();
+  std::vector<uint8_t> buffer(1 << 20);
+  for (auto _ : state) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ssize_t n;
+    while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) benchmark::DoNotOptimize(buffer.data());
+    ::close(fd);
+  }
+  state.SetItemsProcessed(state.iterations() * kReadRecords);
+  state.SetBytesProcessed(state.iterations() * RecordOffset(kReadRecords));
+}
+BENCHMARK(BM_Baseline_ReadFile)->Unit(benchmark::kMillisecond);
+
+// Open, then read, CRC-check, decode and order-check every record.
+void BM_ReadAndValidate(benchmark::State& state) {
+  const std::string& path = ReadFixture();
+  for (auto _ : state) {
+    auto reader = TraceReader::Open(path);
+    Record record;
+    bool done = false;
+    uint64_t n = 0;
+    for (;;) {
+      Status s = (*reader)->Next(&record, &done);
+      if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+      if (done || !s.ok()) break;
+      ++n;
+    }
+    if (n != kReadRecords) state.SkipWithError("wrong record count");
+  }
+  state.SetItemsProcessed(state.iterations() * kReadRecords);
+  state.SetBytesProcessed(state.iterations() * RecordOffset(kReadRecords));
+}
+BENCHMARK(BM_ReadAndValidate)->Unit(benchmark::kMillisecond);
+
+// CRC32C of one record's 124 covered bytes, both implementations.
+void BM_Crc32cRecord(benchmark::State& state) {
+  uint8_t bytes[kRecordCrcOffset];
+  std::memset(bytes, 0x33, sizeof bytes);
+  const bool hardware = state.range(0) == 1;
+  for (auto _ : state) {
+    bytes[0]++;
+    uint32_t crc = hardware ? crc32c::ExtendHardware(0, bytes, sizeof bytes)
+                            : crc32c::ExtendPortable(0, bytes, sizeof bytes);
+    benchmark::DoNotOptimize(crc);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(hardware ? (crc32c::HardwareAvailable() ? "sse4.2" : "sse4.2 missing: table")
+                          : "table");
+}
+BENCHMARK(BM_Crc32cRecord)->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace dgrr::trace
