@@ -136,8 +136,11 @@ const uint8_t* DefaultXxh3Secret() {
 
 Fingerprint FingerprintBytes(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  // Up to 240 bytes XXH3 has no stripe loop: nothing to fuse.
-  if (n <= xxh3::kMidSizeMax) return {Xor64FromLane0(p, n), Xxh3(p, n)};
+  // Below 16 KiB the input sits in L1 after the XOR, and libxxhash's hash
+  // (AVX-512 where present) beats the single pass from cache: measured 44 vs
+  // 31 GB/s at 4 KiB, even at 16 KiB, single pass ahead from 64 KiB.
+  constexpr size_t kSinglePassMinBytes = 16 * 1024;
+  if (n < kSinglePassMinBytes) return {Xor64FromLane0(p, n), Xxh3(p, n)};
   return fingerprint_internal::FingerprintLong(p, n, fingerprint_internal::BestStripeConsumer());
 }
 
