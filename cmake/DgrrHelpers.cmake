@@ -6,6 +6,7 @@ function(dgrr_component name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(dgrr_${name} STATIC ${ARG_SOURCES})
   add_library(dgrr::${name} ALIAS dgrr_${name})
+  set_target_properties(dgrr_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(dgrr_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>

@@ -1,0 +1,20 @@
+// dgrr.h: the one header a training program includes to make its run
+// reproducible and recorded (docs/api.md walks through a complete loop).
+//
+//   dgrr::Session          one rank of one run: controls, env, RNG, trace, state
+//   dgrr::OpGuard          RAII guard recording an operator's inputs and outputs
+//   dgrr::rng::RngStreams  counter-based randomness by (purpose, coordinates)
+//   dgrr::TensorRef        a view of the bytes to fingerprint, with dtype and shape
+#pragma once
+
+#include "base/status.h"
+#include "fingerprint/fingerprint.h"
+#include "fingerprint/tensor.h"
+#include "rng/distributions.h"
+#include "rng/rng_streams.h"
+#include "runtime/op_guard.h"
+#include "runtime/rank_group.h"
+#include "runtime/recording_mode.h"
+#include "runtime/session.h"
+#include "runtime/state_registry.h"
+#include "trace_format/record.h"

@@ -1,0 +1,358 @@
+#include "runtime/session.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "base/file.h"
+#include "runtime/op_guard.h"
+#include "trace_format/reader.h"
+
+namespace dgrr {
+namespace {
+
+using trace::Direction;
+using trace::Phase;
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dgrr_session_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+  }
+  SessionOptions Options(int rank = 0, int world = 1) {
+    SessionOptions o;
+    o.run_dir = dir_.string();
+    o.rank = rank;
+    o.world_size = world;
+    o.seed = 42;
+    o.gpu = false;
+    o.config_json = R"({"model":"unit","lr":0.1})";
+    return o;
+  }
+  std::filesystem::path dir_;
+};
+
+// A tiny "training step": two guarded boundaries and a parameter update.
+Status RunSteps(Session& s, std::vector<float>& params, int steps) {
+  DGRR_RETURN_IF_ERROR(s.state().Register({"params", params.data(), params.size() * 4, DType::kF32,
+                                           {static_cast<int64_t>(params.size())},
+                                           StateRole::kParameter}));
+  DGRR_ASSIGN_OR_RETURN(auto act, s.DeclareBoundary("layer0.out", Phase::kForward,
+                                                    Direction::kOutput, OpKind::kMatmul));
+  DGRR_ASSIGN_OR_RETURN(auto grad, s.DeclareBoundary("grads.allreduce", Phase::kCollective,
+                                                     Direction::kOutput, OpKind::kCollective));
+  for (int step = 0; step < steps; ++step) {
+    DGRR_RETURN_IF_ERROR(s.BeginStep(step));
+    std::vector<float> y(params.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = params[i] * 2.0f + static_cast<float>(step);
+    DGRR_ASSIGN_OR_RETURN(TensorRef yt, MakeTensorRef(y.data(), DType::kF32,
+                                                      {static_cast<int64_t>(y.size())}));
+    DGRR_RETURN_IF_ERROR(s.Record(act, yt, {0, 1}));
+    DGRR_RETURN_IF_ERROR(s.Record(grad, yt, {0, 1}));
+    for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.01f * y[i];
+    DGRR_RETURN_IF_ERROR(s.EndStep(step, y[0]));
+  }
+  return s.Close();
+}
+
+TEST_F(SessionTest, WritesTraceEnvAndConfig) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<float> params(16, 0.5f);
+  ASSERT_TRUE(RunSteps(**s, params, 3).ok());
+
+  EXPECT_TRUE(PathExists(ConfigPathFor(dir_.string())));
+  auto env = ReadFileToString(EnvPathFor(dir_.string(), 0));
+  ASSERT_TRUE(env.ok());
+  EXPECT_NE(env->find("dgrr.env/1"), std::string::npos);
+
+  auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->header.seed, 42u);
+  EXPECT_EQ(t->header.env_digest, (*s)->env_digest());
+  EXPECT_EQ(t->header.config_digest, (*s)->config_digest());
+  int boundaries = 0, step_ends = 0;
+  for (const auto& r : t->records) {
+    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) {
+      ++boundaries;
+      EXPECT_EQ(b->byte_count, 64u);
+      EXPECT_EQ(b->ndim, 1);
+      EXPECT_EQ(b->dims[0], 16u);
+    }
+    if (auto* st = std::get_if<trace::StepRecord>(&r.body); st && st->kind == trace::StepKind::kEnd) {
+      ++step_ends;
+      EXPECT_NE(st->params_xxh3, 0u);
+    }
+  }
+  EXPECT_EQ(boundaries, 6);
+  EXPECT_EQ(step_ends, 3);
+}
+
+TEST_F(SessionTest, StepRecordCarriesFingerprintOfParametersAfterUpdate) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok());
+  std::vector<float> params(16, 0.5f);
+  ASSERT_TRUE(RunSteps(**s, params, 2).ok());
+  const Fingerprint expected = FingerprintBytes(params.data(), params.size() * 4);
+  auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(t.ok());
+  const trace::StepRecord* last = nullptr;
+  for (const auto& r : t->records) {
+    if (auto* st = std::get_if<trace::StepRecord>(&r.body)) last = st;
+  }
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->params_xor64, expected.xor64);
+  EXPECT_EQ(last->params_xxh3, expected.xxh3);
+}
+
+TEST_F(SessionTest, ModesChooseWhatIsRecorded) {
+  auto count = [&](RecordMode mode) {
+    std::filesystem::remove_all(dir_);
+    SessionOptions o = Options();
+    o.mode = mode;
+    auto s = Session::Open(o);
+    EXPECT_TRUE(s.ok());
+    std::vector<float> params(8, 1.0f);
+    EXPECT_TRUE(RunSteps(**s, params, 2).ok());
+    auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+    EXPECT_TRUE(t.ok());
+    int boundaries = 0, steps = 0;
+    for (const auto& r : t->records) {
+      boundaries += std::holds_alternative<trace::BoundaryRecord>(r.body);
+      steps += std::holds_alternative<trace::StepRecord>(r.body);
+    }
+    return std::pair{boundaries, steps};
+  };
+  EXPECT_EQ(count(RecordMode::kFull), (std::pair{4, 4}));
+  EXPECT_EQ(count(RecordMode::kTrusted), (std::pair{2, 4})) << "the matmul output is trusted";
+  EXPECT_EQ(count(RecordMode::kSdc), (std::pair{2, 4})) << "only the collective";
+  EXPECT_EQ(count(RecordMode::kOff), (std::pair{0, 0}));
+}
+
+TEST_F(SessionTest, TracesAreIdenticalAcrossRunsApartFromRunIdAndTimes) {
+  std::vector<std::vector<trace::Record>> runs;
+  for (int run = 0; run < 2; ++run) {
+    std::filesystem::remove_all(dir_);
+    auto s = Session::Open(Options());
+    ASSERT_TRUE(s.ok());
+    std::vector<float> params(16, 0.25f);
+    ASSERT_TRUE(RunSteps(**s, params, 3).ok());
+    auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+    ASSERT_TRUE(t.ok());
+    for (auto& r : t->records) {
+      if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
+      if (auto* st = std::get_if<trace::StepRecord>(&r.body)) st->host_time_ns = 0;
+    }
+    runs.push_back(t->records);
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_TRUE(runs[0][i].body == runs[1][i].body) << i;
+}
+
+TEST_F(SessionTest, RefusesExistingRunUnlessOverwriteOrResume) {
+  {
+    auto s = Session::Open(Options());
+    ASSERT_TRUE(s.ok());
+    std::vector<float> params(4, 1.0f);
+    ASSERT_TRUE(RunSteps(**s, params, 1).ok());
+  }
+  auto again = Session::Open(Options());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(ExitCodeFor(again.status()), kExitUsage);
+  EXPECT_NE(again.status().message().find("already exists"), std::string::npos);
+
+  SessionOptions o = Options();
+  o.open_mode = OpenMode::kResume;
+  auto resumed = Session::Open(o);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  const uint64_t before = (*resumed)->trace_position();
+  EXPECT_GT(before, 0u);
+  ASSERT_TRUE((*resumed)->RecordEvent(trace::EventKind::kResumed, "from step 0").ok());
+  ASSERT_TRUE((*resumed)->Close().ok());
+  auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->records.size(), before + 1);
+
+  o.open_mode = OpenMode::kOverwrite;
+  auto fresh = Session::Open(o);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ((*fresh)->trace_position(), 0u);
+}
+
+TEST_F(SessionTest, BadInputIsAClearError) {
+  SessionOptions o = Options();
+  o.run_dir = "";
+  EXPECT_TRUE(Session::Open(o).status().IsInvalidArgument());
+  o = Options(3, 2);
+  EXPECT_TRUE(Session::Open(o).status().IsInvalidArgument());
+  o = Options();
+  o.config_json = "{not json";
+  EXPECT_TRUE(Session::Open(o).status().IsInvalidArgument());
+
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok());
+  auto too_long = (*s)->DeclareBoundary(std::string(trace::kMaxNameLength + 1, 'x'),
+                                        Phase::kForward, Direction::kOutput);
+  EXPECT_TRUE(too_long.status().IsInvalidArgument());
+  EXPECT_NE(too_long.status().message().find("exceeds"), std::string::npos);
+  auto h = (*s)->DeclareBoundary("x", Phase::kForward, Direction::kOutput);
+  ASSERT_TRUE(h.ok());
+  TensorRef null_tensor;
+  null_tensor.bytes = 16;
+  null_tensor.dtype = DType::kUnknown;
+  null_tensor.ndim = 1;
+  null_tensor.dims[0] = 16;
+  Status st = (*s)->Record(*h, null_tensor, {0, 1});
+  EXPECT_TRUE(st.IsInvalidArgument());
+  EXPECT_NE(st.message().find("null"), std::string::npos) << st.message();
+}
+
+TEST_F(SessionTest, UnwritableDirectoryIsAnIOError) {
+  // A run directory below a regular file cannot be created, even by root
+  // (who ignores permission bits, so a read-only directory would not do).
+  ASSERT_TRUE(CreateDirectories(dir_.string()).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir_.string() + "/plainfile", "x").ok());
+  SessionOptions o = Options();
+  o.run_dir = dir_.string() + "/plainfile/run";
+  auto s = Session::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(ExitCodeFor(s.status()), kExitIO) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("plainfile/run"), std::string::npos);
+}
+
+TEST_F(SessionTest, OpGuardRecordsInputsThenOutputs) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok());
+  auto in = (*s)->DeclareBoundary("fc.in", Phase::kForward, Direction::kInput);
+  auto out = (*s)->DeclareBoundary("fc.out", Phase::kForward, Direction::kOutput);
+  ASSERT_TRUE(in.ok() && out.ok());
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  ASSERT_TRUE((*s)->BeginStep(0).ok());
+  {
+    OpGuard g(**s, {5, 2});
+    g.Input(*in, *MakeTensorRef(x, DType::kF32, {4}));
+    g.Output(*out, *MakeTensorRef(y, DType::kF32, {4}));
+    for (int i = 0; i < 4; ++i) y[i] = 2 * x[i];  // the operator runs inside the scope
+  }
+  ASSERT_TRUE((*s)->EndStep(0, 0.0f).ok());
+  ASSERT_TRUE((*s)->Close().ok());
+  auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(t.ok());
+  std::vector<trace::BoundaryRecord> b;
+  for (const auto& r : t->records) {
+    if (auto* p = std::get_if<trace::BoundaryRecord>(&r.body)) b.push_back(*p);
+  }
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(t->names[b[0].name_id], "fc.in");
+  EXPECT_EQ(t->names[b[1].name_id], "fc.out");
+  EXPECT_EQ(b[1].xxh3, FingerprintBytes(y, sizeof y).xxh3) << "output fingerprinted after the op ran";
+  EXPECT_EQ(b[1].first_example, 5u);
+  EXPECT_EQ(b[1].example_count, 2u);
+}
+
+TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
+  constexpr int kRanks = 3;
+  InProcessRankGroup group(kRanks);
+  std::vector<Status> results(kRanks);
+  std::vector<std::vector<SdcMismatch>> mismatches(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      SessionOptions o = Options(r, kRanks);
+      o.mode = RecordMode::kSdc;
+      o.group = &group;
+      auto s = Session::Open(o);
+      if (!s.ok()) {
+        results[r] = s.status();
+        return;
+      }
+      std::vector<float> params(32, 1.0f);
+      (void)(*s)->state().Register({"params", params.data(), params.size() * 4, DType::kF32,
+                                    {32}, StateRole::kParameter});
+      for (uint64_t step = 0; step < 4; ++step) {
+        (void)(*s)->BeginStep(step);
+        for (auto& p : params) p *= 0.5f;
+        if (r == 2 && step == 2) params[7] = -params[7];  // a silent corruption on rank 2
+        Status st = (*s)->EndStep(step, 1.0f);
+        if (!st.ok()) {
+          results[r] = st;
+          break;
+        }
+      }
+      mismatches[r] = (*s)->sdc_mismatches();
+      (void)(*s)->Close();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(results[r].code(), StatusCode::kDivergence) << r << " " << results[r].ToString();
+    EXPECT_NE(results[r].message().find("after step 2"), std::string::npos);
+    EXPECT_NE(results[r].message().find("rank 2"), std::string::npos);
+    ASSERT_EQ(mismatches[r].size(), 1u);
+    EXPECT_EQ(mismatches[r][0].rank, 2);
+    EXPECT_EQ(mismatches[r][0].step, 2u);
+    EXPECT_NE(mismatches[r][0].rank_fingerprint, mismatches[r][0].reference);
+  }
+  auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(t.ok());
+  bool found_event = false;
+  for (const auto& rec : t->records) {
+    if (auto* e = std::get_if<trace::EventRecord>(&rec.body)) {
+      found_event |= e->kind == trace::EventKind::kSdcMismatch && e->step == 2 &&
+                     e->payload.find("rank=2") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(found_event);
+}
+
+TEST(RecordingMode, ParsesNamesAndFilters) {
+  EXPECT_EQ(ParseRecordMode("trusted"), RecordMode::kTrusted);
+  EXPECT_FALSE(ParseRecordMode("most").has_value());
+  EXPECT_FALSE(ShouldRecordBoundary(RecordMode::kTrusted, trace::Phase::kForward, OpKind::kMatmul));
+  EXPECT_TRUE(ShouldRecordBoundary(RecordMode::kTrusted, trace::Phase::kForward, OpKind::kNorm));
+  EXPECT_TRUE(ShouldRecordBoundary(RecordMode::kSdc, trace::Phase::kCollective, OpKind::kCollective));
+  EXPECT_FALSE(ShouldRecordBoundary(RecordMode::kSdc, trace::Phase::kOptimizer, OpKind::kOptimizer));
+}
+
+}  // namespace
+}  // namespace dgrr
+
+namespace dgrr {
+namespace {
+
+TEST_F(SessionTest, RecordFingerprintEqualsRecord) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok());
+  auto h = (*s)->DeclareBoundary("w.out", trace::Phase::kForward, trace::Direction::kOutput);
+  ASSERT_TRUE(h.ok());
+  float y[6] = {1, 2, 3, 4, 5, 6};
+  auto t = MakeTensorRef(y, DType::kF32, {2, 3});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*s)->Record(*h, *t, {3, 1}).ok());
+  TensorRef meta = *t;
+  meta.data = nullptr;  // the worker already fingerprinted it
+  ASSERT_TRUE((*s)->RecordFingerprint(*h, meta, FingerprintBytes(y, sizeof y), {3, 1}).ok());
+  ASSERT_TRUE((*s)->Close().ok());
+  auto tr = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(tr.ok());
+  std::vector<trace::BoundaryRecord> b;
+  for (const auto& r : tr->records) {
+    if (auto* p = std::get_if<trace::BoundaryRecord>(&r.body)) b.push_back(*p);
+  }
+  ASSERT_EQ(b.size(), 2u);
+  b[0].host_time_ns = b[1].host_time_ns = 0;
+  b[1].seq = b[0].seq;
+  EXPECT_TRUE(b[0] == b[1]);
+}
+
+}  // namespace
+}  // namespace dgrr
