@@ -27,7 +27,7 @@ struct Fingerprint {
 uint64_t Xor64(const void* data, size_t n);
 // XXH3_64bits(data, n), seed 0.
 uint64_t Xxh3(const void* data, size_t n);
-// Both at once, reading the memory once: from 16 KiB each 64-byte stripe feeds
+// Both at once, reading the memory once: from 8 KiB each 64-byte stripe feeds
 // the XOR and XXH3's accumulator from one load (fingerprint_simd.h; AVX2 where
 // the CPU has it, else SSE2); smaller inputs are XORed and then hashed by
 // libxxhash from L1. The xxh3 value is XXH3_64bits' exactly (tested).

@@ -154,8 +154,8 @@ TEST(FingerprintTest, EmptyInput) {
 TEST(FingerprintTest, FusedEqualsSeparatePasses) {
   const size_t chunk = fingerprint_internal::kFusedChunkBytes;
   const std::vector<uint8_t> buf = RandomBytes(3 * chunk + 100, 3);
-  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{16383}, size_t{16384},
-                   size_t{16385}, chunk - 1, chunk, chunk + 1, 2 * chunk + 3, buf.size()}) {
+  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{8191}, size_t{8192},
+                   size_t{8193}, chunk - 1, chunk, chunk + 1, 2 * chunk + 3, buf.size()}) {
     const Fingerprint fused = FingerprintBytes(buf.data(), n);
     EXPECT_EQ(fused.xor64, Xor64(buf.data(), n)) << "n=" << n;
     EXPECT_EQ(fused.xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
