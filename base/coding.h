@@ -1,6 +1,6 @@
 // Explicit little-endian encoding. Every on-disk integer in dgrr goes through
 // these functions, byte by byte, so the formats do not depend on the host's
-// byte order or struct layout. Compilers turn them into single loads/stores.
+// byte order or struct layout.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +22,14 @@ inline void EncodeFixed64(uint8_t* dst, uint64_t v) {
 inline uint16_t DecodeFixed16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (static_cast<uint16_t>(p[1]) << 8));
 }
+// Written as one OR'd expression (not a loop) so GCC and Clang fold each
+// decoder into a single load on little-endian hosts.
 inline uint32_t DecodeFixed32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 inline uint64_t DecodeFixed64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
+  return static_cast<uint64_t>(DecodeFixed32(p)) | (static_cast<uint64_t>(DecodeFixed32(p + 4)) << 32);
 }
 inline void PutFixed32(std::string* dst, uint32_t v) {
   uint8_t buf[4];
