@@ -1,0 +1,804 @@
+#include "checkpoint/checkpoint_file.h"
+
+#include <dirent.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <optional>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "base/coding.h"
+#include "base/file.h"
+#include "base/version.h"
+#include "checkpoint/hdf5_util.h"
+#include "checkpoint/zstd_filter.h"
+
+namespace dgrr::checkpoint {
+namespace {
+
+// ---------------------------------------------------------------------------
+// The user-block header (docs/checkpoint-format.md, "User block").
+// ---------------------------------------------------------------------------
+constexpr char kMagic[8] = {'D', 'G', 'R', 'R', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kHeaderBytes = 64;
+constexpr size_t kOffVersion = 8, kOffHeaderBytes = 12, kOffUserBlock = 16, kOffFileLength = 24,
+                 kOffPayloadHash = 32, kOffStep = 40, kOffStateDigest = 48, kOffHeaderHash = 56;
+constexpr const char* kFormatName = "dgrr checkpoint";
+constexpr int kMaxDims = 32;
+constexpr uint64_t kMaxWorldSize = 1 << 16;
+
+uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+void EncodeHeader(uint8_t* block, uint64_t file_length, uint64_t payload_hash, uint64_t step,
+                  uint64_t state_digest) {
+  std::memset(block, 0, kCheckpointUserBlockBytes);
+  std::memcpy(block, kMagic, sizeof kMagic);
+  EncodeFixed32(block + kOffVersion, kCheckpointFormatVersion);
+  EncodeFixed32(block + kOffHeaderBytes, kHeaderBytes);
+  EncodeFixed64(block + kOffUserBlock, kCheckpointUserBlockBytes);
+  EncodeFixed64(block + kOffFileLength, file_length);
+  EncodeFixed64(block + kOffPayloadHash, payload_hash);
+  EncodeFixed64(block + kOffStep, step);
+  EncodeFixed64(block + kOffStateDigest, state_digest);
+  EncodeFixed64(block + kOffHeaderHash, Xxh3(block, kOffHeaderHash));
+}
+
+// Checks the header's own fields; `actual_length` is the file's size.
+StatusOr<CheckpointHeader> DecodeHeader(const std::string& path, const uint8_t* block,
+                                        size_t available, uint64_t actual_length) {
+  auto bad = [&](uint64_t offset, const std::string& why) {
+    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
+  };
+  if (available < kCheckpointUserBlockBytes) {
+    return bad(available, "file is " + std::to_string(actual_length) +
+                              " bytes, shorter than the 512-byte checkpoint header (truncated)");
+  }
+  if (std::memcmp(block, kMagic, sizeof kMagic) != 0) {
+    return bad(0, "bad magic: not a dgrr checkpoint");
+  }
+  const uint8_t* p = block;
+  const uint64_t header_hash = DecodeFixed64(p + kOffHeaderHash);
+  if (header_hash != Xxh3(block, kOffHeaderHash)) return bad(kOffHeaderHash, "header hash mismatch");
+  CheckpointHeader h;
+  h.format_version = DecodeFixed32(p + kOffVersion);
+  if (h.format_version != kCheckpointFormatVersion) {
+    return bad(kOffVersion, "unsupported format version " + std::to_string(h.format_version));
+  }
+  if (DecodeFixed32(p + kOffHeaderBytes) != kHeaderBytes ||
+      DecodeFixed64(p + kOffUserBlock) != kCheckpointUserBlockBytes) {
+    return bad(kOffHeaderBytes, "unexpected header or user-block size");
+  }
+  for (size_t i = kHeaderBytes; i < kCheckpointUserBlockBytes; ++i) {
+    if (block[i] != 0) return bad(i, "nonzero byte in the reserved part of the user block");
+  }
+  h.file_length = DecodeFixed64(p + kOffFileLength);
+  h.payload_xxh3 = DecodeFixed64(p + kOffPayloadHash);
+  h.step = DecodeFixed64(p + kOffStep);
+  h.state_digest = DecodeFixed64(p + kOffStateDigest);
+  if (h.file_length != actual_length) {
+    return bad(std::min(h.file_length, actual_length),
+               "file is " + std::to_string(actual_length) + " bytes but its header says " +
+                   std::to_string(h.file_length) +
+                   (actual_length < h.file_length ? " (truncated)" : " (trailing bytes)"));
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------
+// Digests.
+// ---------------------------------------------------------------------------
+struct DigestItem {
+  const std::string* name;
+  DType dtype;
+  const std::vector<int64_t>* shape;
+  uint64_t bytes;
+  uint64_t xxh3;
+};
+
+void AppendEntryRecord(std::string& out, const DigestItem& item) {
+  PutFixed32(&out, static_cast<uint32_t>(item.name->size()));
+  out += *item.name;
+  out.push_back(static_cast<char>(item.dtype));
+  PutFixed32(&out, static_cast<uint32_t>(item.shape->size()));
+  for (int64_t d : *item.shape) PutFixed64(&out, static_cast<uint64_t>(d));
+  PutFixed64(&out, item.bytes);
+  PutFixed64(&out, item.xxh3);
+}
+
+uint64_t DigestOfItems(std::vector<DigestItem> items) {
+  std::sort(items.begin(), items.end(),
+            [](const DigestItem& a, const DigestItem& b) { return *a.name < *b.name; });
+  std::string records;
+  for (const DigestItem& item : items) AppendEntryRecord(records, item);
+  return Xxh3(records.data(), records.size());
+}
+
+DigestItem ItemOf(const SavedEntry& e) {
+  return {&e.name, e.dtype, &e.shape, e.data.size(), e.xxh3};
+}
+
+// ---------------------------------------------------------------------------
+// Writing: plan the datasets, compress their chunks in parallel, build the
+// HDF5 file, stamp the header, commit atomically.
+// ---------------------------------------------------------------------------
+struct DatasetPlan {
+  std::string group;  // "/replicated", "/ranks/3", "/meta"
+  std::string name;
+  DType dtype = DType::kUnknown;
+  StateRole role = StateRole::kOther;
+  size_t element_size = 1;
+  bool has_shape = false;
+  std::vector<hsize_t> dims;
+  std::vector<hsize_t> chunk;  // empty: contiguous (zero-byte datasets)
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+  std::string Path() const { return group + "/" + name; }
+};
+
+struct ChunkJob {
+  size_t dataset = 0;
+  std::vector<hsize_t> offset;  // element coordinates of the chunk's origin
+  std::vector<uint8_t> stored;
+  uint32_t filter_mask = 0;     // 1: stored raw (zstd skipped; the filter is optional)
+};
+
+Status ValidateName(const std::string& name) {
+  if (name.empty() || name == "." || name.find('/') != std::string::npos) {
+    return Status::InvalidArgument("state entry name '" + name +
+                                   "' cannot be an HDF5 dataset name (empty, '.' or contains '/')");
+  }
+  return Status::OK();
+}
+
+// Chunk shape: whole trailing dimensions where possible, so a chunk is one
+// contiguous run of the row-major array; rows balanced to limit edge padding.
+std::vector<hsize_t> ChooseChunk(const std::vector<hsize_t>& dims, size_t element_size,
+                                 uint64_t target_bytes) {
+  std::vector<hsize_t> chunk = dims;
+  const uint64_t target = std::max<uint64_t>(target_bytes, element_size);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    uint64_t inner = element_size;
+    for (size_t j = i + 1; j < dims.size(); ++j) inner *= dims[j];
+    if (dims[i] * inner <= target) break;
+    if (inner <= target) {
+      const uint64_t max_rows = target / inner;
+      const uint64_t pieces = (dims[i] + max_rows - 1) / max_rows;
+      chunk[i] = (dims[i] + pieces - 1) / pieces;
+      break;
+    }
+    chunk[i] = 1;
+  }
+  return chunk;
+}
+
+StatusOr<DatasetPlan> PlanDataset(std::string group, const std::string& name, DType dtype,
+                                  StateRole role, const std::vector<int64_t>& shape,
+                                  const void* data, uint64_t bytes, uint64_t chunk_bytes) {
+  DGRR_RETURN_IF_ERROR(ValidateName(name));
+  DatasetPlan plan;
+  plan.group = std::move(group);
+  plan.name = name;
+  plan.dtype = dtype;
+  plan.role = role;
+  plan.element_size = StoredElementSize(dtype);
+  plan.data = static_cast<const uint8_t*>(data);
+  plan.bytes = bytes;
+  if (!shape.empty()) {
+    if (shape.size() > static_cast<size_t>(kMaxDims)) {
+      return Status::InvalidArgument("state entry '" + name + "' has more than 32 dimensions");
+    }
+    uint64_t elements = 1;
+    for (int64_t d : shape) {
+      if (d < 0) return Status::InvalidArgument("state entry '" + name + "' has a negative dimension");
+      elements *= static_cast<uint64_t>(d);
+      plan.dims.push_back(static_cast<hsize_t>(d));
+    }
+    if (elements * plan.element_size != bytes) {
+      return Status::InvalidArgument("state entry '" + name + "': shape does not match its " +
+                                     std::to_string(bytes) + " bytes");
+    }
+    plan.has_shape = true;
+  } else {
+    if (bytes % plan.element_size != 0) {
+      return Status::InvalidArgument("state entry '" + name + "': " + std::to_string(bytes) +
+                                     " bytes is not a whole number of elements");
+    }
+    plan.dims = {static_cast<hsize_t>(bytes / plan.element_size)};
+  }
+  plan.xxh3 = Xxh3(data, bytes);
+  if (bytes > 0) plan.chunk = ChooseChunk(plan.dims, plan.element_size, chunk_bytes);
+  return plan;
+}
+
+// Copies the part of the row-major array inside the chunk at `offset` into a
+// zero-filled chunk buffer (HDF5 stores edge chunks full-size).
+void GatherChunk(const DatasetPlan& ds, const std::vector<hsize_t>& offset, size_t dim,
+                 const uint8_t* src, uint8_t* dst) {
+  uint64_t src_inner = ds.element_size, dst_inner = ds.element_size;
+  for (size_t j = dim + 1; j < ds.dims.size(); ++j) {
+    src_inner *= ds.dims[j];
+    dst_inner *= ds.chunk[j];
+  }
+  const hsize_t count = std::min(ds.chunk[dim], ds.dims[dim] - offset[dim]);
+  src += offset[dim] * src_inner;
+  if (dim + 1 == ds.dims.size()) {
+    std::memcpy(dst, src, count * ds.element_size);
+    return;
+  }
+  for (hsize_t i = 0; i < count; ++i) {
+    GatherChunk(ds, offset, dim + 1, src + i * src_inner, dst + i * dst_inner);
+  }
+}
+
+std::vector<ChunkJob> ListChunks(const std::vector<DatasetPlan>& datasets) {
+  std::vector<ChunkJob> jobs;
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const DatasetPlan& ds = datasets[d];
+    if (ds.chunk.empty()) continue;
+    std::vector<hsize_t> offset(ds.dims.size(), 0);
+    bool more = true;
+    while (more) {
+      jobs.push_back({d, offset, {}, 0});
+      more = false;
+      for (size_t k = ds.dims.size(); k-- > 0;) {  // odometer over the chunk grid
+        offset[k] += ds.chunk[k];
+        if (offset[k] < ds.dims[k]) {
+          more = true;
+          break;
+        }
+        offset[k] = 0;
+      }
+    }
+  }
+  return jobs;
+}
+
+void CompressChunk(const std::vector<DatasetPlan>& datasets, int level, ChunkJob& job) {
+  const DatasetPlan& ds = datasets[job.dataset];
+  uint64_t chunk_bytes = ds.element_size;
+  for (hsize_t c : ds.chunk) chunk_bytes *= c;
+  std::vector<uint8_t> raw(chunk_bytes, 0);
+  GatherChunk(ds, job.offset, 0, ds.data, raw.data());
+  job.stored.resize(ZstdChunkBound(raw.size()));
+  const size_t n = ZstdCompressChunk(level, raw.data(), raw.size(), job.stored.data(), job.stored.size());
+  if (n == 0 || n >= raw.size()) {
+    // Incompressible (or a zstd failure): store raw, marked in the chunk's filter mask.
+    job.stored = std::move(raw);
+    job.filter_mask = 1;
+  } else {
+    job.stored.resize(n);
+  }
+}
+
+// Chunks are independent, so the bytes do not depend on the thread count.
+void CompressAll(const std::vector<DatasetPlan>& datasets, int level, int threads,
+                 std::vector<ChunkJob>& jobs) {
+  if (threads <= 0) threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  threads = static_cast<int>(std::min<size_t>(threads, jobs.size()));
+  if (threads <= 1) {
+    for (ChunkJob& job : jobs) CompressChunk(datasets, level, job);
+    return;
+  }
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (size_t i = t; i < jobs.size(); i += threads) CompressChunk(datasets, level, jobs[i]);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+Status WriteDatasetAttributes(hid_t dset, const DatasetPlan& ds) {
+  const std::string what = "dataset " + ds.Path();
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(dset, "xxh3", ds.xxh3, what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(dset, "bytes", ds.bytes, what));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(dset, "dtype", std::string(DTypeName(ds.dtype)), what));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(dset, "role", StateRoleName(ds.role), what));
+  return WriteU64Attribute(dset, "has_shape", ds.has_shape ? 1 : 0, what);
+}
+
+Status CreateDataset(hid_t file, const DatasetPlan& ds, int level, H5Handle& out) {
+  const std::string what = "dataset " + ds.Path();
+  H5Handle space(H5Screate_simple(static_cast<int>(ds.dims.size()), ds.dims.data(), nullptr));
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!ds.chunk.empty()) {
+    const unsigned cd_level = static_cast<unsigned>(level);
+    if (H5Pset_chunk(dcpl.get(), static_cast<int>(ds.chunk.size()), ds.chunk.data()) < 0 ||
+        H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &cd_level) < 0) {
+      return Status::IOError("HDF5: chunk/filter settings for " + what);
+    }
+  }
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  H5Pset_obj_track_times(dcpl.get(), false);  // same state, same bytes
+  out = H5Handle(H5Dcreate2(file, ds.Path().c_str(), Hdf5TypeFor(ds.dtype), space.get(),
+                            H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!out.valid()) return Status::IOError("HDF5: creating " + what);
+  return WriteDatasetAttributes(out.get(), ds);
+}
+
+struct RankPlan {
+  int rank = 0;
+  uint64_t trace_position = 0;
+  uint64_t state_digest = 0;
+};
+
+// Writes the HDF5 file (user block still blank) to `tmp_path`. It is built in
+// memory by the core driver and written in one piece when closed; the image
+// is not taken with H5Fget_file_image, whose superblock checksum is wrong when
+// the file has a user block (HDF5 1.10.8).
+Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, uint64_t state_digest,
+                     const std::vector<RankPlan>& ranks, const std::vector<DatasetPlan>& datasets,
+                     const std::vector<ChunkJob>& chunks, int level) {
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  auto lock = LockHdf5();
+  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_userblock(fcpl.get(), kCheckpointUserBlockBytes) < 0 ||
+      H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
+      H5Pset_fapl_core(fapl.get(), 4 << 20, /*backing_store=*/true) < 0 ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+    return Status::Internal("HDF5: file property lists rejected");
+  }
+  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  if (!file.valid()) return Status::IOError("HDF5: cannot create " + tmp_path);
+  const hid_t f = file.get();
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kFormatName, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kCheckpointFormatVersion, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "dgrr_version", DGRR_VERSION_STRING, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "step", meta.step, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "config_digest", meta.config_digest, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "run_id", meta.run_id_hex, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "world_size", static_cast<uint64_t>(meta.world_size), "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "state_digest", state_digest, "/"));
+
+  std::vector<std::string> groups = {"/meta", "/replicated", "/ranks"};
+  for (const RankPlan& r : ranks) groups.push_back("/ranks/" + std::to_string(r.rank));
+  H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+  H5Pset_obj_track_times(gcpl.get(), false);
+  for (const std::string& g : groups) {
+    H5Handle group(H5Gcreate2(f, g.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+    if (!group.valid()) return Status::IOError("HDF5: creating group " + g);
+  }
+  for (const RankPlan& r : ranks) {
+    const std::string g = "/ranks/" + std::to_string(r.rank);
+    H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(group.get(), "trace_position", r.trace_position, g));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(group.get(), "state_digest", r.state_digest, g));
+  }
+  std::vector<H5Handle> handles(datasets.size());
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    DGRR_RETURN_IF_ERROR(CreateDataset(f, datasets[d], level, handles[d]));
+  }
+  for (const ChunkJob& job : chunks) {
+    if (H5Dwrite_chunk(handles[job.dataset].get(), H5P_DEFAULT, job.filter_mask, job.offset.data(),
+                       job.stored.size(), job.stored.data()) < 0) {
+      return Status::IOError("HDF5: writing a chunk of dataset " + datasets[job.dataset].Path());
+    }
+  }
+  handles.clear();
+  // The core driver writes the whole file here.
+  if (H5Fclose(file.Release()) < 0) return Status::IOError("HDF5: writing " + tmp_path + " failed on close");
+  return Status::OK();
+}
+
+// Collects the datasets to save, checking replicated entries agree bitwise.
+Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ranks,
+                 const CheckpointWriteOptions& options, std::vector<DatasetPlan>& datasets,
+                 std::vector<RankPlan>& rank_plans) {
+  if (meta.world_size < 1 || static_cast<uint64_t>(meta.world_size) > kMaxWorldSize ||
+      ranks.size() != static_cast<size_t>(meta.world_size)) {
+    return Status::InvalidArgument("checkpoint: world_size " + std::to_string(meta.world_size) +
+                                   " but " + std::to_string(ranks.size()) + " rank snapshots");
+  }
+  std::vector<const RankSnapshot*> by_rank(ranks.size(), nullptr);
+  for (const RankSnapshot& r : ranks) {
+    if (r.rank < 0 || r.rank >= meta.world_size || by_rank[r.rank] != nullptr || r.state == nullptr) {
+      return Status::InvalidArgument("checkpoint: rank snapshots must be ranks 0.." +
+                                     std::to_string(meta.world_size - 1) + ", each once, with state");
+    }
+    by_rank[r.rank] = &r;
+  }
+  // Replicated entries: rank 0's copy is saved once; every other rank must
+  // register the same entry with identical metadata and bytes.
+  std::map<std::string, std::pair<int, const StateEntry*>> replicated;
+  for (const RankSnapshot* r : by_rank) {
+    for (const StateEntry& e : r->state->entries()) {
+      if (e.restore != RestorePolicy::kCheckpoint || !e.replicated) continue;
+      auto [it, inserted] = replicated.emplace(e.name, std::make_pair(r->rank, &e));
+      if (inserted) continue;
+      const StateEntry& first = *it->second.second;
+      const std::string who = "replicated state entry '" + e.name + "' differs between rank " +
+                              std::to_string(it->second.first) + " and rank " + std::to_string(r->rank);
+      if (first.dtype != e.dtype || first.bytes != e.bytes || first.shape != e.shape) {
+        return Status::FailedPrecondition(who + " (dtype, size or shape)");
+      }
+      const auto* a = static_cast<const uint8_t*>(first.data);
+      const auto* b = static_cast<const uint8_t*>(e.data);
+      if (e.bytes > 0 && std::memcmp(a, b, e.bytes) != 0) {
+        const uint64_t at = std::mismatch(a, a + e.bytes, b).first - a;
+        return Status::FailedPrecondition(who + " (first difference at byte " + std::to_string(at) + ")");
+      }
+    }
+  }
+  for (const RankSnapshot* r : by_rank) {
+    size_t seen = 0;
+    for (const StateEntry& e : r->state->entries()) {
+      if (e.restore != RestorePolicy::kCheckpoint) continue;
+      if (!e.replicated) {
+        if (replicated.count(e.name)) {
+          return Status::FailedPrecondition("state entry '" + e.name + "' is replicated on rank " +
+                                            std::to_string(replicated[e.name].first) +
+                                            " but not on rank " + std::to_string(r->rank));
+        }
+        DGRR_ASSIGN_OR_RETURN(DatasetPlan plan,
+                              PlanDataset("/ranks/" + std::to_string(r->rank), e.name, e.dtype, e.role,
+                                          e.shape, e.data, e.bytes, options.chunk_bytes));
+        datasets.push_back(std::move(plan));
+      } else {
+        ++seen;
+      }
+    }
+    if (seen != replicated.size()) {
+      for (const auto& [name, owner] : replicated) {
+        const StateEntry* mine = r->state->Find(name);
+        if (mine == nullptr || !mine->replicated || mine->restore != RestorePolicy::kCheckpoint) {
+          return Status::FailedPrecondition("replicated state entry '" + name + "' is on rank " +
+                                            std::to_string(owner.first) + " but missing on rank " +
+                                            std::to_string(r->rank));
+        }
+      }
+    }
+    rank_plans.push_back({r->rank, r->trace_position, StateDigest(*r->state)});
+  }
+  for (const auto& [name, owner] : replicated) {
+    const StateEntry& e = *owner.second;
+    DGRR_ASSIGN_OR_RETURN(DatasetPlan plan, PlanDataset("/replicated", e.name, e.dtype, e.role, e.shape,
+                                                        e.data, e.bytes, options.chunk_bytes));
+    datasets.push_back(std::move(plan));
+  }
+  DGRR_ASSIGN_OR_RETURN(DatasetPlan plan,
+                        PlanDataset("/meta", "plan_json", DType::kU8, StateRole::kOther, {},
+                                    meta.plan_json.data(), meta.plan_json.size(), options.chunk_bytes));
+  datasets.push_back(std::move(plan));
+  return Status::OK();
+}
+
+// Fills the user block of the file HDF5 wrote with the header covering it.
+Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_digest) {
+  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(tmp_path));
+  if (bytes.size() < kCheckpointUserBlockBytes) {
+    return Status::Internal("HDF5 wrote " + tmp_path + " without its user block");
+  }
+  uint8_t block[kCheckpointUserBlockBytes];
+  const uint64_t payload_hash =
+      Xxh3(bytes.data() + kCheckpointUserBlockBytes, bytes.size() - kCheckpointUserBlockBytes);
+  EncodeHeader(block, bytes.size(), payload_hash, step, state_digest);
+  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
+  const ssize_t n = ::pwrite(fd, block, sizeof block, 0);
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(sizeof block)) return Status::FromErrno("write header", tmp_path, n < 0 ? err : EIO);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Reading.
+// ---------------------------------------------------------------------------
+std::optional<StateRole> ParseRole(const std::string& name) {
+  for (StateRole role : {StateRole::kParameter, StateRole::kOptimizer, StateRole::kCounter,
+                         StateRole::kCursor, StateRole::kRng, StateRole::kOther}) {
+    if (name == StateRoleName(role)) return role;
+  }
+  return std::nullopt;
+}
+
+StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const std::string& group,
+                                 const std::string& name) {
+  const std::string what = file_path + ": dataset " + group + "/" + name;
+  auto bad = [&](const std::string& why) { return Status::Corruption(what + ": " + why); };
+  H5Handle dset(H5Dopen2(file, (group + "/" + name).c_str(), H5P_DEFAULT));
+  if (!dset.valid()) return bad("not a readable dataset");
+  SavedEntry e;
+  e.name = name;
+  e.replicated = group == "/replicated";
+  DGRR_ASSIGN_OR_RETURN(std::string dtype_name, ReadStringAttribute(dset.get(), "dtype", what));
+  DGRR_ASSIGN_OR_RETURN(std::string role_name, ReadStringAttribute(dset.get(), "role", what));
+  DGRR_ASSIGN_OR_RETURN(e.xxh3, ReadU64Attribute(dset.get(), "xxh3", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t bytes, ReadU64Attribute(dset.get(), "bytes", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t has_shape, ReadU64Attribute(dset.get(), "has_shape", what));
+  const std::optional<DType> dtype = ParseDType(dtype_name);
+  if (!dtype) return bad("unknown dtype '" + dtype_name + "'");
+  e.dtype = *dtype;
+  const std::optional<StateRole> role = ParseRole(role_name);
+  if (!role) return bad("unknown role '" + role_name + "'");
+  e.role = *role;
+  H5Handle type(H5Dget_type(dset.get()));
+  if (H5Tequal(type.get(), Hdf5TypeFor(e.dtype)) <= 0) return bad("stored type does not match dtype " + dtype_name);
+  H5Handle space(H5Dget_space(dset.get()));
+  const int ndims = H5Sget_simple_extent_ndims(space.get());
+  if (ndims < 1 || ndims > kMaxDims) return bad("unexpected dataspace rank");
+  std::vector<hsize_t> dims(ndims);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  uint64_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  if (elements * StoredElementSize(e.dtype) != bytes) return bad("dataspace does not match 'bytes'");
+  if (has_shape > 1 || (!has_shape && ndims != 1)) return bad("bad 'has_shape'");
+  if (has_shape) e.shape.assign(dims.begin(), dims.end());
+  e.data.resize(bytes);
+  if (bytes > 0 && H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                           e.data.data()) < 0) {
+    return bad("data cannot be read or decompressed");
+  }
+  const uint64_t actual = Xxh3(e.data.data(), e.data.size());
+  if (actual != e.xxh3) {
+    return bad("content hash mismatch (stored " + Hex64(e.xxh3) + ", computed " + Hex64(actual) + ")");
+  }
+  return e;
+}
+
+StatusOr<std::vector<SavedEntry>> ReadGroup(hid_t file, const std::string& file_path,
+                                            const std::string& group) {
+  H5Handle g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return Status::Corruption(file_path + ": group " + group + " is missing");
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListGroup(g.get(), file_path + ": group " + group));
+  std::vector<SavedEntry> entries;
+  for (const std::string& name : names) {
+    DGRR_ASSIGN_OR_RETURN(SavedEntry e, ReadDataset(file, file_path, group, name));
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& format_version) {
+  const std::string what = path + ": /";
+  DGRR_ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, "format", what));
+  if (format != kFormatName) return Status::Corruption(what + ": format is '" + format + "'");
+  DGRR_ASSIGN_OR_RETURN(format_version, ReadU64Attribute(f, "format_version", what));
+  DGRR_ASSIGN_OR_RETURN(out.dgrr_version, ReadStringAttribute(f, "dgrr_version", what));
+  DGRR_ASSIGN_OR_RETURN(out.meta.step, ReadU64Attribute(f, "step", what));
+  DGRR_ASSIGN_OR_RETURN(out.meta.config_digest, ReadU64Attribute(f, "config_digest", what));
+  DGRR_ASSIGN_OR_RETURN(out.meta.run_id_hex, ReadStringAttribute(f, "run_id", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t world_size, ReadU64Attribute(f, "world_size", what));
+  DGRR_ASSIGN_OR_RETURN(out.state_digest, ReadU64Attribute(f, "state_digest", what));
+  if (world_size < 1 || world_size > kMaxWorldSize) {
+    return Status::Corruption(what + ": implausible world_size " + std::to_string(world_size));
+  }
+  out.meta.world_size = static_cast<int>(world_size);
+  return Status::OK();
+}
+
+Status ReadRanks(hid_t f, const std::string& path, Checkpoint& out) {
+  H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
+  if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListGroup(ranks_group.get(), path + ": /ranks"));
+  if (names.size() != static_cast<size_t>(out.meta.world_size)) {
+    return Status::Corruption(path + ": /ranks has " + std::to_string(names.size()) +
+                              " members for world_size " + std::to_string(out.meta.world_size));
+  }
+  std::vector<uint64_t> digests;
+  for (int r = 0; r < out.meta.world_size; ++r) {
+    const std::string g = "/ranks/" + std::to_string(r);
+    const std::string what = path + ": " + g;
+    H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
+    if (!group.valid()) return Status::Corruption(what + ": missing");
+    SavedRank rank;
+    rank.rank = r;
+    DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
+    DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
+    DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g));
+    std::vector<DigestItem> items;
+    for (const SavedEntry& e : out.replicated) items.push_back(ItemOf(e));
+    for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
+    if (DigestOfItems(items) != rank.state_digest) {
+      return Status::Corruption(what + ": state_digest does not match the saved entries");
+    }
+    digests.push_back(rank.state_digest);
+    out.ranks.push_back(std::move(rank));
+  }
+  if (CombineStateDigests(digests) != out.state_digest) {
+    return Status::Corruption(path + ": /: state_digest does not match the ranks' digests");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const SavedEntry* Checkpoint::Find(int rank, const std::string& name) const {
+  for (const SavedEntry& e : replicated) {
+    if (e.name == name) return &e;
+  }
+  if (rank < 0 || static_cast<size_t>(rank) >= ranks.size()) return nullptr;
+  for (const SavedEntry& e : ranks[rank].entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::string CheckpointPath(const std::string& run_dir, uint64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "step-%08" PRIu64 ".h5", step);
+  return run_dir + "/ckpt/" + name;
+}
+
+uint64_t StateDigest(const StateRegistry& state) {
+  std::vector<uint64_t> hashes;
+  std::vector<DigestItem> items;
+  for (const StateEntry& e : state.entries()) {
+    if (e.restore != RestorePolicy::kCheckpoint) continue;
+    items.push_back({&e.name, e.dtype, &e.shape, e.bytes, Xxh3(e.data, e.bytes)});
+  }
+  return DigestOfItems(std::move(items));
+}
+
+uint64_t CombineStateDigests(const std::vector<uint64_t>& rank_digests) {
+  std::string bytes;
+  PutFixed32(&bytes, static_cast<uint32_t>(rank_digests.size()));
+  for (uint64_t d : rank_digests) PutFixed64(&bytes, d);
+  return Xxh3(bytes.data(), bytes.size());
+}
+
+Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
+                       const std::vector<RankSnapshot>& ranks, const CheckpointWriteOptions& options) {
+  std::vector<DatasetPlan> datasets;
+  std::vector<RankPlan> rank_plans;
+  DGRR_RETURN_IF_ERROR(PlanState(meta, ranks, options, datasets, rank_plans));
+  std::vector<ChunkJob> chunks = ListChunks(datasets);
+  CompressAll(datasets, options.zstd_level, options.threads, chunks);
+  std::vector<uint64_t> digests;
+  for (const RankPlan& r : rank_plans) digests.push_back(r.state_digest);
+  const uint64_t state_digest = CombineStateDigests(digests);
+  DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
+  return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
+    DGRR_RETURN_IF_ERROR(
+        WriteHdf5File(tmp, meta, state_digest, rank_plans, datasets, chunks, options.zstd_level));
+    if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
+    return StampHeader(tmp, meta.step, state_digest);
+  });
+}
+
+StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  uint8_t block[kCheckpointUserBlockBytes];
+  const ssize_t n = ::pread(fd, block, sizeof block, 0);
+  ::close(fd);
+  if (n < 0) return Status::FromErrno("read", path, errno);
+  return DecodeHeader(path, block, static_cast<size_t>(n), size);
+}
+
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  DGRR_ASSIGN_OR_RETURN(CheckpointHeader header, DecodeHeader(path, data, bytes.size(), bytes.size()));
+  const uint64_t payload_hash =
+      Xxh3(data + kCheckpointUserBlockBytes, bytes.size() - kCheckpointUserBlockBytes);
+  if (payload_hash != header.payload_xxh3) {
+    return Status::Corruption(path + ": offset " + std::to_string(kCheckpointUserBlockBytes) +
+                              ": hash of bytes 512.." + std::to_string(bytes.size()) +
+                              " does not match the header (file damaged)");
+  }
+  // Only now, with every byte as written, does libhdf5 see the file.
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  auto lock = LockHdf5();
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/false) < 0 ||
+      H5Pset_file_image(fapl.get(), bytes.data(), bytes.size()) < 0) {
+    return Status::Internal("HDF5: file image settings rejected");
+  }
+  // The core driver refuses a file image whose name exists on disk; this one
+  // never can (/dev/null is not a directory).
+  H5Handle file(H5Fopen("/dev/null/dgrr-checkpoint-image", H5F_ACC_RDONLY, fapl.get()));
+  if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
+  Checkpoint out;
+  out.path = path;
+  uint64_t format_version = 0;
+  DGRR_RETURN_IF_ERROR(ReadRoot(file.get(), path, out, format_version));
+  if (format_version != kCheckpointFormatVersion || out.meta.step != header.step ||
+      out.state_digest != header.state_digest) {
+    return Status::Corruption(path + ": /: format_version, step or state_digest disagree with the header");
+  }
+  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(file.get(), path, "/replicated"));
+  DGRR_RETURN_IF_ERROR(ReadRanks(file.get(), path, out));
+  DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> meta, ReadGroup(file.get(), path, "/meta"));
+  if (meta.size() != 1 || meta[0].name != "plan_json") {
+    return Status::Corruption(path + ": group /meta must hold exactly plan_json");
+  }
+  out.meta.plan_json.assign(meta[0].data.begin(), meta[0].data.end());
+  return out;
+}
+
+Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
+                   const std::set<std::string>& skip) {
+  if (rank < 0 || static_cast<size_t>(rank) >= checkpoint.ranks.size()) {
+    return Status::InvalidArgument(checkpoint.path + ": no rank " + std::to_string(rank) +
+                                   " (world_size " + std::to_string(checkpoint.ranks.size()) + ")");
+  }
+  const std::string where = checkpoint.path + ": rank " + std::to_string(rank) + ": ";
+  std::vector<std::pair<const StateEntry*, const SavedEntry*>> copies;
+  std::set<std::string> wanted;
+  for (const StateEntry& e : into.entries()) {
+    if (e.restore != RestorePolicy::kCheckpoint || skip.count(e.name)) continue;
+    wanted.insert(e.name);
+    const SavedEntry* saved = checkpoint.Find(rank, e.name);
+    if (saved == nullptr) {
+      return Status::FailedPrecondition(where + "state entry '" + e.name + "' is not in the checkpoint");
+    }
+    if (saved->replicated != e.replicated || saved->dtype != e.dtype || saved->data.size() != e.bytes ||
+        (saved->shape != e.shape)) {
+      return Status::FailedPrecondition(
+          where + "state entry '" + e.name + "' does not match the checkpoint (saved " +
+          std::string(DTypeName(saved->dtype)) + ", " + std::to_string(saved->data.size()) + " bytes" +
+          (saved->replicated ? ", replicated" : "") + "; registered " + std::string(DTypeName(e.dtype)) +
+          ", " + std::to_string(e.bytes) + " bytes" + (e.replicated ? ", replicated" : "") + ")");
+    }
+    copies.emplace_back(&e, saved);
+  }
+  auto check_unclaimed = [&](const std::vector<SavedEntry>& saved) -> Status {
+    for (const SavedEntry& s : saved) {
+      if (!wanted.count(s.name) && !skip.count(s.name)) {
+        return Status::FailedPrecondition(where + "checkpoint entry '" + s.name +
+                                          "' is not registered for restore");
+      }
+    }
+    return Status::OK();
+  };
+  DGRR_RETURN_IF_ERROR(check_unclaimed(checkpoint.replicated));
+  DGRR_RETURN_IF_ERROR(check_unclaimed(checkpoint.ranks[rank].entries));
+  for (const auto& [entry, saved] : copies) {
+    if (entry->bytes > 0) std::memcpy(entry->data, saved->data.data(), entry->bytes);
+  }
+  return Status::OK();
+}
+
+StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) {
+  const std::string dir = run_dir + "/ckpt";
+  std::vector<uint64_t> steps;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return steps;
+    return Status::FromErrno("open directory", dir, errno);
+  }
+  while (const dirent* ent = ::readdir(d)) {
+    const std::string name = ent->d_name;
+    if (name.size() < 9 || name.rfind("step-", 0) != 0 || name.substr(name.size() - 3) != ".h5") continue;
+    const std::string digits = name.substr(5, name.size() - 8);
+    if (digits.empty() || digits.size() > 19 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    steps.push_back(std::stoull(digits));
+  }
+  ::closedir(d);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+StatusOr<std::string> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
+                                               bool fallback) {
+  DGRR_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpointSteps(run_dir));
+  Status newest_error;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it > max_step) continue;
+    const std::string path = CheckpointPath(run_dir, *it);
+    StatusOr<Checkpoint> checkpoint = ReadCheckpoint(path);
+    if (checkpoint.ok()) return path;
+    if (!fallback) return checkpoint.status();
+    if (newest_error.ok()) newest_error = checkpoint.status();
+  }
+  std::string msg = run_dir + ": no good checkpoint at or before step " + std::to_string(max_step);
+  if (!newest_error.ok()) msg += " (newest error: " + newest_error.ToString() + ")";
+  return Status::NotFound(msg);
+}
+
+}  // namespace dgrr::checkpoint

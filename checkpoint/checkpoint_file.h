@@ -1,0 +1,128 @@
+// dgrr checkpoint files (docs/checkpoint-format.md, "dgrr checkpoint v1"): one
+// HDF5 file per checkpointed step with the saved state of every rank,
+// zstd-compressed (filter 32015), each dataset carrying the XXH3-64 of its
+// bytes, preceded by a 512-byte user block whose header covers the whole file
+// with a hash so damaged files are refused before libhdf5 parses them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "runtime/state_registry.h"
+
+namespace dgrr::checkpoint {
+
+inline constexpr uint32_t kCheckpointFormatVersion = 1;
+inline constexpr uint64_t kCheckpointUserBlockBytes = 512;
+
+// One rank's live state at the checkpointed step.
+struct RankSnapshot {
+  int rank = 0;
+  const StateRegistry* state = nullptr;
+  uint64_t trace_position = 0;  // index of the rank's next trace record
+};
+
+struct CheckpointMeta {
+  uint64_t step = 0;
+  uint64_t config_digest = 0;
+  std::string run_id_hex;
+  int world_size = 1;
+  std::string plan_json;  // the fast-forward plan (PlansToJson), stored verbatim
+};
+
+struct CheckpointWriteOptions {
+  // zstd level for every dataset (negative = zstd's fast levels). Chosen by
+  // measurement on float weights (bench/README.md, section checkpoint).
+  int zstd_level = -3;
+  uint64_t chunk_bytes = 1 << 20;  // target uncompressed bytes per HDF5 chunk
+  int threads = 0;                 // compression threads; 0 = min(cores, 8)
+  // Test hook for fault injection: called with "before-header" once libhdf5
+  // has written the temporary file and before its header is stamped; a
+  // non-OK result aborts the write there.
+  std::function<Status(const char* stage)> fault_hook;
+};
+
+// One saved state entry as read back.
+struct SavedEntry {
+  std::string name;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;  // as registered (empty when none was given)
+  StateRole role = StateRole::kOther;
+  bool replicated = false;
+  uint64_t xxh3 = 0;           // XXH3-64 (seed 0) of data, verified on load
+  std::vector<uint8_t> data;
+};
+
+struct SavedRank {
+  int rank = 0;
+  uint64_t trace_position = 0;
+  uint64_t state_digest = 0;         // StateDigest of what this rank restores
+  std::vector<SavedEntry> entries;   // this rank's own (non-replicated) entries, by name
+};
+
+struct Checkpoint {
+  std::string path;
+  CheckpointMeta meta;
+  std::string dgrr_version;          // of the writer
+  uint64_t state_digest = 0;         // CombineStateDigests over ranks
+  std::vector<SavedEntry> replicated;  // stored once for all ranks, by name
+  std::vector<SavedRank> ranks;        // index == rank
+  // The entry `name` as rank `rank` restores it (replicated or own); null if absent.
+  const SavedEntry* Find(int rank, const std::string& name) const;
+};
+
+// What the user block says, verified (header hash, file length) but without
+// reading the rest: cheap enough for bisect to compare many checkpoints.
+struct CheckpointHeader {
+  uint32_t format_version = 0;
+  uint64_t file_length = 0;
+  uint64_t payload_xxh3 = 0;
+  uint64_t step = 0;
+  uint64_t state_digest = 0;
+};
+
+// RUN_DIR/ckpt/step-00000040.h5
+std::string CheckpointPath(const std::string& run_dir, uint64_t step);
+
+// Writes atomically (temporary in the same directory, fsync, rename, fsync dir).
+// Saves entries with restore == kCheckpoint; replicated entries once, after
+// checking every rank holds them bitwise identical (FailedPrecondition naming
+// the entry and the ranks otherwise). `ranks` holds ranks 0..world_size-1.
+Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
+                       const std::vector<RankSnapshot>& ranks,
+                       const CheckpointWriteOptions& options = {});
+
+// Reads and fully verifies a checkpoint. Damage is Corruption naming the file
+// offset (structural) or the dataset (content).
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path);
+
+// Copies rank `rank`'s saved state into the registered buffers of `into`
+// (entries with restore == kCheckpoint, except those in `skip`). Everything is
+// checked before anything is copied: an entry missing on either side, or a
+// dtype/size/shape mismatch, is FailedPrecondition naming the entry.
+Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
+                   const std::set<std::string>& skip = {});
+
+// Steps of RUN_DIR/ckpt/step-*.h5, ascending (empty when there is no ckpt dir).
+StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir);
+
+// The newest checkpoint with step <= max_step that reads and verifies. Without
+// `fallback` the newest one's error is returned if it is bad; with it older
+// ones are tried. NotFound when there is none.
+StatusOr<std::string> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
+                                               bool fallback);
+
+// Digest of the state one rank restores (its kCheckpoint entries, replicated
+// ones included), independent of registration order: XXH3-64 over the entries
+// sorted by name (docs/checkpoint-format.md gives the bytes).
+uint64_t StateDigest(const StateRegistry& state);
+// The checkpoint's overall digest from the per-rank digests (rank order).
+uint64_t CombineStateDigests(const std::vector<uint64_t>& rank_digests);
+
+}  // namespace dgrr::checkpoint

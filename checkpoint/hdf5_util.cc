@@ -1,0 +1,151 @@
+#include "checkpoint/hdf5_util.h"
+
+#include "checkpoint/zstd_filter.h"
+
+namespace dgrr::checkpoint {
+
+H5Handle& H5Handle::operator=(H5Handle&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    id_ = other.id_;
+    other.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+void H5Handle::Reset() {
+  if (id_ < 0) return;
+  switch (H5Iget_type(id_)) {
+    case H5I_FILE: H5Fclose(id_); break;
+    case H5I_GROUP: H5Gclose(id_); break;
+    case H5I_DATASET: H5Dclose(id_); break;
+    case H5I_DATASPACE: H5Sclose(id_); break;
+    case H5I_DATATYPE: H5Tclose(id_); break;
+    case H5I_ATTR: H5Aclose(id_); break;
+    case H5I_GENPROP_LST: H5Pclose(id_); break;
+    default: break;
+  }
+  id_ = H5I_INVALID_HID;
+}
+
+std::unique_lock<std::recursive_mutex> LockHdf5() {
+  static std::recursive_mutex mutex;
+  return std::unique_lock<std::recursive_mutex>(mutex);
+}
+
+Status InitHdf5() {
+  static const Status status = [] {
+    auto lock = LockHdf5();
+    if (H5open() < 0) return Status::Internal("HDF5: H5open failed");
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    if (H5Zregister(&kZstdFilterClass) < 0) {
+      return Status::Internal("HDF5: registering the zstd filter (id 32015) failed");
+    }
+    return Status::OK();
+  }();
+  return status;
+}
+
+hid_t Hdf5TypeFor(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return H5T_IEEE_F32LE;
+    case DType::kF64: return H5T_IEEE_F64LE;
+    case DType::kF16:
+    case DType::kBF16: return H5T_STD_U16LE;
+    case DType::kI8: return H5T_STD_I8LE;
+    case DType::kI32: return H5T_STD_I32LE;
+    case DType::kU32: return H5T_STD_U32LE;
+    case DType::kI64: return H5T_STD_I64LE;
+    case DType::kU64: return H5T_STD_U64LE;
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kUnknown: return H5T_STD_U8LE;
+  }
+  return H5T_STD_U8LE;
+}
+
+size_t StoredElementSize(DType dtype) {
+  const size_t size = DTypeSize(dtype);
+  return size == 0 ? 1 : size;
+}
+
+Status WriteU64Attribute(hid_t obj, const char* name, uint64_t value, const std::string& what) {
+  H5Handle space(H5Screate(H5S_SCALAR));
+  H5Handle attr(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value) < 0) {
+    return Status::IOError("HDF5: writing attribute '" + std::string(name) + "' of " + what);
+  }
+  return Status::OK();
+}
+
+Status WriteStringAttribute(hid_t obj, const char* name, const std::string& value,
+                            const std::string& what) {
+  // Fixed-length, NUL-padded ASCII: h5dump prints it as is, h5py reads bytes.
+  H5Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Handle space(H5Screate(H5S_SCALAR));
+  H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  if (!attr.valid() || H5Awrite(attr.get(), type.get(), padded.data()) < 0) {
+    return Status::IOError("HDF5: writing attribute '" + std::string(name) + "' of " + what);
+  }
+  return Status::OK();
+}
+
+StatusOr<uint64_t> ReadU64Attribute(hid_t obj, const char* name, const std::string& what) {
+  auto fail = [&](const char* why) {
+    return Status::Corruption(what + ": attribute '" + name + "': " + why);
+  };
+  if (H5Aexists(obj, name) <= 0) return fail("missing");
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr.valid()) return fail("cannot be opened");
+  H5Handle type(H5Aget_type(attr.get()));
+  H5Handle space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8 ||
+      H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return fail("not a scalar 64-bit integer");
+  }
+  uint64_t value = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_UINT64, &value) < 0) return fail("unreadable");
+  return value;
+}
+
+StatusOr<std::string> ReadStringAttribute(hid_t obj, const char* name, const std::string& what) {
+  auto fail = [&](const char* why) {
+    return Status::Corruption(what + ": attribute '" + name + "': " + why);
+  };
+  if (H5Aexists(obj, name) <= 0) return fail("missing");
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr.valid()) return fail("cannot be opened");
+  H5Handle type(H5Aget_type(attr.get()));
+  H5Handle space(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0 ||
+      H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return fail("not a fixed-length scalar string");
+  }
+  const size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20)) return fail("implausible length");
+  std::string value(size, '\0');
+  if (H5Aread(attr.get(), type.get(), value.data()) < 0) return fail("unreadable");
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+namespace {
+herr_t CollectLinkName(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+StatusOr<std::vector<std::string>> ListGroup(hid_t group, const std::string& what) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  if (H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &index, CollectLinkName, &names) < 0) {
+    return Status::Corruption(what + ": group members cannot be listed");
+  }
+  return names;
+}
+
+}  // namespace dgrr::checkpoint
