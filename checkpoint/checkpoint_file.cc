@@ -147,8 +147,12 @@ struct DatasetPlan {
 struct ChunkJob {
   size_t dataset = 0;
   std::vector<hsize_t> offset;  // element coordinates of the chunk's origin
-  std::vector<uint8_t> stored;
+  std::vector<uint8_t> stored;  // compressed frame, or a gathered raw edge chunk
+  const uint8_t* raw_in_place = nullptr;  // raw chunk stored straight from the source
+  uint64_t raw_bytes = 0;
   uint32_t filter_mask = 0;     // 1: stored raw (zstd skipped; the filter is optional)
+  const uint8_t* bytes() const { return raw_in_place ? raw_in_place : stored.data(); }
+  uint64_t size() const { return raw_in_place ? raw_bytes : stored.size(); }
 };
 
 Status ValidateName(const std::string& name) {
@@ -262,20 +266,42 @@ std::vector<ChunkJob> ListChunks(const std::vector<DatasetPlan>& datasets) {
   return jobs;
 }
 
-void CompressChunk(const std::vector<DatasetPlan>& datasets, int level, ChunkJob& job) {
+// A chunk that lies wholly inside the array and spans its trailing dimensions
+// is one contiguous run of the source: compressed (or stored) without a copy.
+const uint8_t* ContiguousSource(const DatasetPlan& ds, const std::vector<hsize_t>& offset) {
+  if (offset[0] + ds.chunk[0] > ds.dims[0]) return nullptr;
+  uint64_t row_bytes = ds.element_size;
+  for (size_t j = 1; j < ds.dims.size(); ++j) {
+    if (ds.chunk[j] != ds.dims[j]) return nullptr;
+    row_bytes *= ds.dims[j];
+  }
+  return ds.data + offset[0] * row_bytes;
+}
+
+// `scratch` is the worker's reusable output buffer: float weights barely
+// compress, and fresh multi-megabyte buffers per chunk cost page faults.
+void CompressChunk(const std::vector<DatasetPlan>& datasets, int level, ChunkJob& job,
+                   std::vector<uint8_t>& scratch) {
   const DatasetPlan& ds = datasets[job.dataset];
   uint64_t chunk_bytes = ds.element_size;
   for (hsize_t c : ds.chunk) chunk_bytes *= c;
-  std::vector<uint8_t> raw(chunk_bytes, 0);
-  GatherChunk(ds, job.offset, 0, ds.data, raw.data());
-  job.stored.resize(ZstdChunkBound(raw.size()));
-  const size_t n = ZstdCompressChunk(level, raw.data(), raw.size(), job.stored.data(), job.stored.size());
-  if (n == 0 || n >= raw.size()) {
-    // Incompressible (or a zstd failure): store raw, marked in the chunk's filter mask.
-    job.stored = std::move(raw);
-    job.filter_mask = 1;
+  const uint8_t* src = ContiguousSource(ds, job.offset);
+  if (src == nullptr) {
+    job.stored.assign(chunk_bytes, 0);
+    GatherChunk(ds, job.offset, 0, ds.data, job.stored.data());
+    src = job.stored.data();
+  }
+  if (scratch.size() < ZstdChunkBound(chunk_bytes)) scratch.resize(ZstdChunkBound(chunk_bytes));
+  const size_t n = ZstdCompressChunk(level, src, chunk_bytes, scratch.data(), scratch.size());
+  if (n > 0 && n < chunk_bytes) {
+    job.stored.assign(scratch.begin(), scratch.begin() + n);
   } else {
-    job.stored.resize(n);
+    // Incompressible (or a zstd failure): stored raw, marked in the chunk's filter mask.
+    job.filter_mask = 1;
+    if (src != job.stored.data()) {
+      job.raw_in_place = src;
+      job.raw_bytes = chunk_bytes;
+    }
   }
 }
 
@@ -285,13 +311,15 @@ void CompressAll(const std::vector<DatasetPlan>& datasets, int level, int thread
   if (threads <= 0) threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   threads = static_cast<int>(std::min<size_t>(threads, jobs.size()));
   if (threads <= 1) {
-    for (ChunkJob& job : jobs) CompressChunk(datasets, level, job);
+    std::vector<uint8_t> scratch;
+    for (ChunkJob& job : jobs) CompressChunk(datasets, level, job, scratch);
     return;
   }
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      for (size_t i = t; i < jobs.size(); i += threads) CompressChunk(datasets, level, jobs[i]);
+      std::vector<uint8_t> scratch;
+      for (size_t i = t; i < jobs.size(); i += threads) CompressChunk(datasets, level, jobs[i], scratch);
     });
   }
   for (std::thread& w : workers) w.join();
@@ -331,10 +359,10 @@ struct RankPlan {
   uint64_t state_digest = 0;
 };
 
-// Writes the HDF5 file (user block still blank) to `tmp_path`. It is built in
-// memory by the core driver and written in one piece when closed; the image
-// is not taken with H5Fget_file_image, whose superblock checksum is wrong when
-// the file has a user block (HDF5 1.10.8).
+// Writes the HDF5 file (user block still blank) to `tmp_path` with the sec2
+// driver: chunks go from our buffers to the file with no intermediate image.
+// (H5Fget_file_image is not used: with a user block, HDF5 1.10.8 hands out an
+// image whose superblock checksum is wrong.)
 Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, uint64_t state_digest,
                      const std::vector<RankPlan>& ranks, const std::vector<DatasetPlan>& datasets,
                      const std::vector<ChunkJob>& chunks, int level) {
@@ -344,7 +372,7 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   if (H5Pset_userblock(fcpl.get(), kCheckpointUserBlockBytes) < 0 ||
       H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
-      H5Pset_fapl_core(fapl.get(), 4 << 20, /*backing_store=*/true) < 0 ||
+      H5Pset_fapl_sec2(fapl.get()) < 0 ||
       H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
     return Status::Internal("HDF5: file property lists rejected");
   }
@@ -380,12 +408,11 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   }
   for (const ChunkJob& job : chunks) {
     if (H5Dwrite_chunk(handles[job.dataset].get(), H5P_DEFAULT, job.filter_mask, job.offset.data(),
-                       job.stored.size(), job.stored.data()) < 0) {
+                       job.size(), job.bytes()) < 0) {
       return Status::IOError("HDF5: writing a chunk of dataset " + datasets[job.dataset].Path());
     }
   }
   handles.clear();
-  // The core driver writes the whole file here.
   if (H5Fclose(file.Release()) < 0) return Status::IOError("HDF5: writing " + tmp_path + " failed on close");
   return Status::OK();
 }
@@ -472,23 +499,41 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
   return Status::OK();
 }
 
-// Fills the user block of the file HDF5 wrote with the header covering it.
+// Hashes bytes [512, end) of the file HDF5 wrote, streaming through a small
+// buffer, and writes the header into its user block.
 Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_digest) {
-  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(tmp_path));
-  if (bytes.size() < kCheckpointUserBlockBytes) {
-    return Status::Internal("HDF5 wrote " + tmp_path + " without its user block");
-  }
-  uint8_t block[kCheckpointUserBlockBytes];
-  const uint64_t payload_hash =
-      Xxh3(bytes.data() + kCheckpointUserBlockBytes, bytes.size() - kCheckpointUserBlockBytes);
-  EncodeHeader(block, bytes.size(), payload_hash, step, state_digest);
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
-  const ssize_t n = ::pwrite(fd, block, sizeof block, 0);
-  const int err = errno;
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  std::vector<uint8_t> buffer(1 << 20);
+  uint64_t offset = kCheckpointUserBlockBytes;
+  Status status;
+  for (;;) {
+    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::FromErrno("read back", tmp_path, errno);
+      break;
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(hash, buffer.data(), static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  const uint64_t payload_hash = XXH3_64bits_digest(hash);
+  XXH3_freeState(hash);
+  if (status.ok() && offset == kCheckpointUserBlockBytes) {
+    status = Status::Internal("HDF5 wrote no file body to " + tmp_path);
+  }
+  if (status.ok()) {
+    uint8_t block[kCheckpointUserBlockBytes];
+    EncodeHeader(block, offset, payload_hash, step, state_digest);
+    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block)) {
+      status = Status::FromErrno("write header", tmp_path, errno);
+    }
+  }
   ::close(fd);
-  if (n != static_cast<ssize_t>(sizeof block)) return Status::FromErrno("write header", tmp_path, n < 0 ? err : EIO);
-  return Status::OK();
+  return status;
 }
 
 // ---------------------------------------------------------------------------
