@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -722,28 +723,94 @@ StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
   return DecodeHeader(path, block, static_cast<size_t>(n), size);
 }
 
-StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  DGRR_ASSIGN_OR_RETURN(CheckpointHeader header, DecodeHeader(path, data, bytes.size(), bytes.size()));
-  const uint64_t payload_hash =
-      Xxh3(data + kCheckpointUserBlockBytes, bytes.size() - kCheckpointUserBlockBytes);
+namespace {
+
+struct FileIdentity {
+  dev_t device;
+  ino_t inode;
+  off_t size;
+  struct timespec modified;
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && size == o.size &&
+           modified.tv_sec == o.modified.tv_sec && modified.tv_nsec == o.modified.tv_nsec;
+  }
+};
+
+FileIdentity IdentityOf(const struct stat& st) {
+  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+}
+
+// Verifies the header and the hash of every byte after it, streaming the file
+// through a small buffer (big fresh buffers cost page faults), and returns the
+// identity of the file it verified.
+StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader& header) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("stat", path, err);
+  }
+  std::vector<uint8_t> buffer(1 << 20);
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  Status status;
+  uint64_t offset = 0;
+  for (;;) {
+    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::FromErrno("read", path, errno);
+      break;
+    }
+    if (n == 0) break;
+    size_t skip = 0;
+    if (offset == 0) {
+      // The first read holds the header (files shorter than it end here).
+      StatusOr<CheckpointHeader> h =
+          DecodeHeader(path, buffer.data(), static_cast<size_t>(n), static_cast<uint64_t>(st.st_size));
+      if (!h.ok()) {
+        status = h.status();
+        break;
+      }
+      header = *h;
+      skip = kCheckpointUserBlockBytes;
+    }
+    XXH3_64bits_update(hash, buffer.data() + skip, static_cast<size_t>(n) - skip);
+    offset += static_cast<uint64_t>(n);
+  }
+  const uint64_t payload_hash = XXH3_64bits_digest(hash);
+  XXH3_freeState(hash);
+  ::close(fd);
+  if (!status.ok()) return status;
+  if (offset == 0) {
+    return DecodeHeader(path, buffer.data(), 0, static_cast<uint64_t>(st.st_size)).status();
+  }
+  if (offset != header.file_length) {
+    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": file changed length while read");
+  }
   if (payload_hash != header.payload_xxh3) {
     return Status::Corruption(path + ": offset " + std::to_string(kCheckpointUserBlockBytes) +
-                              ": hash of bytes 512.." + std::to_string(bytes.size()) +
+                              ": hash of bytes 512.." + std::to_string(offset) +
                               " does not match the header (file damaged)");
   }
-  // Only now, with every byte as written, does libhdf5 see the file.
+  return IdentityOf(st);
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+  CheckpointHeader header;
+  DGRR_ASSIGN_OR_RETURN(FileIdentity verified, VerifyWholeFile(path, header));
+  // Only now, with every byte as written, does libhdf5 see the file. It reads
+  // it by path; the identity check after reading catches a replacement
+  // between the two (writers always rename a new file into place).
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/false) < 0 ||
-      H5Pset_file_image(fapl.get(), bytes.data(), bytes.size()) < 0) {
-    return Status::Internal("HDF5: file image settings rejected");
-  }
-  // The core driver refuses a file image whose name exists on disk; this one
-  // never can (/dev/null is not a directory).
-  H5Handle file(H5Fopen("/dev/null/dgrr-checkpoint-image", H5F_ACC_RDONLY, fapl.get()));
+  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
   if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
   Checkpoint out;
   out.path = path;
@@ -760,6 +827,11 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     return Status::Corruption(path + ": group /meta must hold exactly plan_json");
   }
   out.meta.plan_json.assign(meta[0].data.begin(), meta[0].data.end());
+  file.Reset();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !(IdentityOf(st) == verified)) {
+    return Status::IOError(path + ": the file was replaced or modified while it was read");
+  }
   return out;
 }
 
