@@ -147,6 +147,56 @@ TEST(CheckpointFile, RoundTripIsBitExactAndRestores) {
   }
 }
 
+TEST(CheckpointFile, OddDtypesShapesAndEmptyEntriesRoundTrip) {
+  TempDir dir;
+  std::vector<uint16_t> bf16(3 * 5 * 7);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint16_t>(0x3f80 + i * 977);
+  std::string blob("opaque\x00\xff bytes", 14);
+  std::vector<int8_t> bools = {1, 0, 1};
+  StateRegistry registry;
+  ASSERT_TRUE(registry.Register({"w.bf16", bf16.data(), bf16.size() * 2, DType::kBF16, {3, 5, 7},
+                                 StateRole::kParameter, RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(registry.Register({"blob", blob.data(), blob.size(), DType::kUnknown, {},
+                                 StateRole::kOther, RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(registry.Register({"empty", nullptr, 0, DType::kF32, {}, StateRole::kOther,
+                                 RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(registry.Register({"flags", bools.data(), 3, DType::kBool, {3}, StateRole::kOther,
+                                 RestorePolicy::kCheckpoint, false}).ok());
+  CheckpointWriteOptions options;
+  options.chunk_bytes = 64;  // forces chunks split across the trailing dimensions, with edges
+  CheckpointMeta meta = Meta(2, 1);
+  meta.plan_json.clear();
+  const std::string path = dir.path() + "/odd.h5";
+  ASSERT_TRUE(WriteCheckpoint(path, meta, {{0, &registry, 9}}, options).ok());
+  StatusOr<Checkpoint> ckpt = ReadCheckpoint(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  EXPECT_TRUE(ckpt->meta.plan_json.empty());
+  const SavedEntry* w = ckpt->Find(0, "w.bf16");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype, DType::kBF16);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{3, 5, 7}));
+  EXPECT_EQ(0, std::memcmp(w->data.data(), bf16.data(), bf16.size() * 2));
+  EXPECT_EQ(std::string(ckpt->Find(0, "blob")->data.begin(), ckpt->Find(0, "blob")->data.end()), blob);
+  EXPECT_TRUE(ckpt->Find(0, "empty")->data.empty());
+  std::vector<uint16_t> bf16_back(bf16.size(), 0);
+  std::string blob_back(blob.size(), ' ');
+  std::vector<int8_t> bools_back(3, 7);
+  StateRegistry into;
+  ASSERT_TRUE(into.Register({"w.bf16", bf16_back.data(), bf16.size() * 2, DType::kBF16, {3, 5, 7},
+                             StateRole::kParameter, RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(into.Register({"blob", blob_back.data(), blob.size(), DType::kUnknown, {},
+                             StateRole::kOther, RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(into.Register({"empty", nullptr, 0, DType::kF32, {}, StateRole::kOther,
+                             RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(into.Register({"flags", bools_back.data(), 3, DType::kBool, {3}, StateRole::kOther,
+                             RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(RestoreRank(*ckpt, 0, into).ok());
+  EXPECT_EQ(bf16_back, bf16);
+  EXPECT_EQ(blob_back, blob);
+  EXPECT_EQ(bools_back, bools);
+  EXPECT_EQ(StateDigest(into), StateDigest(registry));
+}
+
 TEST(CheckpointFile, SameStateSameBytesForAnyThreadCount) {
   TempDir dir;
   auto ranks = MakeRanks(1, 300032);
