@@ -1,0 +1,480 @@
+#include "replay/compare.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "base/coding.h"
+#include "base/file.h"
+
+namespace dgrr::replay {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+StatusOr<json> ReadJsonFile(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Status::Corruption(path + ": not valid JSON");
+  return parsed;
+}
+
+void Flatten(const json& value, const std::string& prefix, std::map<std::string, std::string>* out) {
+  if (value.is_object() && !value.empty()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      Flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    }
+  } else if (value.is_array() && !value.empty()) {
+    for (size_t i = 0; i < value.size(); ++i) {
+      Flatten(value[i], prefix + "[" + std::to_string(i) + "]", out);
+    }
+  } else {
+    (*out)[prefix.empty() ? "(root)" : prefix] = value.dump();
+  }
+}
+
+// Both JSON files when both exist; differences key by key.
+Status DiffJsonFiles(const std::string& path_a, const std::string& path_b, bool environment,
+                     bool* available, std::vector<KeyDifference>* differences) {
+  *available = !path_a.empty() && !path_b.empty();
+  if (!*available) return Status::OK();
+  DGRR_ASSIGN_OR_RETURN(json a, ReadJsonFile(path_a));
+  DGRR_ASSIGN_OR_RETURN(json b, ReadJsonFile(path_b));
+  if (environment) {
+    a = EnvironmentForDiff(a);
+    b = EnvironmentForDiff(b);
+  }
+  *differences = DiffJson(a, b);
+  return Status::OK();
+}
+
+// Pairs before `prefix` kept as the identity, the rest aligned by the
+// schedule-tolerant mapper; one Alignment over the whole sequences.
+Alignment AlignFromFirstMismatch(const std::vector<BoundaryItem>& a,
+                                 const std::vector<BoundaryItem>& b, uint64_t prefix,
+                                 const MapperOptions& options) {
+  Alignment whole;
+  whole.pairs.reserve(std::min(a.size(), b.size()));
+  for (uint64_t k = 0; k < prefix; ++k) whole.pairs.push_back({k, k, PairOrigin::kLockstep});
+  std::span<const BoundaryItem> rest_a(a.data() + prefix, a.size() - prefix);
+  std::span<const BoundaryItem> rest_b(b.data() + prefix, b.size() - prefix);
+  if (rest_a.empty() || rest_b.empty()) {
+    for (uint64_t i = prefix; i < a.size(); ++i) whole.unmatched_a.push_back(i);
+    for (uint64_t j = prefix; j < b.size(); ++j) whole.unmatched_b.push_back(j);
+  } else {
+    Alignment rest = AlignTolerant(rest_a, rest_b, options);
+    for (const AlignedPair& p : rest.pairs) {
+      whole.pairs.push_back({p.index_a + prefix, p.index_b + prefix, p.origin});
+    }
+    for (const auto& [i, j] : rest.anchors) whole.anchors.push_back({i + prefix, j + prefix});
+    for (uint64_t i : rest.unmatched_a) whole.unmatched_a.push_back(i + prefix);
+    for (uint64_t j : rest.unmatched_b) whole.unmatched_b.push_back(j + prefix);
+    whole.stats = rest.stats;
+  }
+  AlignmentStats& s = whole.stats;
+  s.length_a = a.size();
+  s.length_b = b.size();
+  s.length_ratio = a.empty() ? 0.0 : static_cast<double>(b.size()) / static_cast<double>(a.size());
+  const uint64_t total = a.size() + b.size();
+  s.unmatched_fraction =
+      total == 0 ? 0.0
+                 : static_cast<double>(whole.unmatched_a.size() + whole.unmatched_b.size()) /
+                       static_cast<double>(total);
+  s.anchors = whole.anchors.size();
+  const uint64_t longer = std::max(a.size(), b.size());
+  s.anchor_density = longer == 0 ? 0.0 : static_cast<double>(s.anchors) / static_cast<double>(longer);
+  s.lockstep = prefix == a.size() && prefix == b.size();
+  return whole;
+}
+
+uint64_t FirstKeyMismatch(const std::vector<BoundaryItem>& a, const std::vector<BoundaryItem>& b,
+                          bool compare_rank) {
+  const uint64_t n = std::min(a.size(), b.size());
+  uint64_t k = 0;
+  while (k < n && Pairable(a[k].key, b[k].key, compare_rank)) ++k;
+  return k;
+}
+
+StatusOr<ReportedBoundary> Report(const RunInput& run, const NameTable& names,
+                                  const BoundaryItem& item, uint64_t index) {
+  DGRR_ASSIGN_OR_RETURN(BoundaryDetail detail, LoadBoundaryDetail(run, names, item));
+  ReportedBoundary out;
+  out.trace = detail.trace_path;
+  out.record_index = item.record_index;
+  out.index = index;
+  out.name = detail.name;
+  out.record = detail.record;
+  return out;
+}
+
+StatusOr<ReportedPair> ReportPair(const RunInput& ra, const NameTable& na, const RunInput& rb,
+                                  const NameTable& nb, const PairView& view) {
+  ReportedPair pair;
+  pair.ordinal = view.ordinal;
+  pair.status = view.status;
+  DGRR_ASSIGN_OR_RETURN(pair.a, Report(ra, na, view.a, view.index_a));
+  DGRR_ASSIGN_OR_RETURN(pair.b, Report(rb, nb, view.b, view.index_b));
+  return pair;
+}
+
+SideSummary Summarise(const RunInput& run, const BoundaryStream& stream) {
+  SideSummary s;
+  s.path = run.path;
+  s.is_run_dir = run.is_run_dir;
+  s.world_size = run.world_size;
+  s.trace_paths = run.trace_paths;
+  s.boundaries = stream.produced();
+  s.ignored = stream.ignored();
+  s.warnings = stream.warnings();
+  return s;
+}
+
+// The streaming pass; true when the sequences lined up to their ends.
+StatusOr<bool> TryLockstep(BoundaryStream& sa, BoundaryStream& sb, bool compare_rank,
+                           const CertifyOptions& certify_options, size_t chunk,
+                           CertifyReport* report) {
+  LockstepComparer comparer(compare_rank, certify_options);
+  std::vector<BoundaryItem> ca, cb;
+  for (;;) {
+    DGRR_RETURN_IF_ERROR(sa.Read(chunk, &ca));
+    DGRR_RETURN_IF_ERROR(sb.Read(chunk, &cb));
+    if (ca.empty() && cb.empty()) break;
+    if (!comparer.Feed(ca, cb)) return false;
+  }
+  *report = comparer.Finish();
+  return true;
+}
+
+}  // namespace
+
+std::vector<KeyDifference> DiffJson(const json& a, const json& b) {
+  std::map<std::string, std::string> flat_a, flat_b;
+  Flatten(a, "", &flat_a);
+  Flatten(b, "", &flat_b);
+  std::vector<KeyDifference> out;
+  auto ia = flat_a.begin();
+  auto ib = flat_b.begin();
+  while (ia != flat_a.end() || ib != flat_b.end()) {
+    if (ib == flat_b.end() || (ia != flat_a.end() && ia->first < ib->first)) {
+      out.push_back({ia->first, ia->second, std::nullopt});
+      ++ia;
+    } else if (ia == flat_a.end() || ib->first < ia->first) {
+      out.push_back({ib->first, std::nullopt, ib->second});
+      ++ib;
+    } else {
+      if (ia->second != ib->second) out.push_back({ia->first, ia->second, ib->second});
+      ++ia;
+      ++ib;
+    }
+  }
+  return out;
+}
+
+json EnvironmentForDiff(const json& env) {
+  json out = env;
+  if (!out.is_object()) return out;
+  out.erase("collected_unix_ns");
+  out.erase("digest");
+  if (out.contains("host") && out["host"].is_object()) out["host"].erase("hostname");
+  if (out.contains("controls") && out["controls"].is_array()) {
+    json by_name = json::object();
+    for (const json& control : out["controls"]) {
+      if (!control.is_object() || !control.contains("name") || !control["name"].is_string()) continue;
+      json fields = control;
+      fields.erase("name");
+      by_name[control["name"].get<std::string>()] = fields;
+    }
+    out["controls"] = by_name;
+  }
+  return out;
+}
+
+StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
+                                    const CompareOptions& options) {
+  DGRR_ASSIGN_OR_RETURN(RunInput ra, OpenRunInput(a));
+  DGRR_ASSIGN_OR_RETURN(RunInput rb, OpenRunInput(b));
+  CompareResult result;
+  result.ranks_paired = RanksComparable(ra.world_size, rb.world_size);
+
+  result.config_digests_differ = ra.headers.front().config_digest != rb.headers.front().config_digest;
+  result.env_digests_differ = ra.headers.front().env_digest != rb.headers.front().env_digest;
+  DGRR_RETURN_IF_ERROR(DiffJsonFiles(ra.config_path, rb.config_path, false,
+                                     &result.configs_available, &result.config_differences));
+  DGRR_RETURN_IF_ERROR(DiffJsonFiles(ra.env_path, rb.env_path, true,
+                                     &result.environments_available,
+                                     &result.environment_differences));
+
+  const RankOrder order = result.ranks_paired ? RankOrder::kByRank : RankOrder::kByExample;
+  const ItemFilter filter{options.ignore_globs};
+  CertifyOptions certify_options;
+  certify_options.context = options.context;
+  certify_options.isolation_window = std::max<uint32_t>(1, options.isolation_window);
+
+  DGRR_ASSIGN_OR_RETURN(auto sa, BoundaryStream::Open(ra, order, filter));
+  DGRR_ASSIGN_OR_RETURN(auto sb, BoundaryStream::Open(rb, order, filter));
+  bool streamed = false;
+  if (!options.keep_sequences) {
+    DGRR_ASSIGN_OR_RETURN(streamed, TryLockstep(*sa, *sb, result.ranks_paired, certify_options,
+                                                std::max<size_t>(1, options.chunk_items),
+                                                &result.certify));
+  }
+  if (streamed) {
+    result.lockstep = true;
+    result.lockstep_prefix = sa->produced();
+    result.stats.length_a = sa->produced();
+    result.stats.length_b = sb->produced();
+    result.stats.length_ratio = sa->produced() == 0 ? 0.0 : 1.0;
+    result.stats.lockstep = true;
+  } else {
+    // The keys stopped lining up (or the caller wants everything): read both
+    // sides again into memory and align from the first key mismatch on.
+    DGRR_ASSIGN_OR_RETURN(sa, BoundaryStream::Open(ra, order, filter));
+    DGRR_ASSIGN_OR_RETURN(sb, BoundaryStream::Open(rb, order, filter));
+    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_a, ReadAllItems(*sa));
+    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_b, ReadAllItems(*sb));
+    MapperOptions mapper;
+    mapper.compare_rank = result.ranks_paired;
+    mapper.band = options.band;
+    result.lockstep_prefix = FirstKeyMismatch(items_a, items_b, result.ranks_paired);
+    Alignment alignment =
+        AlignFromFirstMismatch(items_a, items_b, result.lockstep_prefix, mapper);
+    result.certify = Certify(items_a, items_b, alignment, certify_options);
+    result.lockstep = alignment.stats.lockstep;
+    result.stats = alignment.stats;
+    result.unmatched_a = alignment.unmatched_a.size();
+    result.unmatched_b = alignment.unmatched_b.size();
+    if (options.keep_sequences) {
+      result.items_a = std::move(items_a);
+      result.items_b = std::move(items_b);
+      result.alignment = std::move(alignment);
+      result.names_a = sa->names();
+      result.names_b = sb->names();
+    }
+  }
+  result.a = Summarise(ra, *sa);
+  result.b = Summarise(rb, *sb);
+
+  const CertifyReport& c = result.certify;
+  if (c.first_divergence) {
+    DGRR_ASSIGN_OR_RETURN(result.first_divergence,
+                          ReportPair(ra, sa->names(), rb, sb->names(), *c.first_divergence));
+    for (const PairView& v : c.before) {
+      DGRR_ASSIGN_OR_RETURN(ReportedPair p, ReportPair(ra, sa->names(), rb, sb->names(), v));
+      result.before.push_back(std::move(p));
+    }
+    for (const PairView& v : c.after) {
+      DGRR_ASSIGN_OR_RETURN(ReportedPair p, ReportPair(ra, sa->names(), rb, sb->names(), v));
+      result.after.push_back(std::move(p));
+    }
+  }
+  return result;
+}
+
+// ---- JSON ------------------------------------------------------------------
+
+namespace {
+
+std::vector<uint64_t> StoredDims(const trace::BoundaryRecord& r) {
+  const size_t shown = r.ndim <= trace::kInlineDims ? r.ndim : trace::kInlineDims - 1;
+  return std::vector<uint64_t>(r.dims.begin(), r.dims.begin() + shown);
+}
+
+std::string ShapeText(const trace::BoundaryRecord& r) {
+  std::string s = "[";
+  std::vector<uint64_t> dims = StoredDims(r);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) s.push_back(',');
+    s.append(std::to_string(dims[i]));
+  }
+  if (r.ndim > trace::kInlineDims) s += ",...";
+  return s + "]";
+}
+
+ordered_json BoundaryJson(const ReportedBoundary& x) {
+  const trace::BoundaryRecord& r = x.record;
+  return {{"trace", x.trace},
+          {"record_index", x.record_index},
+          {"index", x.index},
+          {"step", r.step},
+          {"rank", r.rank},
+          {"phase", std::string(trace::PhaseName(r.phase))},
+          {"direction", std::string(trace::DirectionName(r.direction))},
+          {"name", x.name},
+          {"dtype", std::string(DTypeName(r.dtype))},
+          {"ndim", r.ndim},
+          {"shape", StoredDims(r)},
+          {"first_example", r.first_example},
+          {"example_count", r.example_count},
+          {"xor64", Hex64(r.xor64)},
+          {"xxh3", Hex64(r.xxh3)}};
+}
+
+const char* StatusName(PairStatus s) { return s == PairStatus::kEqual ? "equal" : "differs"; }
+
+ordered_json PairJson(const ReportedPair& p) {
+  return {{"ordinal", p.ordinal},
+          {"status", StatusName(p.status)},
+          {"a", BoundaryJson(p.a)},
+          {"b", BoundaryJson(p.b)}};
+}
+
+ordered_json SideJson(const SideSummary& s) {
+  return {{"path", s.path},
+          {"kind", s.is_run_dir ? "run_dir" : "trace"},
+          {"world_size", s.world_size},
+          {"traces", s.trace_paths},
+          {"boundaries", s.boundaries},
+          {"ignored", s.ignored},
+          {"warnings", s.warnings}};
+}
+
+ordered_json DifferencesJson(const std::vector<KeyDifference>& diffs) {
+  ordered_json out = ordered_json::array();
+  for (const KeyDifference& d : diffs) {
+    out.push_back({{"key", d.key},
+                   {"a", d.a ? ordered_json(*d.a) : ordered_json(nullptr)},
+                   {"b", d.b ? ordered_json(*d.b) : ordered_json(nullptr)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+ordered_json CompareJson(const CompareResult& r) {
+  const CertifyReport& c = r.certify;
+  const AlignmentStats& s = r.stats;
+  ordered_json out;
+  out["schema"] = "dgrr.compare/1";
+  out["verdict"] = r.diverged() ? "divergence" : "no_divergence";
+  out["a"] = SideJson(r.a);
+  out["b"] = SideJson(r.b);
+  out["ranks"] = r.ranks_paired ? "paired" : "merged";
+  out["config"] = {{"available", r.configs_available},
+                   {"digests_differ", r.config_digests_differ},
+                   {"differences", DifferencesJson(r.config_differences)}};
+  out["environment"] = {{"available", r.environments_available},
+                        {"digests_differ", r.env_digests_differ},
+                        {"differences", DifferencesJson(r.environment_differences)}};
+  out["alignment"] = {{"mode", r.lockstep ? "lockstep" : "tolerant"},
+                      {"lockstep_prefix", r.lockstep_prefix},
+                      {"length_a", s.length_a},
+                      {"length_b", s.length_b},
+                      {"length_ratio", s.length_ratio},
+                      {"unmatched_a", r.unmatched_a},
+                      {"unmatched_b", r.unmatched_b},
+                      {"unmatched_fraction", s.unmatched_fraction},
+                      {"anchors", s.anchors},
+                      {"anchor_density", s.anchor_density},
+                      {"windows", s.windows},
+                      {"largest_window", s.largest_window},
+                      {"window_pairs", s.window_pairs},
+                      {"rescued_pairs", s.rescued_pairs}};
+  out["certification"] = {{"pairs", c.pairs},
+                          {"certified_pairs", c.certified_pairs},
+                          {"certified_steps", c.certified_steps},
+                          {"differing_pairs", c.differing},
+                          {"later_differing_pairs", c.later_differing}};
+  if (r.first_divergence) {
+    ordered_json before = ordered_json::array(), after = ordered_json::array();
+    for (const ReportedPair& p : r.before) before.push_back(PairJson(p));
+    for (const ReportedPair& p : r.after) after.push_back(PairJson(p));
+    out["divergence"] = {{"kind", DivergenceKindName(c.kind)},
+                         {"first", PairJson(*r.first_divergence)},
+                         {"before", before},
+                         {"after", after}};
+  } else {
+    out["divergence"] = nullptr;
+  }
+  return out;
+}
+
+// ---- text ------------------------------------------------------------------
+
+namespace {
+
+std::string Describe(const ReportedBoundary& x) {
+  const trace::BoundaryRecord& r = x.record;
+  std::ostringstream o;
+  o << "step " << r.step << " rank " << r.rank << " " << trace::PhaseName(r.phase) << " "
+    << trace::DirectionName(r.direction) << " " << x.name << " " << DTypeName(r.dtype)
+    << ShapeText(r) << " examples " << r.first_example << "+" << r.example_count;
+  return o.str();
+}
+
+void PrintDifferences(std::ostringstream& o, const char* what, bool available, bool digests_differ,
+                      const std::vector<KeyDifference>& diffs) {
+  if (!available) {
+    o << what << ": not available for both runs"
+      << (digests_differ ? " (the trace headers' digests differ)" : "") << "\n";
+    return;
+  }
+  if (diffs.empty()) {
+    o << what << ": identical\n";
+    return;
+  }
+  o << what << ": " << diffs.size() << " difference" << (diffs.size() == 1 ? "" : "s")
+    << " (a likely explanation)\n";
+  for (const KeyDifference& d : diffs) {
+    o << "  " << d.key << ": " << d.a.value_or("(absent)") << " | " << d.b.value_or("(absent)")
+      << "\n";
+  }
+}
+
+void PrintContextPair(std::ostringstream& o, const ReportedPair& p, const char* marker) {
+  o << "  " << marker << " #" << p.ordinal << " " << StatusName(p.status) << "  "
+    << Describe(p.a) << "\n";
+}
+
+}  // namespace
+
+std::string CompareText(const CompareResult& r) {
+  std::ostringstream o;
+  const CertifyReport& c = r.certify;
+  const AlignmentStats& s = r.stats;
+  o << "compare A=" << r.a.path << " (" << r.a.world_size << " rank"
+    << (r.a.world_size == 1 ? "" : "s") << ", " << r.a.boundaries << " boundaries)\n"
+    << "        B=" << r.b.path << " (" << r.b.world_size << " rank"
+    << (r.b.world_size == 1 ? "" : "s") << ", " << r.b.boundaries << " boundaries)\n";
+  if (r.a.ignored + r.b.ignored > 0) {
+    o << "ignored: " << r.a.ignored << " in A, " << r.b.ignored << " in B (--ignore)\n";
+  }
+  PrintDifferences(o, "config", r.configs_available, r.config_digests_differ,
+                   r.config_differences);
+  PrintDifferences(o, "environment", r.environments_available, r.env_digests_differ,
+                   r.environment_differences);
+  o << "ranks: " << (r.ranks_paired ? "paired rank by rank" : "merged (world sizes differ)")
+    << "\n";
+  if (r.lockstep) {
+    o << "alignment: lockstep, " << c.pairs << " pairs\n";
+  } else {
+    o.setf(std::ios::fixed);
+    o.precision(4);
+    o << "alignment: tolerant after " << r.lockstep_prefix << " lockstep pairs; " << c.pairs
+      << " pairs, " << r.unmatched_a << " only in A, " << r.unmatched_b << " only in B\n"
+      << "  length ratio " << s.length_ratio << ", unmatched fraction " << s.unmatched_fraction
+      << ", anchor density " << s.anchor_density << ", largest window " << s.largest_window
+      << "\n";
+  }
+  o << "certified prefix: " << c.certified_pairs << " pairs, " << c.certified_steps << " steps\n";
+  if (!r.first_divergence) {
+    o << "result: no divergence\n";
+    return o.str();
+  }
+  const ReportedPair& d = *r.first_divergence;
+  o << "first divergence: pair #" << d.ordinal << ": " << Describe(d.a) << "\n"
+    << "  A xor64=" << Hex64(d.a.record.xor64) << " xxh3=" << Hex64(d.a.record.xxh3) << "  record #"
+    << d.a.record_index << " of " << d.a.trace << "\n"
+    << "  B xor64=" << Hex64(d.b.record.xor64) << " xxh3=" << Hex64(d.b.record.xxh3) << "  record #"
+    << d.b.record_index << " of " << d.b.trace << "\n";
+  if (!r.before.empty() || !r.after.empty()) o << "context:\n";
+  for (const ReportedPair& p : r.before) PrintContextPair(o, p, " ");
+  PrintContextPair(o, d, ">");
+  for (const ReportedPair& p : r.after) PrintContextPair(o, p, " ");
+  o << "later differing pairs: " << c.later_differing << "; the divergence is "
+    << DivergenceKindName(c.kind) << "\n"
+    << "result: divergence\n";
+  return o.str();
+}
+
+}  // namespace dgrr::replay

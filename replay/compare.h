@@ -1,0 +1,121 @@
+// Comparing two runs end to end: the trace-file front end of the mapper and
+// certification (docs/compare.md, sections 6-8; JSON: docs/json/compare.md).
+//
+//   CompareOptions options;  options.context = 3;
+//   auto result = CompareRuns("runs/a", "runs/b", options);
+//   if (result.ok()) std::cout << CompareText(*result);   // or CompareJson()
+//
+// Configs and environment fingerprints are diffed key by key first. Then the
+// boundaries are streamed through LockstepComparer in chunks; only when the
+// keys stop lining up are both sides loaded into memory, the pairs before the
+// first key mismatch kept as they are and the rest handed to the
+// schedule-tolerant mapper.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "replay/certify.h"
+#include "replay/mapper.h"
+#include "replay/trace_items.h"
+
+namespace dgrr::replay {
+
+struct CompareOptions {
+  std::vector<std::string> ignore_globs;  // --ignore: dropped from both sides first
+  uint32_t context = 3;                   // --context: pairs shown around the divergence
+  uint32_t band = 32;                     // --band: the tolerant mapper's DP band
+  uint32_t isolation_window = 8;
+  size_t chunk_items = 1 << 16;           // lockstep streaming chunk
+  // Keep both sequences and the whole alignment in the result (the Perfetto
+  // export needs them); forces the in-memory path.
+  bool keep_sequences = false;
+};
+
+// One key of config.json or of the environment fingerprint whose values
+// differ; a value is the compact JSON text, absent when the key is missing.
+struct KeyDifference {
+  std::string key;
+  std::optional<std::string> a;
+  std::optional<std::string> b;
+};
+
+struct SideSummary {
+  std::string path;
+  bool is_run_dir = false;
+  uint32_t world_size = 1;
+  std::vector<std::string> trace_paths;
+  uint64_t boundaries = 0;  // compared (after --ignore)
+  uint64_t ignored = 0;     // dropped by --ignore
+  std::vector<std::string> warnings;  // torn tails
+};
+
+// A boundary of one pair as reported: its record re-read from its trace.
+struct ReportedBoundary {
+  std::string trace;
+  uint64_t record_index = 0;
+  uint64_t index = 0;  // position in the compared sequence
+  std::string name;
+  trace::BoundaryRecord record;
+};
+
+struct ReportedPair {
+  uint64_t ordinal = 0;
+  PairStatus status = PairStatus::kEqual;
+  ReportedBoundary a;
+  ReportedBoundary b;
+};
+
+struct CompareResult {
+  SideSummary a, b;
+  bool ranks_paired = true;  // RanksComparable: rank r with rank r
+
+  // Listed first: the likely explanation of a divergence.
+  bool configs_available = false;  // both config.json found
+  bool config_digests_differ = false;
+  std::vector<KeyDifference> config_differences;
+  bool environments_available = false;
+  bool env_digests_differ = false;
+  std::vector<KeyDifference> environment_differences;
+
+  bool lockstep = false;        // the sequences lined up end to end
+  uint64_t lockstep_prefix = 0; // pairs before the first key mismatch
+  AlignmentStats stats;         // over the whole sequences
+  uint64_t unmatched_a = 0;     // deletions
+  uint64_t unmatched_b = 0;     // insertions
+
+  CertifyReport certify;
+  std::optional<ReportedPair> first_divergence;
+  std::vector<ReportedPair> before, after;
+
+  // Only with CompareOptions::keep_sequences.
+  std::vector<BoundaryItem> items_a, items_b;
+  Alignment alignment;
+  NameTable names_a, names_b;
+
+  bool diverged() const { return certify.first_divergence.has_value(); }
+};
+
+// Compares run (or trace) `a` with `b`. NotFound/IOError (exit 2) for a
+// missing or unreadable file, Corruption (exit 3) for an invalid trace or
+// JSON file, each naming the file. A divergence is a successful result.
+StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
+                                    const CompareOptions& options);
+
+// Key-by-key differences of two JSON documents, flattened to dotted paths
+// ("optimizer.lr", "layers[2]"); sorted by key.
+std::vector<KeyDifference> DiffJson(const nlohmann::json& a, const nlohmann::json& b);
+// The environment fingerprint (dgrr.env/1) prepared for diffing: the per-run
+// fields (collected_unix_ns, host.hostname) dropped, controls keyed by name.
+nlohmann::json EnvironmentForDiff(const nlohmann::json& env);
+
+// The dgrr.compare/1 document (docs/json/compare.md).
+nlohmann::ordered_json CompareJson(const CompareResult& result);
+// The short human report.
+std::string CompareText(const CompareResult& result);
+
+}  // namespace dgrr::replay
