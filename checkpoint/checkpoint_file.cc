@@ -820,6 +820,10 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
       out.state_digest != header.state_digest) {
     return Status::Corruption(path + ": /: format_version, step or state_digest disagree with the header");
   }
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(file.get(), path + ": /"));
+  if (top != std::vector<std::string>{"meta", "ranks", "replicated"}) {
+    return Status::Corruption(path + ": /: expected exactly the groups meta, ranks, replicated");
+  }
   DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(file.get(), path, "/replicated"));
   DGRR_RETURN_IF_ERROR(ReadRanks(file.get(), path, out));
   DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> meta, ReadGroup(file.get(), path, "/meta"));

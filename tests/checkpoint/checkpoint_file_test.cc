@@ -197,6 +197,26 @@ TEST(CheckpointFile, OddDtypesShapesAndEmptyEntriesRoundTrip) {
   EXPECT_EQ(StateDigest(into), StateDigest(registry));
 }
 
+TEST(CheckpointFile, CompressibleStateIsStoredCompressedAndDecodedInProcess) {
+  TempDir dir;
+  std::vector<int32_t> counts(300000);
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int32_t>(1000 + i % 50);
+  StateRegistry registry;
+  ASSERT_TRUE(registry.Register({"counts", counts.data(), counts.size() * 4, DType::kI32, {},
+                                 StateRole::kCounter, RestorePolicy::kCheckpoint, true}).ok());
+  const std::string path = dir.path() + "/z.h5";
+  CheckpointWriteOptions options;
+  options.chunk_bytes = 256 << 10;  // several chunks, the last one partial
+  ASSERT_TRUE(WriteCheckpoint(path, Meta(1, 1), {{0, &registry, 0}}, options).ok());
+  EXPECT_LT(*FileSize(path), counts.size() * 4 / 20) << "stored as zstd frames";
+  StatusOr<Checkpoint> ckpt = ReadCheckpoint(path);  // decoded by the registered filter
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const SavedEntry* saved = ckpt->Find(0, "counts");
+  ASSERT_NE(saved, nullptr);
+  ASSERT_EQ(saved->data.size(), counts.size() * 4);
+  EXPECT_EQ(0, std::memcmp(saved->data.data(), counts.data(), saved->data.size()));
+}
+
 TEST(CheckpointFile, SameStateSameBytesForAnyThreadCount) {
   TempDir dir;
   auto ranks = MakeRanks(1, 300032);
