@@ -22,14 +22,16 @@ StatusOr<Preset> PresetByName(std::string_view name) {
   Preset preset;
   preset.name = std::string(name);
   if (name == "tiny") {
-    preset.model = GptConfig{.seq_len = 16, .num_layers = 2, .channels = 64, .num_heads = 2};
+    preset.model = GptConfig{.seq_len = 16, .num_layers = 2, .channels = 64, .num_heads = 2,
+                             .attn_dropout = 0.05f, .resid_dropout = 0.05f};
     preset.train = TrainDefaults{.batch_size = 8, .learning_rate = 3e-3f, .min_learning_rate = 3e-4f,
                                  .warmup_steps = 10, .total_steps = 200, .weight_decay = 0.01f,
                                  .grad_clip = 1.0f};
     return preset;
   }
   if (name == "small") {
-    preset.model = GptConfig{.seq_len = 64, .num_layers = 4, .channels = 128, .num_heads = 4};
+    preset.model = GptConfig{.seq_len = 64, .num_layers = 4, .channels = 128, .num_heads = 4,
+                             .attn_dropout = 0.1f, .resid_dropout = 0.1f};
     preset.train = TrainDefaults{.batch_size = 16, .learning_rate = 3e-3f, .min_learning_rate = 3e-4f,
                                  .warmup_steps = 20, .total_steps = 300, .weight_decay = 0.01f,
                                  .grad_clip = 1.0f};

@@ -15,14 +15,16 @@ Status InProcessRankGroup::AllGather(int rank, const Fingerprint& mine,
   }
   std::unique_lock<std::mutex> lock(mu_);
   // Wait until the previous round has been fully read by every rank.
-  cv_.wait(lock, [&] { return departed_ == 0; });
+  cv_.wait(lock, [&] { return departed_ == 0 || !aborted_.ok(); });
+  if (!aborted_.ok()) return aborted_;
   const uint64_t my_round = round_;
   slots_[static_cast<size_t>(rank)] = mine;
   if (++arrived_ == world_size_) {
     ++round_;
     cv_.notify_all();
   } else {
-    cv_.wait(lock, [&] { return round_ != my_round; });
+    cv_.wait(lock, [&] { return round_ != my_round || !aborted_.ok(); });
+    if (round_ == my_round) return aborted_;
   }
   *all = slots_;
   if (++departed_ == world_size_) {
@@ -31,6 +33,12 @@ Status InProcessRankGroup::AllGather(int rank, const Fingerprint& mine,
     cv_.notify_all();
   }
   return Status::OK();
+}
+
+void InProcessRankGroup::Abort(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_.ok()) aborted_ = why.ok() ? Status::Internal("rank group aborted") : why;
+  cv_.notify_all();
 }
 
 std::vector<int> OutlierRanks(const std::vector<Fingerprint>& fingerprints) {

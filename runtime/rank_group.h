@@ -29,8 +29,12 @@ class InProcessRankGroup final : public RankGroup {
   explicit InProcessRankGroup(int world_size);
   int world_size() const override { return world_size_; }
   Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) override;
+  // Wakes every waiting rank and makes this and every later AllGather return
+  // `why`: a rank that failed must not leave the others waiting for it.
+  void Abort(const Status& why);
 
  private:
+  Status aborted_;
   const int world_size_;
   std::mutex mu_;
   std::condition_variable cv_;

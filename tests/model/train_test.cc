@@ -36,6 +36,9 @@ TrainResult Train(const Preset& preset, int steps, int threads) {
                             .warmup_steps = d.warmup_steps, .total_steps = steps};
   std::vector<uint8_t> examples(B * window);
   std::vector<float> grad(model->num_parameters());
+  SplitMixDropoutMasks masks(3);  // the presets train with dropout
+  ExampleHooks hooks;
+  hooks.masks = &masks;
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
@@ -43,7 +46,8 @@ TrainResult Train(const Preset& preset, int steps, int threads) {
       const uint8_t* ex = data->Example((step * B + j) % data->num_examples());
       std::copy(ex, ex + window, examples.begin() + j * window);
     }
-    auto loss = batch.ComputeMeanGradient(model->parameters(), examples.data(), B, 0, {}, grad.data());
+    auto loss = batch.ComputeMeanGradient(model->parameters(), examples.data(), B, step * B, hooks,
+                                          grad.data());
     EXPECT_TRUE(loss.ok()) << loss.status().ToString();
     result.losses.push_back(loss.ok() ? *loss : NAN);
     ClipGradientsByGlobalNorm(grad.data(), grad.size(), d.grad_clip);

@@ -1,0 +1,789 @@
+#include "model/trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/coding.h"
+#include "base/file.h"
+#include "model/adamw.h"
+#include "model/batch.h"
+#include "model/gpt.h"
+#include "model/schedule.h"
+#include "model/tree_reduce.h"
+#include "rng/distributions.h"
+#include "rng/rng_streams.h"
+#include "runtime/session.h"
+
+namespace dgrr::model {
+namespace {
+
+using trace::Direction;
+using trace::Phase;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kTokensBoundary = "data.tokens";
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// What kind of operator produced a forward boundary; only `trusted` mode
+// looks at it (runtime/recording_mode.h).
+OpKind KindOf(std::string_view name, model::Phase phase) {
+  if (phase != model::Phase::kForward) return OpKind::kOther;
+  if (EndsWith(name, ".qkv.out") || EndsWith(name, ".proj.out") || EndsWith(name, ".fc.out") ||
+      name == "lm_head.logits") {
+    return OpKind::kMatmul;
+  }
+  if (EndsWith(name, ".gelu.out") || EndsWith(name, ".dropout.out") ||
+      EndsWith(name, ".residual.out")) {
+    return OpKind::kElementwise;
+  }
+  if (name == "loss") return OpKind::kLoss;
+  if (name == "embed.out") return OpKind::kEmbedding;
+  return OpKind::kOther;
+}
+
+trace::Phase TracePhase(model::Phase p) {
+  switch (p) {
+    case model::Phase::kForward: return Phase::kForward;
+    case model::Phase::kBackward: return Phase::kBackward;
+    case model::Phase::kOptimizer: return Phase::kOptimizer;
+    case model::Phase::kData: return Phase::kData;
+  }
+  return Phase::kForward;
+}
+
+// A barrier that can be broken: when a rank fails, the others must not wait
+// for it forever.
+class Barrier {
+ public:
+  explicit Barrier(int parties) : parties_(parties) {}
+  Status Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!abort_.ok()) return abort_;
+    const uint64_t gen = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return Status::OK();
+    }
+    cv_.wait(lock, [&] { return generation_ != gen || !abort_.ok(); });
+    return generation_ != gen ? Status::OK() : abort_;
+  }
+  void Abort(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abort_.ok()) abort_ = why;
+    cv_.notify_all();
+  }
+
+ private:
+  const int parties_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  Status abort_;
+};
+
+// Collects the names of one example's boundaries, in order.
+class NameCollector final : public BoundaryObserver {
+ public:
+  void OnBoundary(std::string_view name, model::Phase, bool, const float*, std::span<const int64_t>,
+                  uint64_t, uint32_t) override {
+    names.emplace_back(name);
+  }
+  std::vector<std::string> names;
+};
+
+// Dropout keep-masks from per-example Philox streams keyed by
+// (step, example, layer, site): a pure function of those, whatever thread asks.
+class PhiloxMasks final : public DropoutMaskSource {
+ public:
+  PhiloxMasks(const rng::RngStreams& rng, uint64_t step) : rng_(rng), step_(step) {}
+  void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
+                    size_t n) const override {
+    rng::PhiloxStream s = rng_.Stream(
+        rng::Purpose::kDropout,
+        {step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site)});
+    rng::FillBernoulliMask(s, keep, n, rng::BernoulliThresholdUnchecked(1.0 - p));
+  }
+
+ private:
+  const rng::RngStreams& rng_;
+  uint64_t step_;
+};
+
+// The `shared-rng` fault: one generator for all workers, drawn in whatever
+// order they happen to ask (DETrain's motivating bug).
+class SharedGeneratorMasks final : public DropoutMaskSource {
+ public:
+  SharedGeneratorMasks(const rng::RngStreams& rng, uint64_t step)
+      : stream_(rng.Stream(rng::Purpose::kDropout, {step, ~0ull})) {}
+  void FillKeepMask(uint64_t, int, DropoutSite, float p, uint8_t* keep, size_t n) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    rng::FillBernoulliMask(stream_, keep, n, rng::BernoulliThresholdUnchecked(1.0 - p));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable rng::PhiloxStream stream_;
+};
+
+// One recorded item of one example, fingerprinted on a worker thread.
+uint64_t ElementCount(std::span<const int64_t> dims) {
+  uint64_t n = 1;
+  for (int64_t d : dims) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+struct Slot {
+  int boundary = -1;  // index into the rank's per-example handles; -1: an event
+  int ndim = 0;
+  int64_t dims[kMaxTensorDims] = {};
+  uint64_t bytes = 0;
+  Fingerprint fp;
+  std::string event;  // payload of a fault-injected EVENT
+};
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config) {
+  DGRR_RETURN_IF_ERROR(config.Validate());
+  DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(config));
+  gpt.Initialize(SplitMixNormalFill(0));
+  std::vector<uint8_t> tokens(static_cast<size_t>(config.seq_len) + 1, 'a');
+  SplitMixDropoutMasks masks(0);
+  NameCollector names;
+  ExampleHooks hooks;
+  hooks.observer = &names;
+  hooks.masks = &masks;
+  ExampleEngine<float> engine(config);
+  std::vector<float> grad(gpt.num_parameters());
+  engine.Forward(gpt.parameters(), tokens.data(), 0, hooks);
+  engine.Backward(gpt.parameters(), tokens.data(), 0, grad.data(), hooks);
+  return names.names;
+}
+
+// ---------------------------------------------------------------------------
+// Shared state of one run, and each rank's own.
+// ---------------------------------------------------------------------------
+struct Trainer::Impl {
+  struct Rank;
+  explicit Impl(Trainer& t);
+  Status RunRank(int r);
+  Status Step(Rank& rank, int64_t step);
+  Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
+  Status ReduceSlice(int r, int64_t step);
+  Status RecordCollective(Rank& rank, uint64_t first);
+  const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
+
+  Trainer& t;
+  GptConfig model;
+  ParameterLayout layout;
+  rng::RngStreams rng;
+  LrSchedule schedule;
+  InProcessRankGroup group;
+  Barrier barrier;
+  RunId run_id = NewRunId();
+  size_t num_params;
+  int shard;  // examples per rank
+  std::vector<float*> example_grads;   // all B per-example gradient buffers, by global position
+  std::vector<float> example_losses;   // all B per-example losses
+  std::vector<std::unique_ptr<Rank>> ranks;
+  Clock::time_point start;
+  std::function<void(const TrainProgress&)> progress_;
+};
+
+struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
+  Rank(Impl& impl, int r)
+      : impl(impl),
+        r(r),
+        batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard)),
+        params(impl.num_params),
+        grad(impl.num_params),
+        adamw(impl.layout, AdamWOptions{0.9f, 0.95f, 1e-8f, impl.t.preset_.train.weight_decay}),
+        tokens(static_cast<size_t>(impl.shard) * impl.t.data_->window()),
+        slots(static_cast<size_t>(impl.shard)) {}
+
+  // BoundaryObserver, called by workers (per example) and by the rank thread
+  // (per batch: AdamW). Per-example calls touch only their example's slots.
+  void OnBoundary(std::string_view name, model::Phase phase, bool is_output, const float* data,
+                  std::span<const int64_t> dims, uint64_t first_example,
+                  uint32_t example_count) override {
+    if (example_count == 1 && phase != model::Phase::kOptimizer) {
+      auto it = example_index.find(std::string(name));
+      if (it == example_index.end()) return;  // cannot happen: names learned up front
+      const bool recorded = example_handles[static_cast<size_t>(it->second)].recorded;
+      const bool target = IsFlipTarget(name, first_example);
+      if (!recorded && !target) return;  // the mode skips it
+      std::vector<Slot>& mine = slots[first_example - shard_first];
+      if (target) {
+        Slot event;
+        event.event = FiredText(FlipIndex(ElementCount(dims)));
+        mine.push_back(std::move(event));
+        if (!recorded) return;
+      }
+      Slot s;
+      s.boundary = it->second;
+      s.ndim = static_cast<int>(dims.size());
+      uint64_t elements = 1;
+      for (size_t i = 0; i < dims.size(); ++i) {
+        s.dims[i] = dims[i];
+        elements *= static_cast<uint64_t>(dims[i]);
+      }
+      s.bytes = elements * sizeof(float);
+      if (target) {
+        // The operator's output is what got corrupted: the record shows the
+        // flipped tensor, and AfterBoundary flips the real one for the next ops.
+        std::vector<float> flipped(data, data + elements);
+        const uint64_t i = FlipIndex(elements);
+        flipped[i] = BitsToFloat(FloatBits(flipped[i]) ^ (1u << flip->bit));
+        s.fp = FingerprintBytes(flipped.data(), s.bytes);
+      } else {
+        s.fp = FingerprintBytes(data, s.bytes);
+      }
+      mine.push_back(std::move(s));
+      return;
+    }
+    // Per batch, on the rank thread: intern lazily, record at once.
+    auto it = batch_handles.find(std::string(name));
+    if (it == batch_handles.end()) {
+      auto h = session->DeclareBoundary(name, TracePhase(phase),
+                                        is_output ? Direction::kOutput : Direction::kInput,
+                                        phase == model::Phase::kOptimizer ? OpKind::kOptimizer
+                                                                          : OpKind::kOther);
+      if (!h.ok()) return session->DeferError(h.status());
+      it = batch_handles.emplace(std::string(name), *h).first;
+    }
+    if (param_flip != nullptr && phase == model::Phase::kOptimizer && is_output &&
+        name == param_flip->at) {
+      // A silent corruption of this rank's copy of the parameter, right as the
+      // update writes it (data points into this rank's own params).
+      const NamedTensor* tensor = impl.layout.Find(name);
+      const uint64_t i = std::min<uint64_t>(param_flip->index, tensor->size - 1);
+      float& x = params[tensor->offset + i];
+      x = BitsToFloat(FloatBits(x) ^ (1u << param_flip->bit));
+      Status e = session->RecordEvent(trace::EventKind::kFaultInjected,
+                                      param_flip->text + " fired: element " + std::to_string(i));
+      if (!e.ok()) session->DeferError(e);
+    }
+    TensorRef t;
+    t.data = data;
+    t.dtype = DType::kF32;
+    t.ndim = static_cast<int>(dims.size());
+    uint64_t elements = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      t.dims[i] = dims[i];
+      elements *= static_cast<uint64_t>(dims[i]);
+    }
+    t.bytes = elements * sizeof(float);
+    Status s = session->Record(it->second, t, {first_example, example_count});
+    if (!s.ok()) session->DeferError(s);
+  }
+
+  // TensorMutator: the per-example bitflip fault, applied to the real tensor.
+  void AfterBoundary(std::string_view name, model::Phase, float* data, size_t count,
+                     uint64_t first_example) override {
+    if (!IsFlipTarget(name, first_example)) return;
+    const uint64_t i = FlipIndex(count);
+    data[i] = BitsToFloat(FloatBits(data[i]) ^ (1u << flip->bit));
+  }
+
+  bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
+    return flip != nullptr && name == flip->at && first_example == flip_example;
+  }
+  uint64_t FlipIndex(uint64_t count) const { return flip->index < count ? flip->index : 0; }
+  std::string FiredText(uint64_t index) const {
+    return flip->text + " fired: element " + std::to_string(index) + " bit " +
+           std::to_string(flip->bit);
+  }
+
+  Impl& impl;
+  const int r;
+  std::unique_ptr<Session> session;
+  BatchGradients batch;
+  std::vector<float> params, grad;
+  AdamW adamw;
+  std::vector<uint8_t> tokens;
+  std::vector<std::vector<Slot>> slots;  // per local example
+  std::unordered_map<std::string, int> example_index;
+  std::vector<BoundaryHandle> example_handles;
+  BoundaryHandle tokens_handle;
+  std::unordered_map<std::string, BoundaryHandle> batch_handles;
+  std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
+  uint64_t shard_first = 0;                       // global example index of the shard's first
+  const FaultSpec* flip = nullptr;                // active per-example bitflip this step
+  const FaultSpec* param_flip = nullptr;          // active parameter bitflip this step
+  uint64_t flip_example = 0;
+  uint64_t cached_epoch = ~0ull;
+  std::vector<uint32_t> permutation;
+  float loss = 0;
+};
+
+Trainer::Impl::Impl(Trainer& t)
+    : t(t),
+      model(t.preset_.model),
+      layout(t.preset_.model),
+      rng(t.options_.seed),
+      group(t.options_.ranks),
+      barrier(t.options_.ranks),
+      num_params(layout.total_size()),
+      shard(t.batch_ / t.options_.ranks),
+      example_grads(static_cast<size_t>(t.batch_)),
+      example_losses(static_cast<size_t>(t.batch_)) {
+  schedule.max_lr = t.lr_;
+  schedule.min_lr = t.lr_ * 0.1f;
+  schedule.warmup_steps = std::min<int64_t>(t.preset_.train.warmup_steps, t.options_.steps);
+  schedule.total_steps = std::max<int64_t>(t.options_.steps, schedule.warmup_steps + 1);
+}
+
+const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) const {
+  for (const auto& f : t.options_.faults) {
+    if (f.kind == kind && f.step == static_cast<uint64_t>(step) && (rank < 0 || f.rank == rank)) {
+      return &f;
+    }
+  }
+  return nullptr;
+}
+
+Status Trainer::Impl::RunRank(int r) {
+  Rank& rank = *ranks[static_cast<size_t>(r)];
+  SessionOptions o;
+  o.run_dir = t.options_.out_dir;
+  o.rank = r;
+  o.world_size = t.options_.ranks;
+  o.seed = t.options_.seed;
+  o.threads = t.options_.threads;
+  o.mode = t.options_.mode;
+  o.open_mode = OpenMode::kOverwrite;  // the directory was checked and cleared up front
+  o.run_id = run_id;
+  o.config_json = t.config_.dump();
+  o.group = &group;
+  DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
+  Session& s = *rank.session;
+
+  // Initialisation: every rank draws the same parameters from (init, tensor).
+  Gpt gpt = std::move(Gpt::Create(model)).value();
+  gpt.Initialize([&](std::string_view, size_t tensor, float* out, size_t n) {
+    rng::PhiloxStream st = rng.Stream(rng::Purpose::kInit, {static_cast<uint64_t>(tensor)});
+    rng::FillNormalFloat(st, out, n);
+  });
+  std::memcpy(rank.params.data(), gpt.parameters(), num_params * sizeof(float));
+
+  DGRR_RETURN_IF_ERROR(s.state().Register({"params", rank.params.data(), num_params * 4, DType::kF32,
+                                           {static_cast<int64_t>(num_params)}, StateRole::kParameter,
+                                           RestorePolicy::kCheckpoint, true}));
+  DGRR_RETURN_IF_ERROR(s.state().Register({"adamw.m", rank.adamw.m().data(), num_params * 4,
+                                           DType::kF32, {static_cast<int64_t>(num_params)},
+                                           StateRole::kOptimizer, RestorePolicy::kCheckpoint, true}));
+  DGRR_RETURN_IF_ERROR(s.state().Register({"adamw.v", rank.adamw.v().data(), num_params * 4,
+                                           DType::kF32, {static_cast<int64_t>(num_params)},
+                                           StateRole::kOptimizer, RestorePolicy::kCheckpoint, true}));
+
+  // Declare every per-example boundary before workers start reporting them.
+  DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
+                                                              Direction::kInput, OpKind::kData));
+  for (const auto& name : t.per_example_names_) {
+    const bool backward = EndsWith(name, ".dinp");
+    const model::Phase phase = backward ? model::Phase::kBackward : model::Phase::kForward;
+    DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary(name, TracePhase(phase), Direction::kOutput,
+                                                    KindOf(name, phase)));
+    rank.example_index.emplace(name, static_cast<int>(rank.example_handles.size()));
+    rank.example_handles.push_back(h);
+  }
+  for (const auto& tensor : layout.tensors()) {
+    DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary("allreduce." + GradientName(tensor.name),
+                                                    trace::Phase::kCollective, Direction::kOutput,
+                                                    OpKind::kCollective));
+    rank.allreduce_handles.push_back(h);
+  }
+
+  Status status;
+  for (int64_t step = 0; step < t.options_.steps && status.ok(); ++step) {
+    status = Step(rank, step);
+  }
+  if (!status.ok()) {
+    barrier.Abort(status);
+    group.Abort(status);
+  }
+  Status closed = s.Close();
+  return status.ok() ? closed : status;
+}
+
+Status Trainer::Impl::Step(Rank& rank, int64_t step) {
+  Session& s = *rank.session;
+  DGRR_RETURN_IF_ERROR(s.BeginStep(static_cast<uint64_t>(step)));
+  const uint64_t B = static_cast<uint64_t>(t.batch_);
+  const uint64_t batch_first = static_cast<uint64_t>(step) * B;
+  rank.shard_first = batch_first + static_cast<uint64_t>(rank.r) * shard;
+
+  // Data: global example g is position g % N of epoch g / N's permutation.
+  const uint64_t n = t.data_->num_examples();
+  const size_t window = t.data_->window();
+  for (int i = 0; i < shard; ++i) {
+    const uint64_t g = rank.shard_first + i;
+    const uint64_t epoch = g / n;
+    if (epoch != rank.cached_epoch) {
+      DGRR_ASSIGN_OR_RETURN(rank.permutation, rng.EpochPermutation(epoch, n));
+      rank.cached_epoch = epoch;
+    }
+    std::memcpy(rank.tokens.data() + i * window, t.data_->Example(rank.permutation[g % n]), window);
+    rank.slots[i].clear();
+  }
+
+  // Faults active on this rank at this step.
+  rank.flip = nullptr;
+  rank.param_flip = nullptr;
+  if (const FaultSpec* f = FaultAt(FaultKind::kBitflip, step, rank.r); f != nullptr) {
+    if (rank.example_index.count(f->at)) {
+      rank.flip = f;
+      rank.flip_example = f->example.value_or(rank.shard_first);
+    } else {
+      rank.param_flip = f;
+    }
+  }
+  PhiloxMasks masks(rng, static_cast<uint64_t>(step));
+  SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
+  const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
+  ExampleHooks hooks;
+  // The observer also reports a bitflip's EVENT, so it runs when one is due.
+  hooks.observer = t.options_.mode == RecordMode::kFull ||
+                           t.options_.mode == RecordMode::kTrusted || rank.flip != nullptr
+                       ? static_cast<BoundaryObserver*>(&rank)
+                       : nullptr;
+  hooks.mutator = rank.flip ? static_cast<TensorMutator*>(&rank) : nullptr;
+  hooks.masks = shared_rng ? static_cast<const DropoutMaskSource*>(&shared) : &masks;
+  DGRR_RETURN_IF_ERROR(rank.batch.ComputeExamples(rank.params.data(), rank.tokens.data(),
+                                                  static_cast<size_t>(shard), rank.shard_first,
+                                                  hooks));
+  if (shared_rng) {
+    DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, shared_rng->text));
+  }
+  DGRR_RETURN_IF_ERROR(RecordExamples(rank, step, batch_first));
+
+  // All-reduce: publish, reduce-scatter, all-gather.
+  for (int i = 0; i < shard; ++i) {
+    example_grads[rank.shard_first - batch_first + i] = rank.batch.gradients()[i];
+    example_losses[rank.shard_first - batch_first + i] = rank.batch.losses()[i];
+  }
+  DGRR_RETURN_IF_ERROR(barrier.Wait());
+  DGRR_RETURN_IF_ERROR(ReduceSlice(rank.r, step));
+  DGRR_RETURN_IF_ERROR(barrier.Wait());
+  const float fb = static_cast<float>(B);
+  for (size_t k = 0; k < num_params; ++k) rank.grad[k] = example_grads[0][k] / fb;
+  rank.loss = TreeSum(std::span<const float>(example_losses)) / fb;
+  DGRR_RETURN_IF_ERROR(barrier.Wait());  // everyone has copied before buffers are reused
+  if (rank.r == 0) {
+    for (auto kind : {FaultKind::kRace, FaultKind::kReduceOrder}) {
+      if (const FaultSpec* f = FaultAt(kind, step)) {
+        DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, f->text));
+      }
+    }
+  }
+  DGRR_RETURN_IF_ERROR(RecordCollective(rank, batch_first));
+
+  ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip);
+  BoundaryObserver* opt_observer =
+      t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
+              rank.param_flip != nullptr
+          ? &rank
+          : nullptr;
+  rank.adamw.Step(rank.params.data(), rank.grad.data(), schedule.At(step), opt_observer,
+                  batch_first, static_cast<uint32_t>(B));
+  DGRR_RETURN_IF_ERROR(s.deferred_error());
+  DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
+  if (rank.r == 0 && progress_) {
+    TrainProgress p;
+    p.step = step;
+    p.steps = t.options_.steps;
+    p.loss = rank.loss;
+    p.elapsed_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double tokens = static_cast<double>(step + 1) * B * model.seq_len;
+    p.tokens_per_second = p.elapsed_seconds > 0 ? tokens / p.elapsed_seconds : 0;
+    p.eta_seconds = p.elapsed_seconds / static_cast<double>(step + 1) *
+                    static_cast<double>(t.options_.steps - step - 1);
+    progress_(p);
+  }
+  return Status::OK();
+}
+
+Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
+  (void)step;
+  Session& s = *rank.session;
+  const size_t window = t.data_->window();
+  for (int i = 0; i < shard; ++i) {
+    const ExampleRange one{rank.shard_first + i, 1};
+    TensorRef tok;
+    tok.data = rank.tokens.data() + i * window;
+    tok.bytes = window;
+    tok.dtype = DType::kU8;
+    tok.ndim = 1;
+    tok.dims[0] = static_cast<int64_t>(window);
+    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
+    for (const Slot& slot : rank.slots[i]) {
+      if (slot.boundary < 0) {
+        DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, slot.event));
+        continue;
+      }
+      TensorRef meta;
+      meta.bytes = slot.bytes;
+      meta.dtype = DType::kF32;
+      meta.ndim = slot.ndim;
+      std::copy(slot.dims, slot.dims + slot.ndim, meta.dims);
+      DGRR_RETURN_IF_ERROR(
+          s.RecordFingerprint(rank.example_handles[static_cast<size_t>(slot.boundary)], meta, slot.fp, one));
+    }
+  }
+  return Status::OK();
+}
+
+// Rank r reduces parameters [r*P/R, (r+1)*P/R) over all B examples. The tree
+// per element does not depend on the slice, so neither does the result.
+Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
+  const size_t R = ranks.size();
+  size_t lo = num_params * static_cast<size_t>(r) / R, hi = num_params * (static_cast<size_t>(r) + 1) / R;
+  const FaultSpec* race = FaultAt(FaultKind::kRace, step);
+  const NamedTensor* racy = race ? layout.Find(race->at) : nullptr;
+  const bool left_to_right = FaultAt(FaultKind::kReduceOrder, step) != nullptr;
+  auto reduce = [&](size_t a, size_t b) {
+    if (a >= b) return;
+    if (left_to_right) {  // a valid but different order: ((g0 + g1) + g2) + ...
+      for (size_t e = 1; e < example_grads.size(); ++e) {
+        for (size_t k = a; k < b; ++k) example_grads[0][k] += example_grads[e][k];
+      }
+      return;
+    }
+    std::vector<float*> views(example_grads.size());
+    for (size_t e = 0; e < views.size(); ++e) views[e] = example_grads[e] + a;
+    TreeReduceInPlace(views, b - a, t.options_.threads);
+  };
+  if (racy == nullptr) {
+    reduce(lo, hi);
+    return Status::OK();
+  }
+  // The race fault: the racy tensor's range is summed by racing workers on
+  // rank 0, in the order they win the lock; everything else as usual.
+  const size_t ra = racy->offset, rb = racy->offset + racy->size;
+  reduce(lo, std::min(hi, ra));
+  reduce(std::max(lo, rb), hi);
+  if (r != 0) return Status::OK();
+  std::vector<float> acc(racy->size, 0.0f);
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> racers;
+  for (int w = 0; w < std::max(2, t.options_.threads); ++w) {
+    racers.emplace_back([&] {
+      for (size_t e; (e = next.fetch_add(1)) < example_grads.size();) {
+        std::this_thread::yield();
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t k = 0; k < racy->size; ++k) acc[k] += example_grads[e][ra + k];
+      }
+    });
+  }
+  for (auto& th : racers) th.join();
+  std::memcpy(example_grads[0] + ra, acc.data(), racy->size * sizeof(float));
+  return Status::OK();
+}
+
+Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
+  const auto& tensors = layout.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorRef g;
+    g.data = rank.grad.data() + tensors[i].offset;
+    g.bytes = tensors[i].size * sizeof(float);
+    g.dtype = DType::kF32;
+    g.ndim = static_cast<int>(tensors[i].shape.size());
+    std::copy(tensors[i].shape.begin(), tensors[i].shape.end(), g.dims);
+    DGRR_RETURN_IF_ERROR(rank.session->Record(rank.allreduce_handles[i], g,
+                                              {first, static_cast<uint32_t>(t.batch_)}));
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+Trainer::~Trainer() = default;
+
+size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).total_size(); }
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->options_ = options;
+  DGRR_RETURN_IF_ERROR(t->Validate());
+  return t;
+}
+
+Status Trainer::Validate() {
+  const TrainOptions& o = options_;
+  if (o.out_dir.empty()) return Status::InvalidArgument("--out RUN_DIR is required");
+  if (o.steps <= 0) return Status::InvalidArgument("--steps must be positive, got " + std::to_string(o.steps));
+  if (o.ranks < 1) return Status::InvalidArgument("--ranks must be at least 1");
+  if (o.threads < 1) return Status::InvalidArgument("--threads must be at least 1");
+  if (o.ckpt_every < 0) return Status::InvalidArgument("--ckpt-every must not be negative");
+  DGRR_ASSIGN_OR_RETURN(preset_, PresetByName(o.preset));
+  if (o.layers) preset_.model.num_layers = *o.layers;
+  if (o.dim) preset_.model.channels = *o.dim;
+  if (o.heads) preset_.model.num_heads = *o.heads;
+  if (o.seq) preset_.model.seq_len = *o.seq;
+  DGRR_RETURN_IF_ERROR(preset_.model.Validate());
+  batch_ = o.batch.value_or(preset_.train.batch_size);
+  if (batch_ <= 0) return Status::InvalidArgument("--batch must be positive, got " + std::to_string(batch_));
+  if (batch_ % o.ranks != 0) {
+    return Status::InvalidArgument("--batch " + std::to_string(batch_) +
+                                   " is not divisible by --ranks " + std::to_string(o.ranks));
+  }
+  lr_ = o.lr.value_or(preset_.train.learning_rate);
+  if (!(lr_ > 0)) return Status::InvalidArgument("--lr must be positive");
+
+  std::string data_source = "embedded";
+  if (o.data_file.empty()) {
+    DGRR_ASSIGN_OR_RETURN(Dataset d, Dataset::Arithmetic(o.seed, preset_.model.seq_len));
+    data_ = std::make_unique<Dataset>(std::move(d));
+  } else {
+    auto d = Dataset::FromFile(o.data_file, preset_.model.seq_len);
+    if (!d.ok()) return d.status().WithPrefix("--data");
+    data_ = std::make_unique<Dataset>(std::move(d).value());
+    data_source = "file";
+  }
+  if (data_->num_examples() >= (1ull << 32)) {
+    return Status::InvalidArgument("--data: more than 2^32 examples are not supported");
+  }
+
+  DGRR_ASSIGN_OR_RETURN(per_example_names_, PerExampleBoundaryNames(preset_.model));
+  const ParameterLayout layout(preset_.model);
+  for (const auto& f : o.faults) {
+    const bool example_boundary =
+        std::find(per_example_names_.begin(), per_example_names_.end(), f.at) !=
+        per_example_names_.end();
+    const bool parameter = layout.Find(f.at) != nullptr;
+    if (f.rank < 0 || f.rank >= o.ranks) {
+      return Status::InvalidArgument("inject " + f.text + ": rank " + std::to_string(f.rank) +
+                                     " does not exist (ranks: " + std::to_string(o.ranks) + ")");
+    }
+    if (f.kind != FaultKind::kSkipRestore && f.step >= static_cast<uint64_t>(o.steps)) {
+      return Status::InvalidArgument("inject " + f.text + ": step " + std::to_string(f.step) +
+                                     " is past the last step " + std::to_string(o.steps - 1));
+    }
+    if (f.kind == FaultKind::kBitflip && !example_boundary && !parameter) {
+      return Status::InvalidArgument("inject " + f.text + ": the model has no boundary or parameter '" +
+                                     f.at + "' (see 'dgrr inspect' of a trace for names)");
+    }
+    if (f.kind == FaultKind::kBitflip && f.example &&
+        (*f.example < f.step * batch_ + f.rank * (batch_ / o.ranks) ||
+         *f.example >= f.step * batch_ + (f.rank + 1) * (batch_ / o.ranks))) {
+      return Status::InvalidArgument("inject " + f.text + ": example " + std::to_string(*f.example) +
+                                     " is not in rank " + std::to_string(f.rank) + "'s shard at that step");
+    }
+    if (f.kind == FaultKind::kRace && !parameter) {
+      return Status::InvalidArgument("inject " + f.text + ": the model has no parameter '" + f.at +
+                                     "' whose gradient reduction could race");
+    }
+    if (f.kind == FaultKind::kSkipRestore) {
+      return Status::InvalidArgument("inject " + f.text + ": skip-restore applies on resume, which this build does not have yet");
+    }
+  }
+  if (o.ckpt_every > 0) {
+    return Status::InvalidArgument("--ckpt-every: checkpoints are not available in this build yet");
+  }
+
+  const std::string& text = data_->text();
+  nlohmann::json faults = nlohmann::json::array();
+  for (const auto& f : o.faults) faults.push_back(f.text);
+  config_ = {
+      {"schema", kRunConfigSchema},
+      {"seed", o.seed},
+      {"steps", o.steps},
+      {"model",
+       {{"preset", preset_.name},
+        {"layers", preset_.model.num_layers},
+        {"dim", preset_.model.channels},
+        {"heads", preset_.model.num_heads},
+        {"seq", preset_.model.seq_len},
+        {"attn_dropout", preset_.model.attn_dropout},
+        {"resid_dropout", preset_.model.resid_dropout}}},
+      {"data",
+       {{"source", data_source},
+        {"path", o.data_file},
+        {"bytes", text.size()},
+        {"xxh3", Hex64(Xxh3(text.data(), text.size()))}}},
+      {"optimizer",
+       {{"lr", lr_},
+        {"min_lr", lr_ * 0.1f},
+        {"warmup_steps", preset_.train.warmup_steps},
+        {"weight_decay", preset_.train.weight_decay},
+        {"grad_clip", preset_.train.grad_clip}}},
+      {"batch", batch_},
+      {"ranks", o.ranks},
+      {"threads", o.threads},
+      {"mode", std::string(RecordModeName(o.mode))},
+      {"ckpt_every", o.ckpt_every},
+      {"inject", faults},
+  };
+  return Status::OK();
+}
+
+Status Trainer::PrepareRunDirectory() const {
+  namespace fs = std::filesystem;
+  const std::string& dir = options_.out_dir;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    return Status::InvalidArgument(dir + " exists and is not a directory");
+  }
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    if (!options_.force) {
+      return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
+    }
+    // Remove only what a run writes, never anything else the user keeps there.
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool ours = name == "config.json" || name == "ckpt" ||
+                        (name.rfind("rank", 0) == 0 &&
+                         (EndsWith(name, ".trace") || EndsWith(name, ".env.json")));
+      if (ours) fs::remove_all(entry.path(), ec);
+    }
+  }
+  return CreateDirectories(dir);
+}
+
+Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
+  DGRR_RETURN_IF_ERROR(PrepareRunDirectory());
+  impl_ = std::make_unique<Impl>(*this);
+  Impl& impl = *impl_;
+  impl.progress_ = progress;
+  for (int r = 0; r < options_.ranks; ++r) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, r));
+  impl.start = Clock::now();
+  std::vector<Status> statuses(static_cast<size_t>(options_.ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < options_.ranks; ++r) {
+    threads.emplace_back([&, r] { statuses[static_cast<size_t>(r)] = impl.RunRank(r); });
+  }
+  for (auto& th : threads) th.join();
+  // A failing rank aborts the others with its own status, so any is the cause.
+  for (const Status& s : statuses) DGRR_RETURN_IF_ERROR(s);
+
+  if (result != nullptr) {
+    result->steps = options_.steps;
+    result->final_loss = impl.ranks[0]->loss;
+    result->seconds = std::chrono::duration<double>(Clock::now() - impl.start).count();
+    result->tokens_per_second = static_cast<double>(options_.steps) * batch_ *
+                                preset_.model.seq_len / std::max(result->seconds, 1e-9);
+    result->params = FingerprintBytes(impl.ranks[0]->params.data(), impl.num_params * sizeof(float));
+    result->trace_bytes.clear();
+    for (int r = 0; r < options_.ranks; ++r) {
+      auto size = FileSize(TracePathFor(options_.out_dir, r));
+      result->trace_bytes.push_back(size.ok() ? *size : 0);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace dgrr::model

@@ -1,0 +1,111 @@
+// The reference training run behind `dgrr train`: the GPT of model/gpt.h
+// trained data-parallel over R ranks (threads of this process, each with its
+// own dgrr Session and trace) and T worker threads per rank, bitwise
+// reproducibly and recorded through the runtime's public API only.
+//
+// One step, on every rank:
+//   1. the rank's shard of the global batch (examples in the order of the
+//      epoch's Philox permutation) runs forward/backward, one example per
+//      worker at a time, each into its own gradient buffer; per-example
+//      boundaries are fingerprinted on the workers;
+//   2. the rank's thread records them in example order (data, forward,
+//      backward), so the trace never depends on T;
+//   3. all-reduce: the ranks reduce disjoint slices of the parameters over
+//      all B examples in the canonical tree (a reduce-scatter), then each
+//      copies the whole result (all-gather) and records it per tensor as a
+//      collective boundary; the result does not depend on R;
+//   4. clipping, AdamW (optimizer boundaries), the STEP record with the
+//      parameter fingerprint, checked across ranks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "fingerprint/fingerprint.h"
+#include "model/config.h"
+#include "model/corpus.h"
+#include "model/faults.h"
+#include "runtime/recording_mode.h"
+
+namespace dgrr::model {
+
+inline constexpr const char* kRunConfigSchema = "dgrr.run-config/1";
+
+struct TrainOptions {
+  std::string out_dir;
+  int64_t steps = 200;
+  uint64_t seed = 1;
+  std::string preset = "tiny";
+  std::optional<int> layers, dim, heads, seq;
+  std::string data_file;        // empty: the embedded arithmetic corpus
+  int ranks = 1;
+  int threads = 1;
+  std::optional<int> batch;     // default: the preset's
+  std::optional<float> lr;      // default: the preset's
+  RecordMode mode = RecordMode::kFull;
+  int64_t ckpt_every = 0;       // 0: no checkpoints
+  std::vector<FaultSpec> faults;
+  bool force = false;           // replace an existing run's files
+};
+
+struct TrainProgress {
+  int64_t step = 0;             // just finished (0-based)
+  int64_t steps = 0;
+  float loss = 0;
+  double tokens_per_second = 0;
+  double elapsed_seconds = 0;
+  double eta_seconds = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  float final_loss = 0;
+  double tokens_per_second = 0;
+  double seconds = 0;
+  Fingerprint params;           // rank 0's parameters after the last step
+  std::vector<uint64_t> trace_bytes;  // per rank
+};
+
+class Trainer {
+ public:
+  // Validates everything (model, data, batch vs ranks, fault specs and the
+  // names they refer to) and touches nothing on disk.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options);
+  ~Trainer();
+
+  // Trains, writing the run directory. `progress` is called from rank 0's
+  // thread after every step.
+  Status Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
+
+  const nlohmann::json& config() const { return config_; }
+  const Preset& preset() const { return preset_; }
+  size_t num_parameters() const;
+  int batch_size() const { return batch_; }
+
+ private:
+  struct Impl;
+  Trainer() = default;
+  Status Validate();
+  Status PrepareRunDirectory() const;
+
+  TrainOptions options_;
+  Preset preset_;
+  int batch_ = 0;
+  float lr_ = 0;
+  std::unique_ptr<Dataset> data_;
+  nlohmann::json config_;
+  std::vector<std::string> per_example_names_;  // boundary names of one example, in order
+  std::unique_ptr<Impl> impl_;
+};
+
+// The names of every per-example boundary of `config`, in the order one
+// example reports them (learned by running one example).
+StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config);
+
+}  // namespace dgrr::model

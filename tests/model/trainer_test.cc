@@ -1,0 +1,319 @@
+// The trainer end to end, in-process: reproducibility across runs, ranks and
+// threads, and the faults it can inject.
+#include "model/trainer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include "base/file.h"
+#include "runtime/session.h"
+#include "trace_format/reader.h"
+
+namespace dgrr::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("dgrr_trainer_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  TrainOptions Options(const std::string& name, int ranks = 1, int threads = 1) {
+    TrainOptions o;
+    o.out_dir = (root_ / name).string();
+    o.steps = 3;
+    o.seed = 11;
+    o.ranks = ranks;
+    o.threads = threads;
+    return o;
+  }
+  TrainResult Train(const TrainOptions& o, Status* status = nullptr) {
+    auto t = Trainer::Create(o);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    TrainResult r;
+    Status s = t.ok() ? (*t)->Run(nullptr, &r) : t.status();
+    if (status) {
+      *status = s;
+    } else {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    return r;
+  }
+  fs::path root_;
+};
+
+// Every record of a rank's trace with the host times zeroed.
+std::vector<trace::Record> Records(const std::string& run_dir, int rank) {
+  auto t = trace::ReadWholeTrace(TracePathFor(run_dir, rank));
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (!t.ok()) return {};
+  for (auto& r : t->records) {
+    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
+    if (auto* s = std::get_if<trace::StepRecord>(&r.body)) s->host_time_ns = 0;
+    if (auto* e = std::get_if<trace::EventRecord>(&r.body)) e->host_time_ns = 0;
+  }
+  return t->records;
+}
+
+// The per-example boundaries of a run, over all its ranks, keyed by
+// (example, name, occurrence) -> fingerprint.
+using ExampleKey = std::tuple<uint64_t, std::string, int>;
+std::map<ExampleKey, std::pair<uint64_t, uint64_t>> PerExampleBoundaries(const std::string& run_dir,
+                                                                         int ranks) {
+  std::map<ExampleKey, std::pair<uint64_t, uint64_t>> out;
+  for (int r = 0; r < ranks; ++r) {
+    auto t = trace::ReadWholeTrace(TracePathFor(run_dir, r));
+    EXPECT_TRUE(t.ok());
+    if (!t.ok()) continue;
+    std::map<std::pair<uint64_t, std::string>, int> seen;
+    for (const auto& rec : t->records) {
+      const auto* b = std::get_if<trace::BoundaryRecord>(&rec.body);
+      if (b == nullptr || b->example_count != 1) continue;
+      const std::string& name = t->names[b->name_id];
+      const int n = seen[{b->first_example, name}]++;
+      EXPECT_TRUE(out.emplace(ExampleKey{b->first_example, name, n},
+                              std::pair{b->xor64, b->xxh3}).second)
+          << "example " << b->first_example << " recorded twice";
+    }
+  }
+  return out;
+}
+
+struct FirstDifference {
+  bool found = false;
+  uint64_t step = 0;
+  std::string name;
+  uint32_t rank = 0;
+};
+// The first BOUNDARY record that differs between two traces of the same shape.
+FirstDifference FirstDifferingBoundary(const std::string& a_dir, const std::string& b_dir, int rank) {
+  auto a = trace::ReadWholeTrace(TracePathFor(a_dir, rank));
+  auto b = trace::ReadWholeTrace(TracePathFor(b_dir, rank));
+  EXPECT_TRUE(a.ok() && b.ok());
+  FirstDifference d;
+  if (!a.ok() || !b.ok()) return d;
+  std::vector<const trace::BoundaryRecord*> ba, bb;
+  for (const auto& r : a->records)
+    if (auto* p = std::get_if<trace::BoundaryRecord>(&r.body)) ba.push_back(p);
+  for (const auto& r : b->records)
+    if (auto* p = std::get_if<trace::BoundaryRecord>(&r.body)) bb.push_back(p);
+  EXPECT_EQ(ba.size(), bb.size());
+  for (size_t i = 0; i < std::min(ba.size(), bb.size()); ++i) {
+    EXPECT_EQ(a->names[ba[i]->name_id], b->names[bb[i]->name_id]) << "traces differ in shape at " << i;
+    if (ba[i]->xor64 != bb[i]->xor64 || ba[i]->xxh3 != bb[i]->xxh3) {
+      d.found = true;
+      d.step = ba[i]->step;
+      d.name = a->names[ba[i]->name_id];
+      d.rank = ba[i]->rank;
+      return d;
+    }
+  }
+  return d;
+}
+
+TEST_F(TrainerTest, IdenticalRunsGiveIdenticalTracesApartFromRunIdAndTimes) {
+  Train(Options("a", 2, 2));
+  Train(Options("b", 2, 2));
+  for (int r = 0; r < 2; ++r) {
+    const auto a = Records((root_ / "a").string(), r), b = Records((root_ / "b").string(), r);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 100u);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].body == b[i].body) << "rank " << r << " record " << i;
+  }
+  auto ha = trace::ReadWholeTrace(TracePathFor((root_ / "a").string(), 0));
+  auto hb = trace::ReadWholeTrace(TracePathFor((root_ / "b").string(), 0));
+  EXPECT_NE(ha->header.run_id, hb->header.run_id);
+  EXPECT_EQ(ha->header.config_digest, hb->header.config_digest);
+}
+
+TEST_F(TrainerTest, ParametersAndPerExampleBoundariesIndependentOfRanksAndThreads) {
+  const TrainResult base = Train(Options("r1t1"));
+  const auto base_examples = PerExampleBoundaries((root_ / "r1t1").string(), 1);
+  ASSERT_GT(base_examples.size(), 3u * 8u * 20u);
+  for (int ranks : {1, 2, 4}) {
+    for (int threads : {1, 2, 4}) {
+      if (ranks == 1 && threads == 1) continue;
+      const std::string name = "r" + std::to_string(ranks) + "t" + std::to_string(threads);
+      const TrainResult r = Train(Options(name, ranks, threads));
+      EXPECT_EQ(r.params, base.params) << name;
+      EXPECT_EQ(PerExampleBoundaries((root_ / name).string(), ranks), base_examples) << name;
+    }
+  }
+}
+
+TEST_F(TrainerTest, RaceMakesOtherwiseIdenticalRunsDiffer) {
+  auto with_race = [&](const std::string& name) {
+    TrainOptions o = Options(name, 1, 4);
+    o.batch = 16;
+    for (uint64_t step : {0, 1, 2}) {
+      o.faults.push_back(*ParseFaultSpec("race:step=" + std::to_string(step) + ",at=block0.mlp.fc.w"));
+    }
+    return Train(o).params;
+  };
+  const Fingerprint first = with_race("race0");
+  bool differs = false;
+  for (int attempt = 1; attempt <= 6 && !differs; ++attempt) {
+    differs = with_race("race" + std::to_string(attempt)) != first;
+  }
+  EXPECT_TRUE(differs) << "a real race between 4 workers gave the same sums 7 times in a row";
+  // The control: the same run without the race is reproducible.
+  TrainOptions o = Options("clean0", 1, 4);
+  o.batch = 16;
+  const Fingerprint c0 = Train(o).params;
+  o.out_dir = (root_ / "clean1").string();
+  EXPECT_EQ(Train(o).params, c0);
+}
+
+TEST_F(TrainerTest, SharedRngMakesOtherwiseIdenticalRunsDiffer) {
+  auto with_shared = [&](const std::string& name) {
+    TrainOptions o = Options(name, 1, 4);
+    o.batch = 16;
+    for (uint64_t step : {0, 1, 2}) {
+      o.faults.push_back(*ParseFaultSpec("shared-rng:step=" + std::to_string(step)));
+    }
+    return Train(o).params;
+  };
+  const Fingerprint first = with_shared("srng0");
+  bool differs = false;
+  for (int attempt = 1; attempt <= 6 && !differs; ++attempt) {
+    differs = with_shared("srng" + std::to_string(attempt)) != first;
+  }
+  EXPECT_TRUE(differs) << "4 workers drew from one generator in the same order 7 times in a row";
+}
+
+TEST_F(TrainerTest, BitflipChangesTheNamedBoundaryAtTheNamedStepAndNothingBefore) {
+  Train(Options("clean", 2, 2));
+  TrainOptions o = Options("flip", 2, 2);
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=1,rank=1,at=block1.mlp.gelu.out"));
+  Train(o);
+  const FirstDifference d = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "flip").string(), 1);
+  ASSERT_TRUE(d.found);
+  EXPECT_EQ(d.step, 1u);
+  EXPECT_EQ(d.name, "block1.mlp.gelu.out");
+  EXPECT_EQ(d.rank, 1u);
+  // Rank 0 sees the corruption only through the all-reduce, after rank 1's backward.
+  const FirstDifference d0 = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "flip").string(), 0);
+  ASSERT_TRUE(d0.found);
+  EXPECT_EQ(d0.step, 1u);
+  EXPECT_EQ(d0.name.rfind("allreduce.", 0), 0u) << d0.name;
+}
+
+TEST_F(TrainerTest, ReduceOrderShowsFirstAtTheCollective) {
+  Train(Options("clean"));
+  TrainOptions o = Options("ro");
+  o.faults.push_back(*ParseFaultSpec("reduce-order:step=2"));
+  Train(o);
+  const FirstDifference d = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "ro").string(), 0);
+  ASSERT_TRUE(d.found);
+  EXPECT_EQ(d.step, 2u);
+  EXPECT_EQ(d.name.rfind("allreduce.", 0), 0u) << d.name;
+}
+
+TEST_F(TrainerTest, ParameterBitflipIsCaughtByTheSdcCheckNamingTheRank) {
+  TrainOptions o = Options("sdc", 4, 1);
+  o.mode = RecordMode::kSdc;
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=1,rank=2,at=block0.attn.qkv.w"));
+  Status s;
+  Train(o, &s);
+  ASSERT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("after step 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank 2 holds"), std::string::npos) << s.message();
+}
+
+TEST_F(TrainerTest, SdcModeRecordsOnlyCollectivesAndSteps) {
+  TrainOptions o = Options("sdc");
+  o.mode = RecordMode::kSdc;
+  Train(o);
+  auto t = trace::ReadWholeTrace(TracePathFor(o.out_dir, 0));
+  ASSERT_TRUE(t.ok());
+  int steps = 0;
+  for (const auto& r : t->records) {
+    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) {
+      EXPECT_EQ(b->phase, trace::Phase::kCollective);
+    }
+    steps += std::holds_alternative<trace::StepRecord>(r.body);
+  }
+  EXPECT_EQ(steps, 6);
+}
+
+TEST_F(TrainerTest, BadInputIsRefusedBeforeAnythingIsWritten) {
+  auto refused = [&](TrainOptions o, StatusCode code, const std::string& needle) {
+    auto t = Trainer::Create(o);
+    ASSERT_FALSE(t.ok()) << needle;
+    EXPECT_EQ(t.status().code(), code) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().message();
+    EXPECT_FALSE(fs::exists(o.out_dir)) << needle;
+  };
+  TrainOptions o = Options("bad");
+  o.preset = "huge";
+  refused(o, StatusCode::kInvalidArgument, "huge");
+  o = Options("bad");
+  o.steps = 0;
+  refused(o, StatusCode::kInvalidArgument, "--steps");
+  o = Options("bad", 4);
+  o.batch = 6;
+  refused(o, StatusCode::kInvalidArgument, "not divisible");
+  o = Options("bad");
+  o.batch = -1;
+  refused(o, StatusCode::kInvalidArgument, "--batch");
+  o = Options("bad");
+  o.data_file = (root_ / "missing.txt").string();
+  refused(o, StatusCode::kNotFound, "missing.txt");
+  ASSERT_TRUE(CreateDirectories(root_.string()).ok());
+  ASSERT_TRUE(WriteFileAtomically((root_ / "short.txt").string(), "too short").ok());
+  o.data_file = (root_ / "short.txt").string();
+  refused(o, StatusCode::kInvalidArgument, "--data");
+  o = Options("bad");
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=1,at=block9.nothing"));
+  refused(o, StatusCode::kInvalidArgument, "block9.nothing");
+  o = Options("bad");
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=99,at=loss"));
+  refused(o, StatusCode::kInvalidArgument, "past the last step");
+  EXPECT_FALSE(ParseFaultSpec("meteor:step=1").ok());
+  EXPECT_FALSE(ParseFaultSpec("bitflip:at=loss").ok()) << "step is required";
+  EXPECT_FALSE(ParseFaultSpec("race:step=x,at=wte").ok());
+}
+
+TEST_F(TrainerTest, RefusesANonEmptyRunDirectoryUnlessForced) {
+  TrainOptions o = Options("run");
+  Train(o);
+  ASSERT_TRUE(WriteFileAtomically(o.out_dir + "/notes.txt", "mine").ok());
+  auto again = Trainer::Create(o);
+  ASSERT_TRUE(again.ok());
+  Status s = (*again)->Run(nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--force"), std::string::npos);
+  o.force = true;
+  Train(o);
+  EXPECT_TRUE(PathExists(o.out_dir + "/notes.txt")) << "--force removes only dgrr's own files";
+  EXPECT_TRUE(PathExists(o.out_dir + "/config.json"));
+}
+
+TEST_F(TrainerTest, LossFallsOnTheEmbeddedCorpus) {
+  TrainOptions o = Options("learn", 2, 2);
+  o.steps = 200;
+  o.mode = RecordMode::kOff;
+  std::vector<float> losses;
+  auto t = Trainer::Create(o);
+  ASSERT_TRUE(t.ok());
+  TrainResult r;
+  ASSERT_TRUE((*t)->Run([&](const TrainProgress& p) { losses.push_back(p.loss); }, &r).ok());
+  ASSERT_EQ(losses.size(), 200u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) first += losses[i] / 10, last += losses[190 + i] / 10;
+  EXPECT_LT(last, first - 1.5) << "mean loss of the first 10 steps " << first << ", last 10 " << last;
+  EXPECT_LT(last, 2.6) << "below what byte frequencies alone give";
+}
+
+}  // namespace
+}  // namespace dgrr::model
