@@ -245,6 +245,7 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
     result.unmatched_a = alignment.unmatched_a.size();
     result.unmatched_b = alignment.unmatched_b.size();
     if (options.keep_sequences) {
+      result.has_sequences = true;
       result.items_a = std::move(items_a);
       result.items_b = std::move(items_b);
       result.alignment = std::move(alignment);

@@ -92,7 +92,8 @@ struct CompareResult {
   std::optional<ReportedPair> first_divergence;
   std::vector<ReportedPair> before, after;
 
-  // Only with CompareOptions::keep_sequences.
+  // Only with CompareOptions::keep_sequences (then has_sequences).
+  bool has_sequences = false;
   std::vector<BoundaryItem> items_a, items_b;
   Alignment alignment;
   NameTable names_a, names_b;

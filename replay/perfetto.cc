@@ -70,8 +70,7 @@ ordered_json DivergenceArgs(const CompareResult& r) {
 
 StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOptions& options) {
   const std::vector<AlignedPair>& pairs = r.alignment.pairs;
-  if (r.items_a.size() != r.alignment.stats.length_a ||
-      r.items_b.size() != r.alignment.stats.length_b) {
+  if (!r.has_sequences) {
     return Status::InvalidArgument("the Perfetto view needs the sequences (keep_sequences)");
   }
   // The window of pairs shown: max_pairs of them, centred on the divergence.

@@ -1,0 +1,221 @@
+// dgrr compare, run in-process: exit codes, the text report, the JSON schema
+// (dgrr.compare/1), --ignore, --perfetto, configs listed first, bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "cli/command.h"
+#include "tests/trace_format/sample_trace.h"
+#include "trace_format/writer.h"
+
+namespace dgrr::cli {
+namespace {
+
+using nlohmann::json;
+
+class CompareCommandTest : public trace::testing::TempDirTest {
+ protected:
+  // 3 steps x 6 boundaries "layer<k>.out"; `flip` changes one xxh3 bit.
+  void WriteTrace(const std::string& path, int flip = -1) {
+    trace::TraceHeader header;
+    auto writer = trace::TraceWriter::Create(path, header);
+    ASSERT_TRUE(writer.ok());
+    for (int k = 0; k < 18; ++k) {
+      auto id = (*writer)->InternName("layer" + std::to_string(k % 6) + ".out");
+      ASSERT_TRUE(id.ok());
+      trace::BoundaryRecord r;
+      r.step = k / 6;
+      r.seq = k;
+      r.name_id = *id;
+      r.ndim = 1;
+      r.dims[0] = 16;
+      r.first_example = (k / 6) * 2;
+      r.example_count = 2;
+      r.xor64 = 0xabc0 + k;
+      r.xxh3 = (0xdef0 + k) ^ (k == flip ? 0x100 : 0);
+      ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  int Compare(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
+    args.insert(args.begin(), "compare");
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    int code = RunDgrr(args);
+    std::string e = ::testing::internal::GetCapturedStderr();
+    *out = ::testing::internal::GetCapturedStdout();
+    if (err) *err = e;
+    return code;
+  }
+};
+
+TEST_F(CompareCommandTest, TraceWithItselfExitsZero) {
+  const std::string a = Path("a.trace");
+  WriteTrace(a);
+  std::string out;
+  EXPECT_EQ(Compare({a, a}, &out), 0);
+  EXPECT_NE(out.find("alignment: lockstep, 18 pairs"), std::string::npos) << out;
+  EXPECT_NE(out.find("certified prefix: 18 pairs, 3 steps"), std::string::npos);
+  EXPECT_NE(out.find("result: no divergence"), std::string::npos);
+}
+
+TEST_F(CompareCommandTest, PlantedBitExitsFourNamingStepNameAndRecords) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteTrace(b, /*flip=*/9);
+  std::string out;
+  EXPECT_EQ(Compare({a, b, "--context", "2"}, &out), kExitDivergence);
+  // Records: step 0 interleaves a NAME record before each boundary (12
+  // records), then boundaries 6, 7, 8 and ours at record 15.
+  EXPECT_NE(out.find("first divergence: pair #9: step 1 rank 0 forward output layer3.out f32[16]"
+                     " examples 2+2"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("A xor64=0x000000000000abc9 xxh3=0x000000000000def9  record #15 of " + a),
+            std::string::npos);
+  EXPECT_NE(out.find("B xor64=0x000000000000abc9 xxh3=0x000000000000dff9  record #15 of " + b),
+            std::string::npos);
+  EXPECT_NE(out.find("#7 equal"), std::string::npos);
+  EXPECT_NE(out.find("#11 equal"), std::string::npos);
+  EXPECT_EQ(out.find("#6 equal"), std::string::npos);  // --context 2
+  EXPECT_NE(out.find("the divergence is isolated"), std::string::npos);
+}
+
+TEST_F(CompareCommandTest, IgnoreHidesTheDivergence) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteTrace(b, 9);
+  std::string out;
+  EXPECT_EQ(Compare({a, b, "--ignore", "layer3.*", "--ignore", "nothing*"}, &out), 0) << out;
+  EXPECT_NE(out.find("ignored: 3 in A, 3 in B"), std::string::npos) << out;
+}
+
+TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteTrace(b, 4);
+  std::string out;
+  ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
+  json doc = json::parse(out);
+  EXPECT_EQ(doc["schema"], "dgrr.compare/1");
+  EXPECT_EQ(doc["verdict"], "divergence");
+  for (const char* side : {"a", "b"}) {
+    const json& s = doc[side];
+    EXPECT_TRUE(s["path"].is_string());
+    EXPECT_TRUE(s["kind"] == "trace" || s["kind"] == "run_dir");
+    EXPECT_TRUE(s["world_size"].is_number_unsigned());
+    EXPECT_TRUE(s["traces"].is_array());
+    EXPECT_TRUE(s["boundaries"].is_number_unsigned());
+    EXPECT_TRUE(s["ignored"].is_number_unsigned());
+    EXPECT_TRUE(s["warnings"].is_array());
+  }
+  EXPECT_TRUE(doc["ranks"] == "paired" || doc["ranks"] == "merged");
+  for (const char* section : {"config", "environment"}) {
+    EXPECT_TRUE(doc[section]["available"].is_boolean());
+    EXPECT_TRUE(doc[section]["digests_differ"].is_boolean());
+    EXPECT_TRUE(doc[section]["differences"].is_array());
+  }
+  const json& al = doc["alignment"];
+  EXPECT_EQ(al["mode"], "lockstep");
+  for (const char* key : {"lockstep_prefix", "length_a", "length_b", "unmatched_a", "unmatched_b",
+                          "anchors", "windows", "largest_window", "window_pairs", "rescued_pairs"}) {
+    EXPECT_TRUE(al[key].is_number_unsigned()) << key;
+  }
+  for (const char* key : {"length_ratio", "unmatched_fraction", "anchor_density"}) {
+    EXPECT_TRUE(al[key].is_number()) << key;
+  }
+  const json& c = doc["certification"];
+  EXPECT_EQ(c["pairs"], 18);
+  EXPECT_EQ(c["certified_pairs"], 4);
+  EXPECT_EQ(c["differing_pairs"], 1);
+  EXPECT_EQ(c["later_differing_pairs"], 0);
+  EXPECT_TRUE(c["certified_steps"].is_number_unsigned());
+  const json& d = doc["divergence"];
+  EXPECT_EQ(d["kind"], "isolated");
+  EXPECT_EQ(d["before"].size(), 3u);
+  EXPECT_EQ(d["after"].size(), 3u);
+  const json& first = d["first"];
+  EXPECT_EQ(first["status"], "differs");
+  EXPECT_EQ(first["ordinal"], 4);
+  for (const char* side : {"a", "b"}) {
+    const json& x = first[side];
+    EXPECT_EQ(x["name"], "layer4.out");
+    EXPECT_EQ(x["step"], 0);
+    EXPECT_EQ(x["rank"], 0);
+    EXPECT_EQ(x["phase"], "forward");
+    EXPECT_EQ(x["direction"], "output");
+    EXPECT_EQ(x["dtype"], "f32");
+    EXPECT_EQ(x["shape"], json::array({16}));
+    EXPECT_EQ(x["record_index"], 2 * 4 + 1);  // each earlier boundary follows its NAME record
+    EXPECT_TRUE(x["xor64"].is_string());
+    EXPECT_EQ(x["xxh3"].get<std::string>().size(), 18u);
+    EXPECT_TRUE(x["trace"].is_string());
+  }
+  EXPECT_EQ(d["before"][0]["status"], "equal");
+
+  ASSERT_EQ(Compare({a, a, "--json"}, &out), 0);
+  doc = json::parse(out);
+  EXPECT_EQ(doc["verdict"], "no_divergence");
+  EXPECT_TRUE(doc["divergence"].is_null());
+}
+
+TEST_F(CompareCommandTest, ConfigDifferencesComeFirstWithAWarning) {
+  ASSERT_TRUE(CreateDirectories(Path("ra")).ok());
+  ASSERT_TRUE(CreateDirectories(Path("rb")).ok());
+  WriteTrace(Path("ra/rank0.trace"));
+  WriteTrace(Path("rb/rank0.trace"), 12);
+  ASSERT_TRUE(WriteFileAtomically(Path("ra/config.json"), R"({"lr": 0.1, "seed": 3})").ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("rb/config.json"), R"({"lr": 0.3, "seed": 3})").ok());
+  std::string out, err;
+  EXPECT_EQ(Compare({Path("ra"), Path("rb")}, &out, &err), kExitDivergence);
+  EXPECT_NE(err.find("dgrr compare: warning: the runs' configs differ (1 keys)"), std::string::npos)
+      << err;
+  const size_t config = out.find("config: 1 difference");
+  ASSERT_NE(config, std::string::npos) << out;
+  EXPECT_NE(out.find("  lr: 0.1 | 0.3"), std::string::npos);
+  EXPECT_LT(config, out.find("alignment:"));
+  EXPECT_LT(config, out.find("first divergence"));
+  EXPECT_NE(out.find("record #"), std::string::npos);
+  EXPECT_NE(out.find(Path("rb/rank0.trace")), std::string::npos);
+}
+
+TEST_F(CompareCommandTest, PerfettoFileIsWrittenAndParses) {
+  const std::string a = Path("a.trace"), b = Path("b.trace"), view = Path("view.json");
+  WriteTrace(a);
+  WriteTrace(b, 7);
+  std::string out;
+  EXPECT_EQ(Compare({a, b, "--perfetto", view}, &out), kExitDivergence);
+  auto text = ReadFileToString(view);
+  ASSERT_TRUE(text.ok());
+  json doc = json::parse(*text);
+  size_t slices = 0, instants = 0;
+  for (const json& e : doc["traceEvents"]) {
+    slices += e["ph"] == "X";
+    instants += e["ph"] == "i";
+  }
+  EXPECT_EQ(slices, 36u);
+  EXPECT_EQ(instants, 2u);
+  EXPECT_NE(out.find("first divergence: pair #7"), std::string::npos);
+}
+
+TEST_F(CompareCommandTest, MissingFileIsTwoCorruptTraceIsThree) {
+  const std::string a = Path("a.trace"), bad = Path("bad.trace");
+  WriteTrace(a);
+  std::string out, err;
+  EXPECT_EQ(Compare({a, Path("missing.trace")}, &out, &err), kExitIO);
+  EXPECT_NE(err.find("missing.trace"), std::string::npos) << err;
+
+  std::string bytes = ReadBytes(a);
+  bytes[trace::RecordOffset(8) + 30] ^= 0x40;
+  WriteBytes(bad, bytes);
+  EXPECT_EQ(Compare({bad, a}, &out, &err), kExitInvalidData);
+  EXPECT_NE(err.find("bad.trace"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+
+  EXPECT_EQ(Compare({a}, &out, &err), kExitUsage);
+}
+
+}  // namespace
+}  // namespace dgrr::cli
