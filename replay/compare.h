@@ -30,7 +30,7 @@ struct CompareOptions {
   uint32_t context = 3;                   // --context: pairs shown around the divergence
   uint32_t band = 32;                     // --band: the tolerant mapper's DP band
   uint32_t isolation_window = 8;
-  size_t chunk_items = 1 << 16;           // lockstep streaming chunk
+  size_t chunk_items = 4096;              // lockstep streaming chunk (cache-sized)
   // Keep both sequences and the whole alignment in the result (the Perfetto
   // export needs them); forces the in-memory path.
   bool keep_sequences = false;

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <array>
 #include <variant>
 
 #include "base/file.h"
@@ -42,10 +43,10 @@ uint64_t BoundaryShapeDigest(const trace::BoundaryRecord& record) {
 }
 
 BoundaryItem MakeBoundaryItem(const trace::BoundaryRecord& record, uint64_t name_hash,
-                              uint64_t record_index) {
+                              uint64_t record_index, uint64_t shape_digest) {
   BoundaryItem item;
   item.key.name_hash = name_hash;
-  item.key.shape_digest = BoundaryShapeDigest(record);
+  item.key.shape_digest = shape_digest;
   item.key.first_example = record.first_example;
   item.key.example_count = record.example_count;
   item.key.rank = record.rank;
@@ -123,6 +124,11 @@ struct BoundaryStream::RankReader {
   bool has_peek = false;
   bool done = false;
   BoundaryItem peek;
+  trace::Record record;  // reused: decoding into a live variant saves its set-up
+  // The last shape digested: consecutive boundaries often share a shape.
+  uint8_t last_ndim = 0xff;
+  std::array<uint64_t, trace::kInlineDims> last_dims{};
+  uint64_t last_shape_digest = 0;
 };
 
 BoundaryStream::BoundaryStream(RankOrder order, ItemFilter filter)
@@ -156,7 +162,7 @@ std::vector<std::string> BoundaryStream::warnings() const {
 }
 
 Status BoundaryStream::NextOfRank(RankReader& rank, BoundaryItem* item, bool* have) {
-  trace::Record record;
+  trace::Record& record = rank.record;
   while (!rank.done) {
     bool done = false;
     DGRR_RETURN_IF_ERROR(rank.reader->Next(&record, &done));
@@ -180,7 +186,13 @@ Status BoundaryStream::NextOfRank(RankReader& rank, BoundaryItem* item, bool* ha
       ++rank.ignored;
       continue;
     }
-    *item = MakeBoundaryItem(*b, rank.hash_of_id[b->name_id], record.index);
+    if (b->ndim != rank.last_ndim || b->dims != rank.last_dims) {
+      rank.last_ndim = b->ndim;
+      rank.last_dims = b->dims;
+      rank.last_shape_digest = BoundaryShapeDigest(*b);
+    }
+    *item = MakeBoundaryItem(*b, rank.hash_of_id[b->name_id], record.index,
+                             rank.last_shape_digest);
     *have = true;
     return Status::OK();
   }

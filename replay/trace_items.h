@@ -32,9 +32,10 @@ namespace dgrr::replay {
 uint64_t BoundaryNameHash(std::string_view name);
 // A digest of a BOUNDARY record's shape (ndim and the six stored dim slots).
 uint64_t BoundaryShapeDigest(const trace::BoundaryRecord& record);
-// The mapper's view of one BOUNDARY record at `record_index`.
+// The mapper's view of one BOUNDARY record at `record_index`;
+// shape_digest = BoundaryShapeDigest(record), passed in so callers can cache it.
 BoundaryItem MakeBoundaryItem(const trace::BoundaryRecord& record, uint64_t name_hash,
-                              uint64_t record_index);
+                              uint64_t record_index, uint64_t shape_digest);
 
 // name_hash -> name, for every boundary a stream has produced.
 using NameTable = std::unordered_map<uint64_t, std::string>;
