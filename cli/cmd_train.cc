@@ -100,6 +100,8 @@ int RunTrain(const std::vector<std::string>& args) {
        "inject a fault (repeatable): bitflip:step=S,rank=R,at=NAME[,example=E,index=I,bit=B] | "
        "race:step=S,at=PARAM | shared-rng:step=S[,rank=R] | reduce-order:step=S | skip-restore:NAME")
       ("force", "replace the run already in --out (only dgrr's own files are removed)")
+      ("resume", "continue the run in --out from its newest checkpoint; its settings come from its config.json")
+      ("fallback", "with --resume: skip a corrupt newest checkpoint for the newest good one")
       ("quiet,q", "no progress output");
   po::positional_options_description positional;
   po::variables_map vm;
@@ -107,7 +109,8 @@ int RunTrain(const std::vector<std::string>& args) {
       "train",
       "dgrr train --out RUN_DIR [--steps N] [--seed S] [--model tiny|small] [--data FILE]\n"
       "                  [--ranks R] [--threads T] [--batch B] [--lr LR] [--mode full|trusted|sdc|off]\n"
-      "                  [--ckpt-every K] [--inject SPEC]... [--force] [--quiet]",
+      "                  [--ckpt-every K] [--inject SPEC]... [--force] [--quiet]\n"
+      "       dgrr train --out RUN_DIR --resume [--fallback] [--inject skip-restore:NAME]",
       "Trains the reference GPT (a byte-level decoder-only transformer) data-parallel over R ranks\n"
       "and T threads per rank, bitwise reproducibly: the parameters after every step are identical\n"
       "for any R and T. Every model-level boundary is fingerprinted into RUN_DIR/rank<R>.trace;\n"
@@ -122,6 +125,26 @@ int RunTrain(const std::vector<std::string>& args) {
   if (vm.count("batch")) o.batch = batch;
   if (vm.count("lr")) o.lr = lr;
   o.force = vm.count("force") > 0;
+  o.resume = vm.count("resume") > 0;
+  o.fallback = vm.count("fallback") > 0;
+  if (o.fallback && !o.resume) {
+    return ReportError("train", Status::InvalidArgument("--fallback goes with --resume"));
+  }
+  if (o.resume) {
+    for (const char* flag : {"steps", "seed", "layers", "dim", "heads", "seq", "data", "ranks",
+                             "threads", "batch", "lr", "ckpt-every", "force"}) {
+      if (!vm[flag].defaulted() && vm.count(flag)) {
+        return ReportError("train", Status::InvalidArgument(
+                                        std::string("--resume takes the run's settings from its "
+                                                    "config.json; drop --") + flag));
+      }
+    }
+    if (!vm["model"].defaulted() || !vm["mode"].defaulted()) {
+      return ReportError("train", Status::InvalidArgument(
+                                      "--resume takes the run's settings from its config.json; "
+                                      "drop --model/--mode"));
+    }
+  }
   auto parsed_mode = ParseRecordMode(mode);
   if (!parsed_mode) {
     return ReportError("train", Status::InvalidArgument("--mode: unknown mode '" + mode +
@@ -137,10 +160,15 @@ int RunTrain(const std::vector<std::string>& args) {
   auto trainer = model::Trainer::Create(o);
   if (!trainer.ok()) return ReportError("train", trainer.status());
   const bool quiet = vm.count("quiet") > 0;
+  if (!quiet && o.resume) {
+    std::fprintf(stderr, "dgrr train: resuming %s\n", o.out_dir.c_str());
+  }
   if (!quiet) {
     std::fprintf(stderr, "dgrr train: %s model, %zu parameters, batch %d over %d rank(s) x %d thread(s), mode %s\n",
                  (*trainer)->preset().name.c_str(), (*trainer)->num_parameters(),
-                 (*trainer)->batch_size(), o.ranks, o.threads, mode.c_str());
+                 (*trainer)->batch_size(), (*trainer)->options().ranks,
+                 (*trainer)->options().threads,
+                 std::string(RecordModeName((*trainer)->options().mode)).c_str());
   }
   ProgressPrinter progress(quiet);
   model::TrainResult result;
@@ -153,6 +181,10 @@ int RunTrain(const std::vector<std::string>& args) {
               result.seconds, Hex64(result.params.xxh3).c_str(), HumanBytes(total_trace).c_str(),
               result.trace_bytes.size(), result.trace_bytes.size() == 1 ? "" : "s",
               o.out_dir.c_str());
+  if (!quiet && (*trainer)->options().ckpt_every > 0) {
+    std::fprintf(stderr, "dgrr train: checkpoints every %lld steps in %s/ckpt\n",
+                 static_cast<long long>((*trainer)->options().ckpt_every), o.out_dir.c_str());
+  }
   return kExitOk;
 }
 

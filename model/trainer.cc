@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -17,6 +18,8 @@
 #include "model/batch.h"
 #include "model/gpt.h"
 #include "model/schedule.h"
+#include "model/training_program.h"
+#include "trace_format/reader.h"
 #include "model/tree_reduce.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
@@ -185,6 +188,7 @@ struct Trainer::Impl {
   Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
   Status ReduceSlice(int r, int64_t step);
   Status RecordCollective(Rank& rank, uint64_t first);
+  Status WriteCheckpoint(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
   Trainer& t;
@@ -325,6 +329,8 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   const FaultSpec* flip = nullptr;                // active per-example bitflip this step
   const FaultSpec* param_flip = nullptr;          // active parameter bitflip this step
   uint64_t flip_example = 0;
+  uint64_t adamw_t = 0;   // AdamW's step count, as state
+  uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   uint64_t cached_epoch = ~0ull;
   std::vector<uint32_t> permutation;
   float loss = 0;
@@ -365,7 +371,8 @@ Status Trainer::Impl::RunRank(int r) {
   o.seed = t.options_.seed;
   o.threads = t.options_.threads;
   o.mode = t.options_.mode;
-  o.open_mode = OpenMode::kOverwrite;  // the directory was checked and cleared up front
+  // The directory was checked and cleared (or the traces cut) up front.
+  o.open_mode = t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
   o.run_id = run_id;
   o.config_json = t.config_.dump();
   o.group = &group;
@@ -380,15 +387,49 @@ Status Trainer::Impl::RunRank(int r) {
   });
   std::memcpy(rank.params.data(), gpt.parameters(), num_params * sizeof(float));
 
-  DGRR_RETURN_IF_ERROR(s.state().Register({"params", rank.params.data(), num_params * 4, DType::kF32,
-                                           {static_cast<int64_t>(num_params)}, StateRole::kParameter,
-                                           RestorePolicy::kCheckpoint, true}));
-  DGRR_RETURN_IF_ERROR(s.state().Register({"adamw.m", rank.adamw.m().data(), num_params * 4,
-                                           DType::kF32, {static_cast<int64_t>(num_params)},
-                                           StateRole::kOptimizer, RestorePolicy::kCheckpoint, true}));
-  DGRR_RETURN_IF_ERROR(s.state().Register({"adamw.v", rank.adamw.v().data(), num_params * 4,
-                                           DType::kF32, {static_cast<int64_t>(num_params)},
-                                           StateRole::kOptimizer, RestorePolicy::kCheckpoint, true}));
+  // The training state, each entry restored as the fast-forward plan says.
+  const int64_t n = static_cast<int64_t>(num_params);
+  struct StateSpec {
+    const char* name;
+    void* data;
+    uint64_t bytes;
+    DType dtype;
+    int64_t elements;
+    StateRole role;
+  };
+  const StateSpec specs[] = {
+      {"params", rank.params.data(), num_params * 4, DType::kF32, n, StateRole::kParameter},
+      {"adamw.m", rank.adamw.m().data(), num_params * 4, DType::kF32, n, StateRole::kOptimizer},
+      {"adamw.v", rank.adamw.v().data(), num_params * 4, DType::kF32, n, StateRole::kOptimizer},
+      {"adamw.t", &rank.adamw_t, 8, DType::kU64, 1, StateRole::kCounter},
+      {"cursor", &rank.cursor, 8, DType::kU64, 1, StateRole::kCursor},
+  };
+  for (const StateSpec& spec : specs) {
+    DGRR_ASSIGN_OR_RETURN(RestorePolicy policy, RestorePolicyFromPlan(*t.plan_, spec.name));
+    DGRR_RETURN_IF_ERROR(s.state().Register({spec.name, spec.data, spec.bytes, spec.dtype,
+                                             {spec.elements}, spec.role, policy,
+                                             /*replicated=*/true}));
+  }
+
+  int64_t first_step = 0;
+  if (t.resume_from_) {
+    const checkpoint::Checkpoint& ckpt = *t.resume_from_;
+    std::set<std::string> skip;
+    for (const auto& f : t.options_.faults) {
+      if (f.kind == FaultKind::kSkipRestore) skip.insert(f.at);
+    }
+    DGRR_RETURN_IF_ERROR(s.RecordEvent(
+        trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.meta.step)));
+    DGRR_RETURN_IF_ERROR(checkpoint::RestoreRank(ckpt, r, s.state(), skip));
+    for (const auto& name : skip) {
+      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
+    }
+    rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
+    first_step = static_cast<int64_t>(ckpt.meta.step) + 1;
+    // Fast-forward (the plan's `cursor`): the data order is a pure function of
+    // the step, so the cursor is computed, not replayed step by step.
+    rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
+  }
 
   // Declare every per-example boundary before workers start reporting them.
   DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
@@ -409,7 +450,7 @@ Status Trainer::Impl::RunRank(int r) {
   }
 
   Status status;
-  for (int64_t step = 0; step < t.options_.steps && status.ok(); ++step) {
+  for (int64_t step = first_step; step < t.options_.steps && status.ok(); ++step) {
     status = Step(rank, step);
   }
   if (!status.ok()) {
@@ -502,19 +543,49 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
+  if (t.options_.ckpt_every > 0 && (step + 1) % t.options_.ckpt_every == 0) {
+    DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+  }
   if (rank.r == 0 && progress_) {
     TrainProgress p;
     p.step = step;
     p.steps = t.options_.steps;
     p.loss = rank.loss;
     p.elapsed_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double tokens = static_cast<double>(step + 1) * B * model.seq_len;
-    p.tokens_per_second = p.elapsed_seconds > 0 ? tokens / p.elapsed_seconds : 0;
-    p.eta_seconds = p.elapsed_seconds / static_cast<double>(step + 1) *
-                    static_cast<double>(t.options_.steps - step - 1);
+    const double done = static_cast<double>(step + 1 - t.first_step_);
+    p.tokens_per_second = p.elapsed_seconds > 0 ? done * B * model.seq_len / p.elapsed_seconds : 0;
+    p.eta_seconds = p.elapsed_seconds / done * static_cast<double>(t.options_.steps - step - 1);
     progress_(p);
   }
   return Status::OK();
+}
+
+// Every rank records the EVENT and makes its trace durable, so the
+// checkpoint's trace positions name records that exist; then rank 0 writes
+// the one file holding every rank's state.
+Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
+  Session& s = *rank.session;
+  rank.adamw_t = static_cast<uint64_t>(rank.adamw.step());
+  rank.cursor = static_cast<uint64_t>(step + 1) * static_cast<uint64_t>(t.batch_);
+  DGRR_RETURN_IF_ERROR(
+      s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
+  DGRR_RETURN_IF_ERROR(s.Sync());
+  DGRR_RETURN_IF_ERROR(barrier.Wait());
+  if (rank.r == 0) {
+    checkpoint::CheckpointMeta meta;
+    meta.step = static_cast<uint64_t>(step);
+    meta.config_digest = s.config_digest();
+    meta.run_id_hex = RunIdHex(s.options().run_id);
+    meta.world_size = static_cast<int>(ranks.size());
+    meta.plan_json = t.plan_json_;
+    std::vector<checkpoint::RankSnapshot> snapshots;
+    for (const auto& other : ranks) {
+      snapshots.push_back({other->r, &other->session->state(), other->session->trace_position()});
+    }
+    DGRR_RETURN_IF_ERROR(checkpoint::WriteCheckpoint(
+        checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots));
+  }
+  return barrier.Wait();
 }
 
 Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
@@ -618,6 +689,7 @@ size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).t
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
+  if (options.resume) DGRR_RETURN_IF_ERROR(t->LoadConfigForResume());
   DGRR_RETURN_IF_ERROR(t->Validate());
   return t;
 }
@@ -687,17 +759,29 @@ Status Trainer::Validate() {
       return Status::InvalidArgument("inject " + f.text + ": the model has no parameter '" + f.at +
                                      "' whose gradient reduction could race");
     }
-    if (f.kind == FaultKind::kSkipRestore) {
-      return Status::InvalidArgument("inject " + f.text + ": skip-restore applies on resume, which this build does not have yet");
+    if (f.kind == FaultKind::kSkipRestore && !o.resume) {
+      return Status::InvalidArgument("inject " + f.text + ": skip-restore applies to --resume only");
     }
   }
-  if (o.ckpt_every > 0) {
-    return Status::InvalidArgument("--ckpt-every: checkpoints are not available in this build yet");
+  DGRR_ASSIGN_OR_RETURN(auto plan, TrainingPlan());
+  plan_ = std::make_unique<checkpoint::FastForwardPlan>(plan);
+  plan_json_ = checkpoint::PlansToJson({plan});
+  for (const auto& f : o.faults) {
+    if (f.kind == FaultKind::kSkipRestore &&
+        (plan.Find(f.at) == nullptr || plan.Find(f.at)->action != checkpoint::VarAction::kSaved)) {
+      std::string saved;
+      for (const auto& v : plan.saved) saved += (saved.empty() ? "" : ", ") + v;
+      return Status::InvalidArgument("inject " + f.text + ": '" + f.at +
+                                     "' is not restored from checkpoints (restored: " + saved + ")");
+    }
   }
 
   const std::string& text = data_->text();
+  // skip-restore is a property of one resume, not of the run.
   nlohmann::json faults = nlohmann::json::array();
-  for (const auto& f : o.faults) faults.push_back(f.text);
+  for (const auto& f : o.faults) {
+    if (f.kind != FaultKind::kSkipRestore) faults.push_back(f.text);
+  }
   config_ = {
       {"schema", kRunConfigSchema},
       {"seed", o.seed},
@@ -731,6 +815,100 @@ Status Trainer::Validate() {
   return Status::OK();
 }
 
+// --resume: the run's own config decides everything but the resume-time
+// faults, so the resumed run is the same computation as the original.
+Status Trainer::LoadConfigForResume() {
+  const std::string path = ConfigPathFor(options_.out_dir);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithPrefix("--resume");
+  nlohmann::json c;
+  try {
+    c = nlohmann::json::parse(*text);
+    if (c.value("schema", "") != kRunConfigSchema) {
+      return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
+    }
+    TrainOptions o;
+    o.out_dir = options_.out_dir;
+    o.resume = true;
+    o.fallback = options_.fallback;
+    o.steps = c.at("steps").get<int64_t>();
+    o.seed = c.at("seed").get<uint64_t>();
+    const auto& m = c.at("model");
+    o.preset = m.at("preset").get<std::string>();
+    o.layers = m.at("layers").get<int>();
+    o.dim = m.at("dim").get<int>();
+    o.heads = m.at("heads").get<int>();
+    o.seq = m.at("seq").get<int>();
+    if (c.at("data").at("source").get<std::string>() == "file") {
+      o.data_file = c.at("data").at("path").get<std::string>();
+    }
+    o.ranks = c.at("ranks").get<int>();
+    o.threads = c.at("threads").get<int>();
+    o.batch = c.at("batch").get<int>();
+    o.lr = c.at("optimizer").at("lr").get<float>();
+    auto mode = ParseRecordMode(c.at("mode").get<std::string>());
+    if (!mode) return Status::Corruption(path + ": unknown mode");
+    o.mode = *mode;
+    o.ckpt_every = c.at("ckpt_every").get<int64_t>();
+    for (const auto& f : c.at("inject")) {
+      DGRR_ASSIGN_OR_RETURN(FaultSpec spec, ParseFaultSpec(f.get<std::string>()));
+      o.faults.push_back(spec);
+    }
+    for (const auto& f : options_.faults) {
+      if (f.kind != FaultKind::kSkipRestore) {
+        return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +
+                                       "' would change the run");
+      }
+      o.faults.push_back(f);
+    }
+    const std::string recorded_data = c.at("data").at("xxh3").get<std::string>();
+    options_ = o;
+    DGRR_RETURN_IF_ERROR(Validate());
+    if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
+      return Status::FailedPrecondition("--resume: the data (" + o.data_file +
+                                        ") changed since the run started");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(path + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+// Finds the checkpoint to resume from and cuts every rank's trace back to it.
+Status Trainer::PrepareResume() {
+  auto found = checkpoint::FindNewestGoodCheckpoint(options_.out_dir, ~0ull, options_.fallback);
+  if (!found.ok() && found.status().IsNotFound()) {
+    // Killed before the first checkpoint: start over in the same directory.
+    options_.force = true;
+    return PrepareRunDirectory();
+  }
+  if (!found.ok()) return found.status();
+  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(*found));
+  if (ckpt.meta.world_size != options_.ranks) {
+    return Status::Corruption(*found + ": written by " + std::to_string(ckpt.meta.world_size) +
+                              " ranks, the run has " + std::to_string(options_.ranks));
+  }
+  const std::string canonical = nlohmann::json::parse(config_.dump()).dump();
+  if (ckpt.meta.config_digest != Xxh3(canonical.data(), canonical.size())) {
+    return Status::FailedPrecondition(*found + ": belongs to a different configuration than " +
+                                      ConfigPathFor(options_.out_dir));
+  }
+  for (int r = 0; r < options_.ranks; ++r) {
+    DGRR_RETURN_IF_ERROR(
+        trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));
+  }
+  // A writer killed mid-checkpoint leaves only its temporary file; drop it.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.out_dir + "/ckpt", ec)) {
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
+  resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
+  return Status::OK();
+}
+
 Status Trainer::PrepareRunDirectory() const {
   namespace fs = std::filesystem;
   const std::string& dir = options_.out_dir;
@@ -755,7 +933,7 @@ Status Trainer::PrepareRunDirectory() const {
 }
 
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
-  DGRR_RETURN_IF_ERROR(PrepareRunDirectory());
+  DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;
@@ -774,7 +952,7 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
     result->steps = options_.steps;
     result->final_loss = impl.ranks[0]->loss;
     result->seconds = std::chrono::duration<double>(Clock::now() - impl.start).count();
-    result->tokens_per_second = static_cast<double>(options_.steps) * batch_ *
+    result->tokens_per_second = static_cast<double>(options_.steps - first_step_) * batch_ *
                                 preset_.model.seq_len / std::max(result->seconds, 1e-9);
     result->params = FingerprintBytes(impl.ranks[0]->params.data(), impl.num_params * sizeof(float));
     result->trace_bytes.clear();

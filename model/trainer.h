@@ -30,6 +30,8 @@
 #include "fingerprint/fingerprint.h"
 #include "model/config.h"
 #include "model/corpus.h"
+#include "checkpoint/checkpoint_file.h"
+#include "checkpoint/fast_forward.h"
 #include "model/faults.h"
 #include "runtime/recording_mode.h"
 
@@ -52,6 +54,11 @@ struct TrainOptions {
   int64_t ckpt_every = 0;       // 0: no checkpoints
   std::vector<FaultSpec> faults;
   bool force = false;           // replace an existing run's files
+  // Continue the run in out_dir from its newest checkpoint (everything else
+  // comes from its config.json; only skip-restore faults may be added). With
+  // `fallback`, a corrupt newest checkpoint is skipped for an older good one.
+  bool resume = false;
+  bool fallback = false;
 };
 
 struct TrainProgress {
@@ -84,6 +91,10 @@ class Trainer {
   Status Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
 
   const nlohmann::json& config() const { return config_; }
+  // The options in force (for --resume: as loaded from the run's config).
+  const TrainOptions& options() const { return options_; }
+  // The step the run starts at (after Run: where it resumed; 0 when fresh).
+  int64_t first_step() const { return first_step_; }
   const Preset& preset() const { return preset_; }
   size_t num_parameters() const;
   int batch_size() const { return batch_; }
@@ -92,7 +103,9 @@ class Trainer {
   struct Impl;
   Trainer() = default;
   Status Validate();
+  Status LoadConfigForResume();
   Status PrepareRunDirectory() const;
+  Status PrepareResume();
 
   TrainOptions options_;
   Preset preset_;
@@ -101,6 +114,10 @@ class Trainer {
   std::unique_ptr<Dataset> data_;
   nlohmann::json config_;
   std::vector<std::string> per_example_names_;  // boundary names of one example, in order
+  std::string plan_json_;                       // the fast-forward plan stored in checkpoints
+  std::unique_ptr<checkpoint::FastForwardPlan> plan_;
+  std::unique_ptr<checkpoint::Checkpoint> resume_from_;  // set by PrepareResume
+  int64_t first_step_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

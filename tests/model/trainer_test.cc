@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "base/file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 
@@ -313,6 +314,117 @@ TEST_F(TrainerTest, LossFallsOnTheEmbeddedCorpus) {
   for (int i = 0; i < 10; ++i) first += losses[i] / 10, last += losses[190 + i] / 10;
   EXPECT_LT(last, first - 1.5) << "mean loss of the first 10 steps " << first << ", last 10 " << last;
   EXPECT_LT(last, 2.6) << "below what byte frequencies alone give";
+}
+
+}  // namespace
+}  // namespace dgrr::model
+
+namespace dgrr::model {
+namespace {
+
+// BOUNDARY and STEP records (EVENTs say where a run was resumed, so they may
+// legitimately differ), times zeroed.
+std::vector<trace::RecordBody> Computation(const std::string& run_dir, int rank) {
+  std::vector<trace::RecordBody> out;
+  for (auto& r : Records(run_dir, rank)) {
+    if (std::holds_alternative<trace::BoundaryRecord>(r.body) ||
+        std::holds_alternative<trace::StepRecord>(r.body)) {
+      out.push_back(r.body);
+    }
+  }
+  return out;
+}
+
+void CopyRun(const fs::path& from, const fs::path& to, uint64_t keep_up_to_step) {
+  fs::copy(from, to, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(to / "ckpt")) {
+    const std::string name = e.path().filename().string();  // step-00000040.h5
+    if (std::stoull(name.substr(5, 8)) > keep_up_to_step) fs::remove(e.path());
+  }
+}
+
+TEST_F(TrainerTest, ResumingAtEveryCheckpointReproducesTheUninterruptedRun) {
+  for (int ranks : {1, 4}) {
+    const std::string u = "u" + std::to_string(ranks);
+    TrainOptions o = Options(u, ranks, 1);
+    o.steps = 40;
+    o.ckpt_every = 10;
+    const TrainResult full = Train(o);
+    for (uint64_t ckpt : {9, 19, 29}) {
+      const std::string v = u + "_from" + std::to_string(ckpt);
+      CopyRun(root_ / u, root_ / v, ckpt);
+      TrainOptions r;
+      r.out_dir = (root_ / v).string();
+      r.resume = true;
+      auto t = Trainer::Create(r);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      TrainResult resumed;
+      ASSERT_TRUE((*t)->Run(nullptr, &resumed).ok());
+      EXPECT_EQ((*t)->first_step(), static_cast<int64_t>(ckpt) + 1);
+      EXPECT_EQ(resumed.params, full.params) << v;
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto a = Computation((root_ / u).string(), rank);
+        const auto b = Computation((root_ / v).string(), rank);
+        ASSERT_EQ(a.size(), b.size()) << v << " rank " << rank;
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i] == b[i]) << v << " rank " << rank << " record " << i;
+      }
+    }
+  }
+}
+
+TEST_F(TrainerTest, SkipRestoreDivergesAtTheFirstBoundaryThatDependsOnIt) {
+  TrainOptions o = Options("u");
+  o.steps = 20;
+  o.ckpt_every = 10;
+  Train(o);
+  CopyRun(root_ / "u", root_ / "v", 9);
+  TrainOptions r;
+  r.out_dir = (root_ / "v").string();
+  r.resume = true;
+  r.faults.push_back(*ParseFaultSpec("skip-restore:adamw.m"));
+  auto t = Trainer::Create(r);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Run(nullptr, nullptr).ok());
+  const FirstDifference d = FirstDifferingBoundary((root_ / "u").string(), (root_ / "v").string(), 0);
+  ASSERT_TRUE(d.found);
+  EXPECT_EQ(d.step, 10u) << "nothing before the first update after the resume reads adamw.m";
+  EXPECT_EQ(d.name, "wte") << "the first parameter AdamW updates with the forgotten moment";
+
+  r.faults = {*ParseFaultSpec("skip-restore:cursor")};
+  EXPECT_TRUE(Trainer::Create(r).status().IsInvalidArgument()) << "cursor is fast-forwarded, not restored";
+  TrainOptions fresh = Options("w");
+  fresh.faults.push_back(*ParseFaultSpec("skip-restore:params"));
+  EXPECT_TRUE(Trainer::Create(fresh).status().IsInvalidArgument()) << "only with --resume";
+}
+
+TEST_F(TrainerTest, CorruptNewestCheckpointIsRefusedUnlessFallingBack) {
+  TrainOptions o = Options("u", 2, 1);
+  o.steps = 12;
+  o.ckpt_every = 4;
+  const TrainResult full = Train(o);
+  CopyRun(root_ / "u", root_ / "v", 7);
+  const std::string newest = checkpoint::CheckpointPath((root_ / "v").string(), 7);
+  {
+    auto bytes = ReadFileToString(newest);
+    ASSERT_TRUE(bytes.ok());
+    (*bytes)[bytes->size() / 2] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomically(newest, *bytes).ok());
+  }
+  TrainOptions r;
+  r.out_dir = (root_ / "v").string();
+  r.resume = true;
+  auto t = Trainer::Create(r);
+  ASSERT_TRUE(t.ok());
+  Status s = (*t)->Run(nullptr, nullptr);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitInvalidData);
+  r.fallback = true;
+  t = Trainer::Create(r);
+  ASSERT_TRUE(t.ok());
+  TrainResult resumed;
+  ASSERT_TRUE((*t)->Run(nullptr, &resumed).ok());
+  EXPECT_EQ((*t)->first_step(), 4);
+  EXPECT_EQ(resumed.params, full.params);
 }
 
 }  // namespace
