@@ -67,7 +67,10 @@ int RunCompare(const std::vector<std::string>& args) {
     if (!s.ok()) return ReportError(kName, s);
   }
   if (vm["json"].as<bool>()) {
-    std::cout << replay::CompareJson(*result).dump(2) << "\n";
+    // Names are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather than an exception.
+    std::cout << replay::CompareJson(*result).dump(2, ' ', false,
+                                                   nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << replay::CompareText(*result);
   }

@@ -167,7 +167,9 @@ StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOption
 Status WritePerfetto(const std::string& path, const CompareResult& result,
                      const PerfettoOptions& options) {
   DGRR_ASSIGN_OR_RETURN(ordered_json doc, PerfettoJson(result, options));
-  return WriteFileAtomically(path, doc.dump() + "\n");
+  const std::string text =
+      doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return WriteFileAtomically(path, text);
 }
 
 }  // namespace dgrr::replay
