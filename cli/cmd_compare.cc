@@ -58,7 +58,8 @@ int RunCompare(const std::vector<std::string>& args) {
   if (configs_differ) {
     ReportWarning(kName, "the runs' configs differ (" +
                              (result->configs_available
-                                  ? std::to_string(result->config_differences.size()) + " keys"
+                                  ? std::to_string(result->config_differences.size()) +
+                                        (result->config_differences.size() == 1 ? " key" : " keys")
                                   : std::string("trace header digests")) +
                              "): they may be unrelated runs; comparing anyway");
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "runtime/session.h"
 #include "cli/command.h"
 #include "tests/trace_format/sample_trace.h"
 #include "trace_format/writer.h"
@@ -170,7 +171,7 @@ TEST_F(CompareCommandTest, ConfigDifferencesComeFirstWithAWarning) {
   ASSERT_TRUE(WriteFileAtomically(Path("rb/config.json"), R"({"lr": 0.3, "seed": 3})").ok());
   std::string out, err;
   EXPECT_EQ(Compare({Path("ra"), Path("rb")}, &out, &err), kExitDivergence);
-  EXPECT_NE(err.find("dgrr compare: warning: the runs' configs differ (1 keys)"), std::string::npos)
+  EXPECT_NE(err.find("dgrr compare: warning: the runs' configs differ (1 key)"), std::string::npos)
       << err;
   const size_t config = out.find("config: 1 difference");
   ASSERT_NE(config, std::string::npos) << out;
@@ -198,6 +199,52 @@ TEST_F(CompareCommandTest, PerfettoFileIsWrittenAndParses) {
   EXPECT_EQ(slices, 36u);
   EXPECT_EQ(instants, 2u);
   EXPECT_NE(out.find("first divergence: pair #7"), std::string::npos);
+}
+
+// A data-parallel run recorded through the Session API: per-example
+// activations (example_count 1) and an all-reduced gradient on every rank.
+void RecordRun(const std::string& dir, int world) {
+  const RunId run_id = NewRunId();
+  for (int rank = 0; rank < world; ++rank) {
+    SessionOptions o;
+    o.run_dir = dir;
+    o.rank = rank;
+    o.world_size = world;
+    o.run_id = run_id;
+    o.config_json = R"({"batch": 4, "lr": 0.5})";
+    o.gpu = false;
+    auto session = Session::Open(o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    for (uint64_t step = 0; step < 3; ++step) {
+      ASSERT_TRUE((*session)->BeginStep(step).ok());
+      for (int k = 0; k < 4 / world; ++k) {
+        const uint64_t e = step * 4 + rank * (4 / world) + k;
+        std::vector<double> act = {1.0 * e, 2.0 * e};
+        auto t = MakeTensorRef(act.data(), DType::kF64, {2});
+        ASSERT_TRUE((*session)->Record("embed.out", trace::Phase::kForward,
+                                       trace::Direction::kOutput, *t, {e, 1}).ok());
+      }
+      std::vector<double> grad = {0.5 * step};
+      auto g = MakeTensorRef(grad.data(), DType::kF64, {1});
+      ASSERT_TRUE((*session)->Record("grad.allreduce", trace::Phase::kCollective,
+                                     trace::Direction::kOutput, *g, {step * 4, 4}).ok());
+      ASSERT_TRUE((*session)->EndStep(step, 0.25f).ok());
+    }
+    ASSERT_TRUE((*session)->Close().ok());
+  }
+}
+
+TEST_F(CompareCommandTest, OneRankAndFourRankRunsOfTheSameConfigAgree) {
+  RecordRun(Path("one"), 1);
+  RecordRun(Path("four"), 4);
+  std::string out, err;
+  EXPECT_EQ(Compare({Path("one"), Path("four")}, &out, &err), 0) << out << err;
+  EXPECT_NE(out.find("ranks: merged (world sizes differ)"), std::string::npos) << out;
+  EXPECT_NE(out.find("config: identical"), std::string::npos);
+  EXPECT_NE(out.find("0 only in A, 9 only in B"), std::string::npos) << out;  // 3 extra copies per step
+  EXPECT_EQ(err.find("configs differ"), std::string::npos);
+  EXPECT_EQ(Compare({Path("four"), Path("four"), "--json"}, &out), 0);
+  EXPECT_EQ(json::parse(out)["ranks"], "paired");
 }
 
 TEST_F(CompareCommandTest, MissingFileIsTwoCorruptTraceIsThree) {
