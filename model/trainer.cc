@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "model/adamw.h"
 #include "model/batch.h"
+#include "model/data_order.h"
 #include "model/gpt.h"
 #include "model/schedule.h"
 #include "model/training_program.h"
@@ -331,8 +332,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   uint64_t flip_example = 0;
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
-  uint64_t cached_epoch = ~0ull;
-  std::vector<uint32_t> permutation;
+  std::unique_ptr<DataOrder> data_order;
   float loss = 0;
 };
 
@@ -468,17 +468,12 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
   const uint64_t batch_first = static_cast<uint64_t>(step) * B;
   rank.shard_first = batch_first + static_cast<uint64_t>(rank.r) * shard;
 
-  // Data: global example g is position g % N of epoch g / N's permutation.
-  const uint64_t n = t.data_->num_examples();
+  // Data: the examples of the epoch's Philox permutation (model/data_order.h).
   const size_t window = t.data_->window();
+  if (!rank.data_order) rank.data_order = std::make_unique<DataOrder>(rng, t.data_->num_examples());
   for (int i = 0; i < shard; ++i) {
-    const uint64_t g = rank.shard_first + i;
-    const uint64_t epoch = g / n;
-    if (epoch != rank.cached_epoch) {
-      DGRR_ASSIGN_OR_RETURN(rank.permutation, rng.EpochPermutation(epoch, n));
-      rank.cached_epoch = epoch;
-    }
-    std::memcpy(rank.tokens.data() + i * window, t.data_->Example(rank.permutation[g % n]), window);
+    DGRR_ASSIGN_OR_RETURN(uint64_t index, rank.data_order->IndexOf(rank.shard_first + i));
+    std::memcpy(rank.tokens.data() + i * window, t.data_->Example(index), window);
     rank.slots[i].clear();
   }
 

@@ -1,0 +1,103 @@
+// The cost of recording, measured on the reference workload: step time of
+// `dgrr train` in each recording mode against --mode off, in the same run.
+//
+// Modes are interleaved in rounds (off, full, trusted, sdc, off, ...) so a
+// load change on a shared machine hits all of them alike; each mode's figure
+// is the median over rounds of its median step time (the first steps of a run,
+// which pay for start-up, are skipped).
+//
+// usage: recording_overhead [--model tiny|small] [--steps N] [--rounds K]
+//                           [--threads T] [--ranks R] [--out DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/trainer.h"
+
+namespace {
+
+using dgrr::RecordMode;
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Median seconds per step of one run, skipping the first `warmup` steps.
+double MedianStepSeconds(dgrr::model::TrainOptions o, int warmup) {
+  auto trainer = dgrr::model::Trainer::Create(o);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "recording_overhead: %s\n", trainer.status().ToString().c_str());
+    std::exit(1);
+  }
+  std::vector<double> steps;
+  auto last = Clock::now();
+  dgrr::Status s = (*trainer)->Run(
+      [&](const dgrr::model::TrainProgress& p) {
+        const auto now = Clock::now();
+        if (p.step >= warmup) steps.push_back(std::chrono::duration<double>(now - last).count());
+        last = now;
+      },
+      nullptr);
+  if (!s.ok()) {
+    std::fprintf(stderr, "recording_overhead: %s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+  return Median(steps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "tiny", out = "/tmp/dgrr_recording_overhead";
+  int steps = 40, rounds = 5, threads = 1, ranks = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
+    else {
+      std::fprintf(stderr, "recording_overhead: unknown option %s\n", argv[i]);
+      return 1;
+    }
+  }
+  const std::vector<RecordMode> modes = {RecordMode::kOff, RecordMode::kFull, RecordMode::kTrusted,
+                                         RecordMode::kSdc};
+  std::map<RecordMode, std::vector<double>> per_mode;
+  int tokens_per_step = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (RecordMode mode : modes) {
+      dgrr::model::TrainOptions o;
+      o.out_dir = out + "/" + std::string(dgrr::RecordModeName(mode));
+      o.preset = model;
+      o.steps = steps;
+      o.threads = threads;
+      o.ranks = ranks;
+      o.mode = mode;
+      o.force = true;
+      auto t = dgrr::model::Trainer::Create(o);
+      if (t.ok()) tokens_per_step = (*t)->batch_size() * (*t)->preset().model.seq_len;
+      per_mode[mode].push_back(MedianStepSeconds(o, std::min(5, steps / 4)));
+    }
+  }
+  std::filesystem::remove_all(out);
+  const double off = Median(per_mode[RecordMode::kOff]);
+  std::printf("model=%s ranks=%d threads=%d steps=%d rounds=%d\n", model.c_str(), ranks, threads,
+              steps, rounds);
+  std::printf("%-8s %12s %12s %8s\n", "mode", "ms/step", "tokens/s", "vs off");
+  for (RecordMode mode : modes) {
+    const double t = Median(per_mode[mode]);
+    std::printf("%-8s %12.3f %12.0f %8.4f\n", std::string(dgrr::RecordModeName(mode)).c_str(),
+                t * 1e3, tokens_per_step / t, t / off);
+  }
+  return 0;
+}
