@@ -205,7 +205,11 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
                                      &result.environments_available,
                                      &result.environment_differences));
 
-  const RankOrder order = result.ranks_paired ? RankOrder::kByRank : RankOrder::kByExample;
+  // Within a step, every rank's per-example work logically precedes the
+  // collectives that combine it: ordering by example first means a fault on
+  // rank 1 is named at its own boundary, not at rank 0's all-reduce that
+  // merely received it. (Ranks stay in the pairing key when paired.)
+  const RankOrder order = RankOrder::kByExample;
   const ItemFilter filter{options.ignore_globs};
   CertifyOptions certify_options;
   certify_options.context = options.context;
@@ -472,8 +476,11 @@ std::string CompareText(const CompareResult& r) {
   for (const ReportedPair& p : r.before) PrintContextPair(o, p, " ");
   PrintContextPair(o, d, ">");
   for (const ReportedPair& p : r.after) PrintContextPair(o, p, " ");
-  o << "later differing pairs: " << c.later_differing << "; the divergence is "
-    << DivergenceKindName(c.kind) << "\n"
+  o << "later differing pairs: " << c.later_differing << "; "
+    << (c.kind == DivergenceKind::kIsolated     ? "an isolated divergence (its neighbours agree again)"
+        : c.kind == DivergenceKind::kPropagates ? "the divergence propagates"
+                                                : "whether it propagates is undetermined")
+    << "\n"
     << "result: divergence\n";
   return o.str();
 }

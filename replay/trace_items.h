@@ -62,8 +62,8 @@ struct RunInput {
 StatusOr<RunInput> OpenRunInput(const std::string& path);
 
 enum class RankOrder : uint8_t {
-  kByRank,     // ranks paired one to one: (step, rank, program order)
-  kByExample,  // world sizes differ: (step, per-example by example, rank-level by rank)
+  kByRank,     // (step, rank, program order)
+  kByExample,  // (step, per-example by example, rank-level by rank): compare's order
 };
 
 // Boundaries whose name matches any glob (fnmatch) are skipped.
