@@ -20,6 +20,7 @@
 #include "model/gpt.h"
 #include "model/schedule.h"
 #include "model/training_program.h"
+#include "replay/trace_check.h"
 #include "trace_format/reader.h"
 #include "model/tree_reduce.h"
 #include "rng/distributions.h"
@@ -185,6 +186,7 @@ struct Trainer::Impl {
   struct Rank;
   explicit Impl(Trainer& t);
   Status RunRank(int r);
+  Status RunRankBody(int r);
   Status Step(Rank& rank, int64_t step);
   Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
   Status ReduceSlice(int r, int64_t step);
@@ -333,6 +335,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   std::unique_ptr<DataOrder> data_order;
+  std::unique_ptr<replay::TraceCheck> check;  // replay: the recorded trace to match
   float loss = 0;
 };
 
@@ -362,7 +365,17 @@ const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) 
   return nullptr;
 }
 
+// Whatever makes a rank fail, the others must not wait for it at a barrier.
 Status Trainer::Impl::RunRank(int r) {
+  Status s = RunRankBody(r);
+  if (!s.ok()) {
+    barrier.Abort(s);
+    group.Abort(s);
+  }
+  return s;
+}
+
+Status Trainer::Impl::RunRankBody(int r) {
   Rank& rank = *ranks[static_cast<size_t>(r)];
   SessionOptions o;
   o.run_dir = t.options_.out_dir;
@@ -372,7 +385,13 @@ Status Trainer::Impl::RunRank(int r) {
   o.threads = t.options_.threads;
   o.mode = t.options_.mode;
   // The directory was checked and cleared (or the traces cut) up front.
-  o.open_mode = t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
+  o.open_mode = t.options_.resume && t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
+  if (!t.options_.verify_against.empty()) {
+    const uint64_t first_record = t.resume_from_ ? t.resume_from_->ranks[r].trace_position : 0;
+    DGRR_ASSIGN_OR_RETURN(rank.check, replay::TraceCheck::Open(
+                                          TracePathFor(t.options_.verify_against, r), first_record));
+    o.check = rank.check.get();
+  }
   o.run_id = run_id;
   o.config_json = t.config_.dump();
   o.group = &group;
@@ -450,12 +469,9 @@ Status Trainer::Impl::RunRank(int r) {
   }
 
   Status status;
-  for (int64_t step = first_step; step < t.options_.steps && status.ok(); ++step) {
+  const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
+  for (int64_t step = first_step; step < end && status.ok(); ++step) {
     status = Step(rank, step);
-  }
-  if (!status.ok()) {
-    barrier.Abort(status);
-    group.Abort(status);
   }
   Status closed = s.Close();
   return status.ok() ? closed : status;
@@ -538,7 +554,8 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
-  if (t.options_.ckpt_every > 0 && (step + 1) % t.options_.ckpt_every == 0) {
+  if (t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
+      (step + 1) % t.options_.ckpt_every == 0) {
     DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
   }
   if (rank.r == 0 && progress_) {
@@ -810,22 +827,17 @@ Status Trainer::Validate() {
   return Status::OK();
 }
 
-// --resume: the run's own config decides everything but the resume-time
-// faults, so the resumed run is the same computation as the original.
-Status Trainer::LoadConfigForResume() {
-  const std::string path = ConfigPathFor(options_.out_dir);
+StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
+  const std::string path = ConfigPathFor(run_dir);
   auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status().WithPrefix("--resume");
-  nlohmann::json c;
+  if (!text.ok()) return text.status().WithPrefix("not a dgrr run");
   try {
-    c = nlohmann::json::parse(*text);
+    const nlohmann::json c = nlohmann::json::parse(*text);
     if (c.value("schema", "") != kRunConfigSchema) {
       return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
     }
     TrainOptions o;
-    o.out_dir = options_.out_dir;
-    o.resume = true;
-    o.fallback = options_.fallback;
+    o.out_dir = run_dir;
     o.steps = c.at("steps").get<int64_t>();
     o.seed = c.at("seed").get<uint64_t>();
     const auto& m = c.at("model");
@@ -846,26 +858,56 @@ Status Trainer::LoadConfigForResume() {
     o.mode = *mode;
     o.ckpt_every = c.at("ckpt_every").get<int64_t>();
     for (const auto& f : c.at("inject")) {
-      DGRR_ASSIGN_OR_RETURN(FaultSpec spec, ParseFaultSpec(f.get<std::string>()));
-      o.faults.push_back(spec);
+      auto spec = ParseFaultSpec(f.get<std::string>());
+      if (!spec.ok()) return spec.status().WithPrefix(path);
+      o.faults.push_back(*spec);
     }
-    for (const auto& f : options_.faults) {
-      if (f.kind != FaultKind::kSkipRestore) {
-        return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +
-                                       "' would change the run");
-      }
-      o.faults.push_back(f);
-    }
-    const std::string recorded_data = c.at("data").at("xxh3").get<std::string>();
-    options_ = o;
-    DGRR_RETURN_IF_ERROR(Validate());
-    if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
-      return Status::FailedPrecondition("--resume: the data (" + o.data_file +
-                                        ") changed since the run started");
-    }
+    return o;
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(path + ": " + e.what());
   }
+}
+
+// --resume: the run's own config decides everything but the resume-time
+// faults, so the resumed run is the same computation as the original.
+Status Trainer::LoadConfigForResume() {
+  DGRR_ASSIGN_OR_RETURN(TrainOptions o, TrainOptionsFromRun(options_.out_dir));
+  o.resume = true;
+  o.fallback = options_.fallback;
+  for (const auto& f : options_.faults) {
+    if (f.kind != FaultKind::kSkipRestore) {
+      return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +
+                                     "' would change the run");
+    }
+    o.faults.push_back(f);
+  }
+  auto recorded = ReadFileToString(ConfigPathFor(options_.out_dir));
+  const std::string recorded_data =
+      nlohmann::json::parse(*recorded).at("data").at("xxh3").get<std::string>();
+  options_ = o;
+  DGRR_RETURN_IF_ERROR(Validate());
+  if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
+    return Status::FailedPrecondition("--resume: the data (" + o.data_file +
+                                      ") changed since the run started");
+  }
+  return Status::OK();
+}
+
+// Replay: the state of a given checkpoint, into fresh traces.
+Status Trainer::PrepareRestore() {
+  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(options_.restore_checkpoint));
+  if (ckpt.meta.world_size != options_.ranks) {
+    return Status::Corruption(options_.restore_checkpoint + ": written by " +
+                              std::to_string(ckpt.meta.world_size) + " ranks, the run has " +
+                              std::to_string(options_.ranks));
+  }
+  const std::string canonical = nlohmann::json::parse(config_.dump()).dump();
+  if (ckpt.meta.config_digest != Xxh3(canonical.data(), canonical.size())) {
+    return Status::FailedPrecondition(options_.restore_checkpoint +
+                                      ": belongs to a different configuration");
+  }
+  first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
+  resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
   return Status::OK();
 }
 
@@ -929,6 +971,7 @@ Status Trainer::PrepareRunDirectory() const {
 
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
   DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
+  if (!options_.restore_checkpoint.empty()) DGRR_RETURN_IF_ERROR(PrepareRestore());
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;
@@ -950,6 +993,13 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
     result->tokens_per_second = static_cast<double>(options_.steps - first_step_) * batch_ *
                                 preset_.model.seq_len / std::max(result->seconds, 1e-9);
     result->params = FingerprintBytes(impl.ranks[0]->params.data(), impl.num_params * sizeof(float));
+    result->boundaries_verified = result->steps_verified = 0;
+    for (const auto& rank : impl.ranks) {
+      if (rank->check) {
+        result->boundaries_verified += rank->check->boundaries_verified();
+        result->steps_verified += rank->check->steps_verified();
+      }
+    }
     result->trace_bytes.clear();
     for (int r = 0; r < options_.ranks; ++r) {
       auto size = FileSize(TracePathFor(options_.out_dir, r));

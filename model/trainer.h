@@ -59,7 +59,18 @@ struct TrainOptions {
   // `fallback`, a corrupt newest checkpoint is skipped for an older good one.
   bool resume = false;
   bool fallback = false;
+
+  // Replay (dgrr replay): start from the state in this checkpoint file, into
+  // fresh traces in out_dir, checking every record against the recorded run
+  // `verify_against` as it goes, and stop after step `last_step`.
+  std::string restore_checkpoint;
+  std::string verify_against;
+  int64_t last_step = -1;          // -1: run to `steps`
+  bool write_checkpoints = true;
 };
+
+// The options of the run in `run_dir`, from its config.json.
+StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir);
 
 struct TrainProgress {
   int64_t step = 0;             // just finished (0-based)
@@ -77,6 +88,9 @@ struct TrainResult {
   double seconds = 0;
   Fingerprint params;           // rank 0's parameters after the last step
   std::vector<uint64_t> trace_bytes;  // per rank
+  // With verify_against: records checked against the recorded run, all ranks.
+  uint64_t boundaries_verified = 0;
+  uint64_t steps_verified = 0;
 };
 
 class Trainer {
@@ -106,6 +120,7 @@ class Trainer {
   Status LoadConfigForResume();
   Status PrepareRunDirectory() const;
   Status PrepareResume();
+  Status PrepareRestore();
 
   TrainOptions options_;
   Preset preset_;

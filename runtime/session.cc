@@ -179,6 +179,8 @@ StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::
   h.recorded = ShouldRecordBoundary(options_.mode, phase, kind);
   if (h.recorded) {
     DGRR_ASSIGN_OR_RETURN(h.name_id, writer_->InternName(name));
+    if (h.name_id >= names_.size()) names_.resize(h.name_id + 1);
+    names_[h.name_id] = std::string(name);
   }
   return h;
 }
@@ -223,6 +225,9 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
   r.host_time_ns = NowNs();
+  if (options_.check != nullptr) {
+    DGRR_RETURN_IF_ERROR(options_.check->CheckBoundary(r, names_[r.name_id]));
+  }
   return writer_->AppendBoundary(r);
 }
 
@@ -260,6 +265,7 @@ Status Session::EndStep(uint64_t step, float loss) {
   r.loss_bits = FloatBits(loss);
   r.params_xor64 = params.xor64;
   r.params_xxh3 = params.xxh3;
+  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(options_.check->CheckStep(r));
   DGRR_RETURN_IF_ERROR(writer_->AppendStep(r));
   return CheckSdc(step, params);
 }

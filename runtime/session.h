@@ -39,6 +39,16 @@ namespace trace {
 class TraceWriter;
 }
 
+// Checks every record a session is about to append; a non-OK result stops
+// the append and is returned to the caller. Replay uses it to compare a
+// re-execution with the recorded trace as it goes (replay/trace_check.h).
+class RecordCheck {
+ public:
+  virtual ~RecordCheck() = default;
+  virtual Status CheckBoundary(const trace::BoundaryRecord& record, std::string_view name) = 0;
+  virtual Status CheckStep(const trace::StepRecord& record) = 0;
+};
+
 using RunId = std::array<uint8_t, 16>;
 // 16 random bytes from the OS; shared by every rank of one run.
 RunId NewRunId();
@@ -68,6 +78,8 @@ struct SessionOptions {
   std::optional<bool> gpu;
   // Tests substitute the environment; null: the real process environment.
   ProcessEnvironment* environment = nullptr;
+  // Checks each BOUNDARY and STEP record before it is appended; null: none.
+  RecordCheck* check = nullptr;
 };
 
 // A pre-interned boundary: its name id and fixed attributes, so the hot path
@@ -174,6 +186,7 @@ class Session {
   uint64_t step_ = 0;
   uint64_t next_seq_ = 0;
   std::vector<SdcMismatch> sdc_mismatches_;
+  std::vector<std::string> names_;  // by name id, for RecordCheck
   Status deferred_error_;
   bool closed_ = false;
 };

@@ -1,0 +1,93 @@
+#include "replay/trace_check.h"
+
+#include "base/coding.h"
+
+namespace dgrr::replay {
+
+StatusOr<std::unique_ptr<TraceCheck>> TraceCheck::Open(const std::string& trace_path,
+                                                       uint64_t first_record) {
+  std::unique_ptr<TraceCheck> check(new TraceCheck());
+  DGRR_ASSIGN_OR_RETURN(check->recorded_, trace::ReadWholeTrace(trace_path));
+  if (first_record > check->recorded_.records.size()) {
+    return Status::Corruption(trace_path + ": has " + std::to_string(check->recorded_.records.size()) +
+                              " records, the checkpoint points at record " +
+                              std::to_string(first_record));
+  }
+  check->next_ = first_record;
+  return check;
+}
+
+const trace::Record* TraceCheck::Next() {
+  while (next_ < recorded_.records.size()) {
+    const trace::Record& r = recorded_.records[next_++];
+    if (std::holds_alternative<trace::BoundaryRecord>(r.body)) return &r;
+    if (auto* s = std::get_if<trace::StepRecord>(&r.body); s && s->kind == trace::StepKind::kEnd) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+Status TraceCheck::Fail(ReplayMismatch m, const std::string& detail) {
+  mismatch_ = m;
+  return Status::IntegrityFailure(
+      "replay diverges from " + recorded_.path + " at step " + std::to_string(m.step) + ", rank " +
+      std::to_string(m.rank) + ", " + m.what + " (record " + std::to_string(m.recorded_index) +
+      "): " + detail);
+}
+
+Status TraceCheck::CheckBoundary(const trace::BoundaryRecord& b, std::string_view name) {
+  const trace::Record* r = Next();
+  ReplayMismatch m;
+  m.step = b.step;
+  m.rank = b.rank;
+  m.what = std::string(name);
+  m.replayed_xor64 = b.xor64;
+  m.replayed_xxh3 = b.xxh3;
+  if (r == nullptr) return Fail(m, "the replay goes on past the end of the recorded trace");
+  m.recorded_index = r->index;
+  const auto* want = std::get_if<trace::BoundaryRecord>(&r->body);
+  if (want == nullptr) return Fail(m, "the recorded trace ends the step here");
+  const std::string& want_name = recorded_.names[want->name_id];
+  m.recorded_xor64 = want->xor64;
+  m.recorded_xxh3 = want->xxh3;
+  if (want_name != name || want->step != b.step || want->phase != b.phase ||
+      want->direction != b.direction || want->dtype != b.dtype || want->ndim != b.ndim ||
+      want->dims != b.dims || want->byte_count != b.byte_count ||
+      want->first_example != b.first_example || want->example_count != b.example_count) {
+    return Fail(m, "the recorded trace has " + want_name + " at step " + std::to_string(want->step) +
+                       " here: the replay took a different path");
+  }
+  if (want->xor64 != b.xor64 || want->xxh3 != b.xxh3) {
+    return Fail(m, "recorded xor64 " + Hex64(want->xor64) + " xxh3 " + Hex64(want->xxh3) +
+                       ", replayed xor64 " + Hex64(b.xor64) + " xxh3 " + Hex64(b.xxh3));
+  }
+  ++boundaries_verified_;
+  return Status::OK();
+}
+
+Status TraceCheck::CheckStep(const trace::StepRecord& s) {
+  const trace::Record* r = Next();
+  ReplayMismatch m;
+  m.step = s.step;
+  m.rank = recorded_.header.rank;
+  m.what = "step end (parameters)";
+  m.replayed_xor64 = s.params_xor64;
+  m.replayed_xxh3 = s.params_xxh3;
+  if (r == nullptr) return Fail(m, "the replay goes on past the end of the recorded trace");
+  m.recorded_index = r->index;
+  const auto* want = std::get_if<trace::StepRecord>(&r->body);
+  if (want == nullptr) return Fail(m, "the recorded trace has more boundaries in this step");
+  m.recorded_xor64 = want->params_xor64;
+  m.recorded_xxh3 = want->params_xxh3;
+  if (want->step != s.step || want->params_xor64 != s.params_xor64 ||
+      want->params_xxh3 != s.params_xxh3 || want->loss_bits != s.loss_bits) {
+    return Fail(m, "recorded parameters xor64 " + Hex64(want->params_xor64) + " xxh3 " +
+                       Hex64(want->params_xxh3) + ", replayed xor64 " + Hex64(s.params_xor64) +
+                       " xxh3 " + Hex64(s.params_xxh3));
+  }
+  ++steps_verified_;
+  return Status::OK();
+}
+
+}  // namespace dgrr::replay

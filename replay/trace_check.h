@@ -1,0 +1,57 @@
+// TraceCheck: compares a re-execution with a recorded trace as it runs. A
+// session given this check (SessionOptions::check) has every BOUNDARY and
+// STEP record it is about to append compared with the recorded trace's next
+// one: same step, boundary name, phase, direction, dtype, shape, byte count,
+// example range and fingerprints (and, for a step end, loss and parameter
+// fingerprint). The first difference stops the replay with an
+// IntegrityFailure naming step, rank, boundary and both fingerprints.
+// Record layout details that legitimately differ (sequence numbers, name
+// ids, times, EVENT and NAME records) are not compared.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/session.h"
+#include "trace_format/reader.h"
+
+namespace dgrr::replay {
+
+struct ReplayMismatch {
+  uint64_t step = 0;
+  uint32_t rank = 0;
+  std::string what;              // boundary name, or "step end"
+  uint64_t recorded_index = 0;   // record index in the recorded trace
+  uint64_t recorded_xor64 = 0, recorded_xxh3 = 0;
+  uint64_t replayed_xor64 = 0, replayed_xxh3 = 0;
+};
+
+class TraceCheck final : public RecordCheck {
+ public:
+  // Checks against the records of `trace_path` from index `first_record` on.
+  static StatusOr<std::unique_ptr<TraceCheck>> Open(const std::string& trace_path,
+                                                    uint64_t first_record);
+
+  Status CheckBoundary(const trace::BoundaryRecord& record, std::string_view name) override;
+  Status CheckStep(const trace::StepRecord& record) override;
+
+  uint64_t boundaries_verified() const { return boundaries_verified_; }
+  uint64_t steps_verified() const { return steps_verified_; }
+  const std::optional<ReplayMismatch>& mismatch() const { return mismatch_; }
+
+ private:
+  TraceCheck() = default;
+  // The next recorded BOUNDARY or STEP-end record, skipping the others.
+  const trace::Record* Next();
+  Status Fail(ReplayMismatch m, const std::string& detail);
+
+  trace::Trace recorded_;
+  size_t next_ = 0;
+  uint64_t boundaries_verified_ = 0;
+  uint64_t steps_verified_ = 0;
+  std::optional<ReplayMismatch> mismatch_;
+};
+
+}  // namespace dgrr::replay
