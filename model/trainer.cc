@@ -57,6 +57,17 @@ OpKind KindOf(std::string_view name, model::Phase phase) {
   return OpKind::kOther;
 }
 
+// AdamW's moments and its clipped-gradient input are elementwise maps of
+// guarded tensors, and the parameters they produce stay guarded: `trusted`
+// mode may skip them. The updated parameters themselves are always recorded.
+OpKind OptimizerKindOf(std::string_view name, model::Phase phase) {
+  if (phase != model::Phase::kOptimizer) return OpKind::kOther;
+  if (name.rfind("adamw.m.", 0) == 0 || name.rfind("adamw.v.", 0) == 0 || EndsWith(name, ".grad")) {
+    return OpKind::kElementwise;
+  }
+  return OpKind::kOptimizer;
+}
+
 trace::Phase TracePhase(model::Phase p) {
   switch (p) {
     case model::Phase::kForward: return Phase::kForward;
@@ -267,8 +278,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     if (it == batch_handles.end()) {
       auto h = session->DeclareBoundary(name, TracePhase(phase),
                                         is_output ? Direction::kOutput : Direction::kInput,
-                                        phase == model::Phase::kOptimizer ? OpKind::kOptimizer
-                                                                          : OpKind::kOther);
+                                        OptimizerKindOf(name, phase));
       if (!h.ok()) return session->DeferError(h.status());
       it = batch_handles.emplace(std::string(name), *h).first;
     }
