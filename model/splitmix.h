@@ -6,15 +6,12 @@
 
 #include <cstdint>
 
+#include "rng/stream_id.h"
+
 namespace dgrr::model {
 
 // The splitmix64 output function applied to x (stateless form).
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+inline uint64_t SplitMix64(uint64_t x) { return rng::MixSplitMix64(x + 0x9e3779b97f4a7c15ULL); }
 
 // A sequential generator: the n-th draw is SplitMix64(seed + n * golden).
 class SplitMixStream {

@@ -903,19 +903,26 @@ Status Trainer::LoadConfigForResume() {
   return Status::OK();
 }
 
-// Replay: the state of a given checkpoint, into fresh traces.
-Status Trainer::PrepareRestore() {
-  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(options_.restore_checkpoint));
+// A checkpoint can only restore the run it was written by: same world size,
+// same configuration (the digest the sessions put in their trace headers).
+Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const {
   if (ckpt.meta.world_size != options_.ranks) {
-    return Status::Corruption(options_.restore_checkpoint + ": written by " +
-                              std::to_string(ckpt.meta.world_size) + " ranks, the run has " +
-                              std::to_string(options_.ranks));
+    return Status::Corruption(ckpt.path + ": written by " + std::to_string(ckpt.meta.world_size) +
+                              " ranks, the run has " + std::to_string(options_.ranks));
   }
   const std::string canonical = nlohmann::json::parse(config_.dump()).dump();
   if (ckpt.meta.config_digest != Xxh3(canonical.data(), canonical.size())) {
-    return Status::FailedPrecondition(options_.restore_checkpoint +
-                                      ": belongs to a different configuration");
+    return Status::FailedPrecondition(ckpt.path + ": belongs to a different configuration than " +
+                                      ConfigPathFor(options_.out_dir));
   }
+  return Status::OK();
+}
+
+// Replay: the state of a given checkpoint, into fresh traces.
+Status Trainer::PrepareRestore() {
+  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
+                        checkpoint::ReadCheckpoint(options_.restore_checkpoint));
+  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
   first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
   resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
   return Status::OK();
@@ -931,15 +938,7 @@ Status Trainer::PrepareResume() {
   }
   if (!found.ok()) return found.status();
   DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(*found));
-  if (ckpt.meta.world_size != options_.ranks) {
-    return Status::Corruption(*found + ": written by " + std::to_string(ckpt.meta.world_size) +
-                              " ranks, the run has " + std::to_string(options_.ranks));
-  }
-  const std::string canonical = nlohmann::json::parse(config_.dump()).dump();
-  if (ckpt.meta.config_digest != Xxh3(canonical.data(), canonical.size())) {
-    return Status::FailedPrecondition(*found + ": belongs to a different configuration than " +
-                                      ConfigPathFor(options_.out_dir));
-  }
+  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
   for (int r = 0; r < options_.ranks; ++r) {
     DGRR_RETURN_IF_ERROR(
         trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));

@@ -121,6 +121,7 @@ class Trainer {
   Status PrepareRunDirectory() const;
   Status PrepareResume();
   Status PrepareRestore();
+  Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
 
   TrainOptions options_;
   Preset preset_;

@@ -5,19 +5,14 @@
 #include <iterator>
 #include <limits>
 
+#include "rng/stream_id.h"
+
 namespace dgrr::replay {
 namespace {
 
-// The finaliser of SplitMix64: a cheap bijective mix, so that digests of keys
-// that differ in one field differ in many bits.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+// SplitMix64's finaliser: a cheap bijective mix, so that digests of keys that
+// differ in one field differ in many bits.
+constexpr uint64_t Mix64(uint64_t x) { return rng::MixSplitMix64(x); }
 
 inline uint64_t Combine(uint64_t seed, uint64_t value) {
   return Mix64(seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2)));

@@ -4,17 +4,14 @@
 
 #include "base/dtype.h"
 
+#include "rng/stream_id.h"
+
 namespace dgrr::replay {
 namespace {
 
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+// SplitMix64's finaliser: a cheap bijective mix, so that digests of keys that
+// differ in one field differ in many bits.
+constexpr uint64_t Mix64(uint64_t x) { return rng::MixSplitMix64(x); }
 
 // SplitMix64: small, fast and fully specified, so a seed gives the same pair
 // on every platform.

@@ -9,14 +9,14 @@
 #include "base/file.h"
 #include "runtime/session.h"
 
+#include "rng/stream_id.h"
+
 namespace dgrr::replay {
 namespace {
 
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// SplitMix64's finaliser: a cheap bijective mix, so that digests of keys that
+// differ in one field differ in many bits.
+constexpr uint64_t Mix64(uint64_t x) { return rng::MixSplitMix64(x); }
 
 std::string RankTracePath(const std::string& dir, uint32_t rank) {
   return TracePathFor(dir, static_cast<int>(rank));
