@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "base/coding.h"
 #include "base/file.h"
@@ -100,6 +101,12 @@ Status Session::Init() {
   det.gpu = options_.gpu.value_or(DGRR_HAVE_CUDA_BUILD != 0);
   ProcessEnvironment& env =
       options_.environment ? *options_.environment : RealProcessEnvironment();
+  // setenv and getenv are not thread-safe against each other, and ranks often
+  // open their sessions from parallel threads: one process-wide lock covers
+  // applying the controls (the first session sets them, later ones only read)
+  // and collecting the environment (the CUDA runtime reads variables too).
+  static std::mutex environment_mutex;
+  std::unique_lock<std::mutex> environment_lock(environment_mutex);
   DGRR_ASSIGN_OR_RETURN(controls_, DeterminismControls::Apply(det, env));
 
   nlohmann::json config;
@@ -123,6 +130,7 @@ Status Session::Init() {
   }
 
   const nlohmann::json env_json = CollectEnvironment(controls_);
+  environment_lock.unlock();
   env_digest_ = EnvironmentDigest(env_json);
   DGRR_RETURN_IF_ERROR(OpenTrace());
   // The trace exists and is valid; the JSON files beside it are written
