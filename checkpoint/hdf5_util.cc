@@ -93,41 +93,63 @@ Status WriteStringAttribute(hid_t obj, const char* name, const std::string& valu
   return Status::OK();
 }
 
-StatusOr<uint64_t> ReadU64Attribute(hid_t obj, const char* name, const std::string& what) {
-  auto fail = [&](const char* why) {
-    return Status::Corruption(what + ": attribute '" + name + "': " + why);
-  };
-  if (H5Aexists(obj, name) <= 0) return fail("missing");
-  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!attr.valid()) return fail("cannot be opened");
-  H5Handle type(H5Aget_type(attr.get()));
-  H5Handle space(H5Aget_space(attr.get()));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8 ||
-      H5Sget_simple_extent_npoints(space.get()) != 1) {
-    return fail("not a scalar 64-bit integer");
+namespace {
+
+// An attribute opened for reading, with its type; both closed with it.
+struct OpenAttribute {
+  H5Handle attr;
+  H5Handle type;
+};
+
+Status AttributeError(const std::string& what, const char* name, const char* why) {
+  return Status::Corruption(what + ": attribute '" + name + "': " + why);
+}
+
+// Opens scalar attribute `name` of `obj` and checks its type with `fits`;
+// Corruption naming `what`, the attribute and `expected` otherwise.
+template <typename Fits>
+StatusOr<OpenAttribute> OpenScalarAttribute(hid_t obj, const char* name, const std::string& what,
+                                            Fits fits, const char* expected) {
+  if (H5Aexists(obj, name) <= 0) return AttributeError(what, name, "missing");
+  OpenAttribute a{H5Handle(H5Aopen(obj, name, H5P_DEFAULT)), H5Handle()};
+  if (!a.attr.valid()) return AttributeError(what, name, "cannot be opened");
+  a.type = H5Handle(H5Aget_type(a.attr.get()));
+  H5Handle space(H5Aget_space(a.attr.get()));
+  if (!fits(a.type.get()) || H5Sget_simple_extent_npoints(space.get()) != 1) {
+    return AttributeError(what, name, expected);
   }
+  return a;
+}
+
+}  // namespace
+
+StatusOr<uint64_t> ReadU64Attribute(hid_t obj, const char* name, const std::string& what) {
+  DGRR_ASSIGN_OR_RETURN(
+      OpenAttribute a,
+      OpenScalarAttribute(
+          obj, name, what,
+          [](hid_t type) { return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 8; },
+          "not a scalar 64-bit integer"));
   uint64_t value = 0;
-  if (H5Aread(attr.get(), H5T_NATIVE_UINT64, &value) < 0) return fail("unreadable");
+  if (H5Aread(a.attr.get(), H5T_NATIVE_UINT64, &value) < 0) {
+    return AttributeError(what, name, "unreadable");
+  }
   return value;
 }
 
 StatusOr<std::string> ReadStringAttribute(hid_t obj, const char* name, const std::string& what) {
-  auto fail = [&](const char* why) {
-    return Status::Corruption(what + ": attribute '" + name + "': " + why);
-  };
-  if (H5Aexists(obj, name) <= 0) return fail("missing");
-  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!attr.valid()) return fail("cannot be opened");
-  H5Handle type(H5Aget_type(attr.get()));
-  H5Handle space(H5Aget_space(attr.get()));
-  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0 ||
-      H5Sget_simple_extent_npoints(space.get()) != 1) {
-    return fail("not a fixed-length scalar string");
-  }
-  const size_t size = H5Tget_size(type.get());
-  if (size == 0 || size > (1u << 20)) return fail("implausible length");
+  DGRR_ASSIGN_OR_RETURN(
+      OpenAttribute a,
+      OpenScalarAttribute(
+          obj, name, what,
+          [](hid_t type) { return H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) == 0; },
+          "not a fixed-length scalar string"));
+  const size_t size = H5Tget_size(a.type.get());
+  if (size == 0 || size > (1u << 20)) return AttributeError(what, name, "implausible length");
   std::string value(size, '\0');
-  if (H5Aread(attr.get(), type.get(), value.data()) < 0) return fail("unreadable");
+  if (H5Aread(a.attr.get(), a.type.get(), value.data()) < 0) {
+    return AttributeError(what, name, "unreadable");
+  }
   while (!value.empty() && value.back() == '\0') value.pop_back();
   return value;
 }

@@ -1,6 +1,8 @@
 #include "base/file.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -8,22 +10,12 @@
 namespace dgrr {
 namespace {
 
-class FileTest : public ::testing::Test {
+class FileTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgrr_file_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    ASSERT_TRUE(CreateDirectories(dir_.string()).ok());
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
   size_t EntryCount() const {
     return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir_),
                                              std::filesystem::directory_iterator()));
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(FileTest, AtomicWriteReplacesWholeFile) {

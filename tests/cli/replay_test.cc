@@ -1,6 +1,8 @@
 // dgrr replay, in-process: a faithful run verifies; a resumed run that forgot
 // to restore a state variable is caught at the first boundary that needs it.
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,19 +16,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class ReplayCommandTest : public ::testing::Test {
+class ReplayCommandTest : public ::dgrr::test_support::TempDirTest {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("dgrr_replay_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    run_ = (root_ / "run").string();
+    TempDirTest::SetUp();
+    run_ = Path("run");
     Quiet([&] {
       ASSERT_EQ(RunDgrr({"train", "--out", run_, "--steps", "12", "--ranks", "2", "--ckpt-every", "4",
                          "--quiet"}),
                 0);
     });
   }
-  void TearDown() override { fs::remove_all(root_); }
   // Runs f with stdout and stderr captured; returns them.
   std::pair<std::string, std::string> Quiet(const std::function<void()>& f) {
     testing::internal::CaptureStdout();
@@ -35,7 +35,6 @@ class ReplayCommandTest : public ::testing::Test {
     std::string out = testing::internal::GetCapturedStdout();
     return {out, testing::internal::GetCapturedStderr()};
   }
-  fs::path root_;
   std::string run_;
 };
 
@@ -76,7 +75,7 @@ TEST_F(ReplayCommandTest, BadInput) {
   int rc = -1;
   auto [out, err] = Quiet([&] { rc = RunDgrr({"replay", run_, "--from", "5", "--to", "3"}); });
   EXPECT_EQ(rc, kExitUsage);
-  std::tie(out, err) = Quiet([&] { rc = RunDgrr({"replay", (root_ / "nothing").string()}); });
+  std::tie(out, err) = Quiet([&] { rc = RunDgrr({"replay", (dir_ / "nothing").string()}); });
   EXPECT_EQ(rc, kExitIO);
   EXPECT_NE(err.find("not a dgrr run"), std::string::npos);
   // A damaged recorded trace is invalid data, named.

@@ -3,6 +3,8 @@
 #include "model/trainer.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,19 +21,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("dgrr_trainer_test_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   TrainOptions Options(const std::string& name, int ranks = 1, int threads = 1) {
     TrainOptions o;
-    o.out_dir = (root_ / name).string();
+    o.out_dir = (dir_ / name).string();
     o.steps = 3;
     o.seed = 11;
     o.ranks = ranks;
@@ -50,7 +44,6 @@ class TrainerTest : public ::testing::Test {
     }
     return r;
   }
-  fs::path root_;
 };
 
 // Every record of a rank's trace with the host times zeroed.
@@ -126,20 +119,20 @@ TEST_F(TrainerTest, IdenticalRunsGiveIdenticalTracesApartFromRunIdAndTimes) {
   Train(Options("a", 2, 2));
   Train(Options("b", 2, 2));
   for (int r = 0; r < 2; ++r) {
-    const auto a = Records((root_ / "a").string(), r), b = Records((root_ / "b").string(), r);
+    const auto a = Records((dir_ / "a").string(), r), b = Records((dir_ / "b").string(), r);
     ASSERT_EQ(a.size(), b.size());
     ASSERT_GT(a.size(), 100u);
     for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].body == b[i].body) << "rank " << r << " record " << i;
   }
-  auto ha = trace::ReadWholeTrace(TracePathFor((root_ / "a").string(), 0));
-  auto hb = trace::ReadWholeTrace(TracePathFor((root_ / "b").string(), 0));
+  auto ha = trace::ReadWholeTrace(TracePathFor((dir_ / "a").string(), 0));
+  auto hb = trace::ReadWholeTrace(TracePathFor((dir_ / "b").string(), 0));
   EXPECT_NE(ha->header.run_id, hb->header.run_id);
   EXPECT_EQ(ha->header.config_digest, hb->header.config_digest);
 }
 
 TEST_F(TrainerTest, ParametersAndPerExampleBoundariesIndependentOfRanksAndThreads) {
   const TrainResult base = Train(Options("r1t1"));
-  const auto base_examples = PerExampleBoundaries((root_ / "r1t1").string(), 1);
+  const auto base_examples = PerExampleBoundaries((dir_ / "r1t1").string(), 1);
   ASSERT_GT(base_examples.size(), 3u * 8u * 20u);
   for (int ranks : {1, 2, 4}) {
     for (int threads : {1, 2, 4}) {
@@ -147,7 +140,7 @@ TEST_F(TrainerTest, ParametersAndPerExampleBoundariesIndependentOfRanksAndThread
       const std::string name = "r" + std::to_string(ranks) + "t" + std::to_string(threads);
       const TrainResult r = Train(Options(name, ranks, threads));
       EXPECT_EQ(r.params, base.params) << name;
-      EXPECT_EQ(PerExampleBoundaries((root_ / name).string(), ranks), base_examples) << name;
+      EXPECT_EQ(PerExampleBoundaries((dir_ / name).string(), ranks), base_examples) << name;
     }
   }
 }
@@ -171,7 +164,7 @@ TEST_F(TrainerTest, RaceMakesOtherwiseIdenticalRunsDiffer) {
   TrainOptions o = Options("clean0", 1, 4);
   o.batch = 16;
   const Fingerprint c0 = Train(o).params;
-  o.out_dir = (root_ / "clean1").string();
+  o.out_dir = (dir_ / "clean1").string();
   EXPECT_EQ(Train(o).params, c0);
 }
 
@@ -197,13 +190,13 @@ TEST_F(TrainerTest, BitflipChangesTheNamedBoundaryAtTheNamedStepAndNothingBefore
   TrainOptions o = Options("flip", 2, 2);
   o.faults.push_back(*ParseFaultSpec("bitflip:step=1,rank=1,at=block1.mlp.gelu.out"));
   Train(o);
-  const FirstDifference d = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "flip").string(), 1);
+  const FirstDifference d = FirstDifferingBoundary((dir_ / "clean").string(), (dir_ / "flip").string(), 1);
   ASSERT_TRUE(d.found);
   EXPECT_EQ(d.step, 1u);
   EXPECT_EQ(d.name, "block1.mlp.gelu.out");
   EXPECT_EQ(d.rank, 1u);
   // Rank 0 sees the corruption only through the all-reduce, after rank 1's backward.
-  const FirstDifference d0 = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "flip").string(), 0);
+  const FirstDifference d0 = FirstDifferingBoundary((dir_ / "clean").string(), (dir_ / "flip").string(), 0);
   ASSERT_TRUE(d0.found);
   EXPECT_EQ(d0.step, 1u);
   EXPECT_EQ(d0.name.rfind("allreduce.", 0), 0u) << d0.name;
@@ -214,7 +207,7 @@ TEST_F(TrainerTest, ReduceOrderShowsFirstAtTheCollective) {
   TrainOptions o = Options("ro");
   o.faults.push_back(*ParseFaultSpec("reduce-order:step=2"));
   Train(o);
-  const FirstDifference d = FirstDifferingBoundary((root_ / "clean").string(), (root_ / "ro").string(), 0);
+  const FirstDifference d = FirstDifferingBoundary((dir_ / "clean").string(), (dir_ / "ro").string(), 0);
   ASSERT_TRUE(d.found);
   EXPECT_EQ(d.step, 2u);
   EXPECT_EQ(d.name.rfind("allreduce.", 0), 0u) << d.name;
@@ -268,11 +261,11 @@ TEST_F(TrainerTest, BadInputIsRefusedBeforeAnythingIsWritten) {
   o.batch = -1;
   refused(o, StatusCode::kInvalidArgument, "--batch");
   o = Options("bad");
-  o.data_file = (root_ / "missing.txt").string();
+  o.data_file = (dir_ / "missing.txt").string();
   refused(o, StatusCode::kNotFound, "missing.txt");
-  ASSERT_TRUE(CreateDirectories(root_.string()).ok());
-  ASSERT_TRUE(WriteFileAtomically((root_ / "short.txt").string(), "too short").ok());
-  o.data_file = (root_ / "short.txt").string();
+  ASSERT_TRUE(CreateDirectories(dir_.string()).ok());
+  ASSERT_TRUE(WriteFileAtomically((dir_ / "short.txt").string(), "too short").ok());
+  o.data_file = (dir_ / "short.txt").string();
   refused(o, StatusCode::kInvalidArgument, "--data");
   o = Options("bad");
   o.faults.push_back(*ParseFaultSpec("bitflip:step=1,at=block9.nothing"));
@@ -352,9 +345,9 @@ TEST_F(TrainerTest, ResumingAtEveryCheckpointReproducesTheUninterruptedRun) {
     const TrainResult full = Train(o);
     for (uint64_t ckpt : {9, 19, 29}) {
       const std::string v = u + "_from" + std::to_string(ckpt);
-      CopyRun(root_ / u, root_ / v, ckpt);
+      CopyRun(dir_ / u, dir_ / v, ckpt);
       TrainOptions r;
-      r.out_dir = (root_ / v).string();
+      r.out_dir = (dir_ / v).string();
       r.resume = true;
       auto t = Trainer::Create(r);
       ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -363,8 +356,8 @@ TEST_F(TrainerTest, ResumingAtEveryCheckpointReproducesTheUninterruptedRun) {
       EXPECT_EQ((*t)->first_step(), static_cast<int64_t>(ckpt) + 1);
       EXPECT_EQ(resumed.params, full.params) << v;
       for (int rank = 0; rank < ranks; ++rank) {
-        const auto a = Computation((root_ / u).string(), rank);
-        const auto b = Computation((root_ / v).string(), rank);
+        const auto a = Computation((dir_ / u).string(), rank);
+        const auto b = Computation((dir_ / v).string(), rank);
         ASSERT_EQ(a.size(), b.size()) << v << " rank " << rank;
         for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i] == b[i]) << v << " rank " << rank << " record " << i;
       }
@@ -377,15 +370,15 @@ TEST_F(TrainerTest, SkipRestoreDivergesAtTheFirstBoundaryThatDependsOnIt) {
   o.steps = 20;
   o.ckpt_every = 10;
   Train(o);
-  CopyRun(root_ / "u", root_ / "v", 9);
+  CopyRun(dir_ / "u", dir_ / "v", 9);
   TrainOptions r;
-  r.out_dir = (root_ / "v").string();
+  r.out_dir = (dir_ / "v").string();
   r.resume = true;
   r.faults.push_back(*ParseFaultSpec("skip-restore:adamw.m"));
   auto t = Trainer::Create(r);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_TRUE((*t)->Run(nullptr, nullptr).ok());
-  const FirstDifference d = FirstDifferingBoundary((root_ / "u").string(), (root_ / "v").string(), 0);
+  const FirstDifference d = FirstDifferingBoundary((dir_ / "u").string(), (dir_ / "v").string(), 0);
   ASSERT_TRUE(d.found);
   EXPECT_EQ(d.step, 10u) << "nothing before the first update after the resume reads adamw.m";
   EXPECT_EQ(d.name, "wte") << "the first parameter AdamW updates with the forgotten moment";
@@ -402,8 +395,8 @@ TEST_F(TrainerTest, CorruptNewestCheckpointIsRefusedUnlessFallingBack) {
   o.steps = 12;
   o.ckpt_every = 4;
   const TrainResult full = Train(o);
-  CopyRun(root_ / "u", root_ / "v", 7);
-  const std::string newest = checkpoint::CheckpointPath((root_ / "v").string(), 7);
+  CopyRun(dir_ / "u", dir_ / "v", 7);
+  const std::string newest = checkpoint::CheckpointPath((dir_ / "v").string(), 7);
   {
     auto bytes = ReadFileToString(newest);
     ASSERT_TRUE(bytes.ok());
@@ -411,7 +404,7 @@ TEST_F(TrainerTest, CorruptNewestCheckpointIsRefusedUnlessFallingBack) {
     ASSERT_TRUE(WriteFileAtomically(newest, *bytes).ok());
   }
   TrainOptions r;
-  r.out_dir = (root_ / "v").string();
+  r.out_dir = (dir_ / "v").string();
   r.resume = true;
   auto t = Trainer::Create(r);
   ASSERT_TRUE(t.ok());
@@ -441,7 +434,7 @@ class FaultLocalizationTest : public TrainerTest {
  protected:
   replay::ReportedPair FirstDivergence(const TrainOptions& faulty) {
     TrainOptions clean = faulty;
-    clean.out_dir = (root_ / "clean").string();
+    clean.out_dir = (dir_ / "clean").string();
     clean.faults.clear();
     Train(clean);
     Train(faulty);
@@ -474,7 +467,7 @@ TEST_F(FaultLocalizationTest, BitflipIsNamedAtItsBoundaryStepAndRank) {
     EXPECT_EQ(d.a.name, at);
     EXPECT_EQ(d.a.record.step, step) << at;
     EXPECT_EQ(d.a.record.rank, static_cast<uint32_t>(rank)) << at;
-    fs::remove_all(root_ / "clean");
+    fs::remove_all(dir_ / "clean");
   }
 }
 
@@ -487,10 +480,10 @@ TEST_F(FaultLocalizationTest, RaceIsNamedAtTheRacyAccumulationNotDownstream) {
   // A real race can happen to add in tree-like order; one of a few tries differs.
   replay::ReportedPair d;
   for (int attempt = 0; attempt < 6 && d.a.name.empty(); ++attempt) {
-    o.out_dir = (root_ / ("race" + std::to_string(attempt))).string();
+    o.out_dir = (dir_ / ("race" + std::to_string(attempt))).string();
     o.faults = {*ParseFaultSpec("race:step=1,at=" + param)};
     TrainOptions clean = o;
-    clean.out_dir = (root_ / "clean").string();
+    clean.out_dir = (dir_ / "clean").string();
     clean.faults.clear();
     if (attempt == 0) Train(clean);
     Train(o);
@@ -510,7 +503,7 @@ TEST_F(FaultLocalizationTest, ReduceOrderAndSharedRngAreNamedAtTheirStep) {
   auto d = FirstDivergence(o);
   EXPECT_EQ(d.a.record.step, 2u);
   EXPECT_EQ(d.a.name.rfind("allreduce.", 0), 0u) << d.a.name;
-  fs::remove_all(root_ / "clean");
+  fs::remove_all(dir_ / "clean");
 
   o = Options("srng", 1, 2);
   o.steps = 4;

@@ -1,6 +1,8 @@
 // CompareRuns over real trace files and run directories: lockstep, planted
 // divergences, the tolerant fallback, --ignore, rank merging, configs, errors.
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -43,17 +45,8 @@ std::vector<Spec> ModelLike(int steps, int per_step) {
   return out;
 }
 
-class CompareTracesTest : public ::testing::Test {
+class CompareTracesTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgrr-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Writes the boundaries with the trace writer; a STEP end record between
   // steps, so record indexes differ from boundary positions.
@@ -102,7 +95,6 @@ class CompareTracesTest : public ::testing::Test {
     return 0;
   }
 
-  std::filesystem::path dir_;
 };
 
 TEST_F(CompareTracesTest, TraceWithItselfIsLockstepWithoutDivergence) {

@@ -3,6 +3,8 @@
 #include "replay/perfetto.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,17 +19,8 @@ namespace {
 
 using nlohmann::json;
 
-class PerfettoTest : public ::testing::Test {
+class PerfettoTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgrr-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
   // `n` boundaries "op<k % 7>" of rank `rank`, 10 per step; the boundary at
   // `flip` (if any) gets a different xor64, and `insert_at` an extra boundary.
@@ -60,7 +53,6 @@ class PerfettoTest : public ::testing::Test {
     ASSERT_TRUE((*writer)->Close().ok());
   }
 
-  std::filesystem::path dir_;
 };
 
 TEST_F(PerfettoTest, ProcessesThreadsSlicesFlowsAndTheMarkedDivergence) {

@@ -1,6 +1,8 @@
 #include "runtime/session.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,17 +19,8 @@ namespace {
 using trace::Direction;
 using trace::Phase;
 
-class SessionTest : public ::testing::Test {
+class SessionTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgrr_session_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override {
-    std::filesystem::remove_all(dir_);
-  }
   SessionOptions Options(int rank = 0, int world = 1) {
     SessionOptions o;
     o.run_dir = dir_.string();
@@ -38,7 +31,6 @@ class SessionTest : public ::testing::Test {
     o.config_json = R"({"model":"unit","lr":0.1})";
     return o;
   }
-  std::filesystem::path dir_;
 };
 
 // A tiny "training step": two guarded boundaries and a parameter update.

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
 #include <cstdio>
@@ -84,30 +86,7 @@ inline void WriteSampleTrace(const std::string& path) {
   ASSERT_TRUE(w.Close().ok());
 }
 
-// A fresh directory per test (pid + test name), removed afterwards.
-class TempDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgrr-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" +
-            info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  static std::string ReadBytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  static void WriteBytes(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-
-  std::filesystem::path dir_;
-};
+// A fresh directory per test (tests/support/temp_dir_test.h).
+using TempDirTest = ::dgrr::test_support::TempDirTest;
 
 }  // namespace dgrr::trace::testing
