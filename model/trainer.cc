@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -665,7 +666,11 @@ Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
     return Status::OK();
   }
   // The race fault: the racy tensor's range is summed by racing workers on
-  // rank 0, in the order they win the lock; everything else as usual.
+  // rank 0, in the order they win the lock; everything else as usual. Each
+  // worker first "computes" for a few microseconds drawn from the OS entropy
+  // source, standing in for the uneven kernel times of a real race: on a
+  // quiet two-core machine the workers would otherwise tend to queue in the
+  // order they were started and the race would rarely show.
   const size_t ra = racy->offset, rb = racy->offset + racy->size;
   reduce(lo, std::min(hi, ra));
   reduce(std::max(lo, rb), hi);
@@ -674,10 +679,14 @@ Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
   std::mutex mu;
   std::atomic<size_t> next{0};
   std::vector<std::thread> racers;
-  for (int w = 0; w < std::max(2, t.options_.threads); ++w) {
-    racers.emplace_back([&] {
+  std::random_device entropy;
+  std::vector<unsigned> jitter_seeds(static_cast<size_t>(std::max(2, t.options_.threads)));
+  for (unsigned& s : jitter_seeds) s = entropy();
+  for (unsigned seed : jitter_seeds) {
+    racers.emplace_back([&, seed] {
+      std::minstd_rand jitter(seed);
       for (size_t e; (e = next.fetch_add(1)) < example_grads.size();) {
-        std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
         std::lock_guard<std::mutex> lock(mu);
         for (size_t k = 0; k < racy->size; ++k) acc[k] += example_grads[e][ra + k];
       }
