@@ -565,8 +565,9 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
-  if (t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
-      (step + 1) % t.options_.ckpt_every == 0) {
+  const bool periodic = t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
+                        (step + 1) % t.options_.ckpt_every == 0;
+  if (periodic || (t.options_.checkpoint_last_step && step == t.options_.last_step)) {
     DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
   }
   if (rank.r == 0 && progress_) {
@@ -597,7 +598,7 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   if (rank.r == 0) {
     checkpoint::CheckpointMeta meta;
     meta.step = static_cast<uint64_t>(step);
-    meta.config_digest = s.config_digest();
+    meta.config_digest = t.StateConfigDigest();
     meta.run_id_hex = RunIdHex(s.options().run_id);
     meta.world_size = static_cast<int>(ranks.size());
     meta.plan_json = t.plan_json_;
@@ -914,13 +915,23 @@ Status Trainer::LoadConfigForResume() {
 
 // A checkpoint can only restore the run it was written by: same world size,
 // same configuration (the digest the sessions put in their trace headers).
+// The run's config without the settings that only say how the run is
+// recorded or scheduled (mode, threads, checkpoint interval): the state after
+// a step does not depend on them, so a checkpoint of an `sdc` run with 4
+// threads restores into a `full` replay with 1 (bisect does exactly that).
+uint64_t Trainer::StateConfigDigest() const {
+  nlohmann::json state_config = config_;
+  for (const char* key : {"mode", "threads", "ckpt_every"}) state_config.erase(key);
+  const std::string canonical = nlohmann::json::parse(state_config.dump()).dump();
+  return Xxh3(canonical.data(), canonical.size());
+}
+
 Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const {
   if (ckpt.meta.world_size != options_.ranks) {
     return Status::Corruption(ckpt.path + ": written by " + std::to_string(ckpt.meta.world_size) +
                               " ranks, the run has " + std::to_string(options_.ranks));
   }
-  const std::string canonical = nlohmann::json::parse(config_.dump()).dump();
-  if (ckpt.meta.config_digest != Xxh3(canonical.data(), canonical.size())) {
+  if (ckpt.meta.config_digest != StateConfigDigest()) {
     return Status::FailedPrecondition(ckpt.path + ": belongs to a different configuration than " +
                                       ConfigPathFor(options_.out_dir));
   }

@@ -66,7 +66,8 @@ struct TrainOptions {
   std::string restore_checkpoint;
   std::string verify_against;
   int64_t last_step = -1;          // -1: run to `steps`
-  bool write_checkpoints = true;
+  bool write_checkpoints = true;   // the periodic ones (ckpt_every)
+  bool checkpoint_last_step = false;  // also write one after `last_step` (rollback)
 };
 
 // The options of the run in `run_dir`, from its config.json.
@@ -122,6 +123,7 @@ class Trainer {
   Status PrepareResume();
   Status PrepareRestore();
   Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
+  uint64_t StateConfigDigest() const;
 
   TrainOptions options_;
   Preset preset_;
