@@ -70,7 +70,9 @@ struct Found {
 };
 std::optional<Found> Lookup(const std::string& name, const ProcessEnvironment& env,
                             const std::vector<ConfFile>& confs) {
-  if (auto v = env.Get(name)) return Found{*v, ControlOrigin::kEnvironment, ""};
+  if (auto v = env.Get(name); v && !env.WasSetByDgrr(name, *v)) {
+    return Found{*v, ControlOrigin::kEnvironment, ""};
+  }
   for (const auto& conf : confs) {
     for (const auto& [k, v] : conf.values) {
       if (k == name) return Found{v, ControlOrigin::kNcclConfFile, conf.path};
@@ -107,6 +109,17 @@ std::string PinnedValueWarning(const std::string& name, const std::string& value
 ProcessEnvironment& RealProcessEnvironment() {
   static RealEnvironment env;
   return env;
+}
+
+void ProcessEnvironment::NoteSetByDgrr(const std::string& name, const std::string& value) {
+  std::lock_guard<std::mutex> lock(set_by_dgrr_mu_);
+  set_by_dgrr_[name] = value;
+}
+
+bool ProcessEnvironment::WasSetByDgrr(const std::string& name, const std::string& value) const {
+  std::lock_guard<std::mutex> lock(set_by_dgrr_mu_);
+  auto it = set_by_dgrr_.find(name);
+  return it != set_by_dgrr_.end() && it->second == value;
 }
 
 const char* ControlOriginName(ControlOrigin origin) {
@@ -168,7 +181,18 @@ StatusOr<DeterminismControls> DeterminismControls::Apply(const DeterminismOption
                      PinnedValueWarning(name, found->value)});
       return;
     }
+    // Unset, or set by an earlier session of this process (Lookup skips those).
+    if (auto earlier = env.Get(name)) {
+      std::string warning;
+      if (*earlier != dgrr_value) {
+        warning = name + "=" + *earlier + " was set by an earlier dgrr session of this process; this "
+                  "session would have set " + dgrr_value;
+      }
+      out.push_back({name, *earlier, ControlOrigin::kDgrrDefault, "", warning});
+      return;
+    }
     env.Set(name, dgrr_value);
+    env.NoteSetByDgrr(name, dgrr_value);
     out.push_back({name, dgrr_value, ControlOrigin::kDgrrDefault, "", ""});
   };
 

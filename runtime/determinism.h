@@ -9,6 +9,8 @@
 #pragma once
 
 #include <memory>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +45,17 @@ class ProcessEnvironment {
   virtual std::optional<std::string> Get(const std::string& name) const = 0;
   virtual void Set(const std::string& name, const std::string& value) = 0;
   virtual std::optional<std::string> ReadTextFile(const std::string& path) const = 0;
+
+  // What dgrr itself set in this environment: a later session of the same
+  // process (replay, bisect, tests) must record such a value as dgrr's
+  // default, not as the user's choice, or two identical runs would differ in
+  // their environment fingerprints by the order they ran in.
+  void NoteSetByDgrr(const std::string& name, const std::string& value);
+  bool WasSetByDgrr(const std::string& name, const std::string& value) const;
+
+ private:
+  mutable std::mutex set_by_dgrr_mu_;
+  std::map<std::string, std::string> set_by_dgrr_;
 };
 // The real environment (getenv/setenv, the filesystem).
 ProcessEnvironment& RealProcessEnvironment();

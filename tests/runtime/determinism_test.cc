@@ -48,6 +48,24 @@ TEST(Determinism, SetsDefaultsWhenNothingIsSet) {
   EXPECT_TRUE(c.Warnings().empty());
 }
 
+TEST(Determinism, ALaterSessionOfTheProcessRecordsDgrrsOwnValuesAsDefaults) {
+  FakeEnvironment env;
+  env.vars["NCCL_PROTO"] = "Simple";  // the user's, even though it equals the default
+  const auto first = ApplyOrDie(env);
+  const auto second = ApplyOrDie(env);
+  for (const char* name : {"NCCL_ALGO", "NCCL_MIN_NCHANNELS", "CUBLAS_WORKSPACE_CONFIG"}) {
+    EXPECT_EQ(second.Find(name)->origin, ControlOrigin::kDgrrDefault) << name;
+    EXPECT_EQ(second.Find(name)->value, first.Find(name)->value) << name;
+  }
+  EXPECT_EQ(second.Find("NCCL_PROTO")->origin, ControlOrigin::kEnvironment);
+  EXPECT_TRUE(second.Warnings().empty());
+  // A session wanting another channel count gets the one already in force, and is told.
+  auto third = DeterminismControls::Apply({.threads = 1, .gpu = true, .nccl_channels = 8}, env);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->Find("NCCL_MAX_NCHANNELS")->value, first.Find("NCCL_MAX_NCHANNELS")->value);
+  EXPECT_EQ(third->Warnings().size(), 2u);
+}
+
 TEST(Determinism, RespectsUserValueAndWarnsWhenItBreaksReproducibility) {
   FakeEnvironment env;
   env.vars["NCCL_ALGO"] = "Tree";
