@@ -34,6 +34,24 @@ void Flatten(const json& value, const std::string& prefix, std::map<std::string,
   }
 }
 
+// `"inject": []` against `"inject": ["bitflip:..."]` is one difference,
+// inject[0], not also a phantom `inject` present on one side only.
+void DropEmptyContainersTheOtherSideFills(std::map<std::string, std::string>* flat,
+                                          const std::map<std::string, std::string>& other) {
+  for (auto it = flat->begin(); it != flat->end();) {
+    const bool empty = it->second == "[]" || it->second == "{}";
+    bool filled = false;
+    if (empty && !other.count(it->first)) {
+      for (const char* sep : {"[", "."}) {
+        const std::string prefix = it->first + sep;
+        auto next = other.lower_bound(prefix);
+        filled = filled || (next != other.end() && next->first.compare(0, prefix.size(), prefix) == 0);
+      }
+    }
+    it = filled ? flat->erase(it) : std::next(it);
+  }
+}
+
 // Both JSON files when both exist; differences key by key.
 Status DiffJsonFiles(const std::string& path_a, const std::string& path_b, bool environment,
                      bool* available, std::vector<KeyDifference>* differences) {
@@ -152,6 +170,8 @@ std::vector<KeyDifference> DiffJson(const json& a, const json& b) {
   std::map<std::string, std::string> flat_a, flat_b;
   Flatten(a, "", &flat_a);
   Flatten(b, "", &flat_b);
+  DropEmptyContainersTheOtherSideFills(&flat_a, flat_b);
+  DropEmptyContainersTheOtherSideFills(&flat_b, flat_a);
   std::vector<KeyDifference> out;
   auto ia = flat_a.begin();
   auto ib = flat_b.begin();

@@ -381,6 +381,18 @@ TEST(CompareJsonDiff, FlattensNestedKeysAndEnvironmentControls) {
   EXPECT_EQ(d[2].key, "only_b");
   EXPECT_EQ(d[2].b, "\"s\"");
 
+  // An empty list against a filled one is the new elements, nothing more.
+  d = DiffJson(nlohmann::json::parse(R"({"inject": [], "m": {}})"),
+               nlohmann::json::parse(R"({"inject": ["bitflip:step=3"], "m": {"k": 1}})"));
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].key, "inject[0]");
+  EXPECT_FALSE(d[0].a.has_value());
+  EXPECT_EQ(d[1].key, "m.k");
+  // ...but an empty list against an absent key is still a difference.
+  d = DiffJson(nlohmann::json::parse(R"({"inject": [], "x": 1})"), nlohmann::json::parse(R"({"x": 1})"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "inject");
+
   auto env_a = nlohmann::json::parse(
       R"({"schema": "dgrr.env/1", "host": {"hostname": "h1", "cpu_model": "X"},
           "controls": [{"name": "NCCL_ALGO", "value": "Ring", "origin": "dgrr default"}],
