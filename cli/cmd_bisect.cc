@@ -1,0 +1,92 @@
+// dgrr bisect --good A --bad B: the first divergent step and boundary of two
+// long runs recorded cheaply, by replaying only the interval where they part
+// (docs/bisect.md; JSON schema dgrr.bisect/1, docs/json/bisect.md).
+#include <iostream>
+
+#include "checkpoint/checkpoint_file.h"
+#include "cli/command.h"
+#include "model/trainer.h"
+#include "replay/bisect.h"
+
+namespace dgrr::cli {
+namespace {
+
+constexpr const char* kName = "bisect";
+
+// Re-executes a run of the reference workload from its own config.json:
+// the same model, data, ranks and injected faults, every boundary recorded.
+class TrainerReplayer : public replay::IntervalReplayer {
+ public:
+  Status Replay(const std::string& run_dir, std::optional<uint64_t> checkpoint_step, uint64_t last_step,
+                const std::string& out_dir) override {
+    DGRR_ASSIGN_OR_RETURN(model::TrainOptions o, model::TrainOptionsFromRun(run_dir));
+    if (static_cast<int64_t>(last_step) >= o.steps) {
+      return Status::InvalidArgument("step " + std::to_string(last_step) + " is beyond the run's " +
+                                     std::to_string(o.steps) + " steps");
+    }
+    o.out_dir = out_dir;
+    o.mode = RecordMode::kFull;
+    o.last_step = static_cast<int64_t>(last_step);
+    o.write_checkpoints = false;
+    if (checkpoint_step) o.restore_checkpoint = checkpoint::CheckpointPath(run_dir, *checkpoint_step);
+    DGRR_ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(o));
+    model::TrainResult result;
+    return trainer->Run(nullptr, &result);
+  }
+};
+
+int RunBisect(const std::vector<std::string>& args) {
+  po::options_description options("Options");
+  options.add_options()
+      ("good", po::value<std::string>()->required(), "run directory of the run taken as correct")
+      ("bad", po::value<std::string>()->required(), "run directory of the run that went wrong")
+      ("json", po::bool_switch(), "print the dgrr.bisect/1 JSON document instead of the report")
+      ("keep", po::value<std::string>(), "keep the two replays in DIR/good and DIR/bad (DIR must "
+                                         "not exist) for dgrr compare, replay or inspect")
+      ("context", po::value<uint32_t>()->default_value(3), "aligned pairs shown around the divergence")
+      ("ignore", po::value<std::vector<std::string>>()->composing(),
+       "drop boundaries whose name matches GLOB from both replays (repeatable)")
+      ("quiet", po::bool_switch(), "no progress lines on stderr");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  int parsed = ParseCommandLine(
+      kName, "dgrr bisect --good RUN_A --bad RUN_B [--json] [--keep DIR] [--context N] [--ignore GLOB]...",
+      "Finds where two runs of the same training part, for runs recorded cheaply (mode sdc or\n"
+      "trusted) with checkpoints. 1. The STEP records' per-step parameter fingerprints (one pass)\n"
+      "and the checkpoints' state digests (a binary search over the headers) give the last step\n"
+      "at which the runs agree. 2. Both runs are re-executed from their newest common agreeing\n"
+      "checkpoint through the first differing step only, in full mode, into a scratch directory.\n"
+      "3. The two replays are compared as by dgrr compare, naming the first divergent boundary,\n"
+      "step and rank. Exit 0 when the runs agree, 4 when the replays name a divergence, 5 when\n"
+      "the recordings differ but the replays do not (the difference did not reproduce).",
+      options, positional, args, vm);
+  if (parsed >= 0) return parsed;
+
+  replay::BisectOptions bisect;
+  if (vm.count("ignore")) bisect.compare.ignore_globs = vm["ignore"].as<std::vector<std::string>>();
+  bisect.compare.context = vm["context"].as<uint32_t>();
+  if (vm.count("keep")) bisect.keep_dir = vm["keep"].as<std::string>();
+  if (!vm["quiet"].as<bool>()) {
+    bisect.progress = [](const std::string& line) { std::cerr << "dgrr bisect: " << line << "\n"; };
+  }
+  TrainerReplayer replayer;
+  auto result = replay::Bisect(vm["good"].as<std::string>(), vm["bad"].as<std::string>(), replayer, bisect);
+  if (!result.ok()) return ReportError(kName, result.status());
+  if (vm["json"].as<bool>()) {
+    std::cout << replay::BisectJson(*result).dump(2) << "\n";
+  } else {
+    std::cout << replay::BisectText(*result);
+  }
+  switch (result->verdict) {
+    case replay::BisectVerdict::kAgree: return kExitOk;
+    case replay::BisectVerdict::kDiverged: return kExitDivergence;
+    case replay::BisectVerdict::kNotReproduced: return kExitReplayIntegrity;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect);
+
+}  // namespace dgrr::cli
