@@ -712,6 +712,44 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
   });
 }
 
+Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
+                         const CheckpointMeta& meta, const std::vector<uint64_t>& trace_positions,
+                         const CheckpointWriteOptions& options) {
+  const size_t world = source.ranks.size();
+  if (meta.world_size < 0 || static_cast<size_t>(meta.world_size) != world ||
+      trace_positions.size() != world) {
+    return Status::InvalidArgument("rewriting " + source.path + ": it holds " + std::to_string(world) +
+                                   " ranks; got world_size " + std::to_string(meta.world_size) +
+                                   " and " + std::to_string(trace_positions.size()) +
+                                   " trace positions");
+  }
+  // Each rank's registry views the loaded bytes (WriteCheckpoint only reads
+  // them): the replicated entries, which are identical on every rank by
+  // construction, then the rank's own.
+  std::vector<StateRegistry> registries(world);
+  auto view = [](const SavedEntry& e) {
+    StateEntry entry;
+    entry.name = e.name;
+    entry.data = const_cast<uint8_t*>(e.data.data());
+    entry.bytes = e.data.size();
+    entry.dtype = e.dtype;
+    entry.shape = e.shape;
+    entry.role = e.role;
+    entry.restore = RestorePolicy::kCheckpoint;
+    entry.replicated = e.replicated;
+    return entry;
+  };
+  std::vector<RankSnapshot> snapshots;
+  for (size_t r = 0; r < world; ++r) {
+    for (const SavedEntry& e : source.replicated) DGRR_RETURN_IF_ERROR(registries[r].Register(view(e)));
+    for (const SavedEntry& e : source.ranks[r].entries) {
+      DGRR_RETURN_IF_ERROR(registries[r].Register(view(e)));
+    }
+    snapshots.push_back({static_cast<int>(r), &registries[r], trace_positions[r]});
+  }
+  return WriteCheckpoint(path, meta, snapshots, options);
+}
+
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
   DGRR_ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -97,6 +97,18 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
                        const std::vector<RankSnapshot>& ranks,
                        const CheckpointWriteOptions& options = {});
 
+// Writes the state of a loaded checkpoint (ReadCheckpoint) to `path` as a new
+// checkpoint, atomically like WriteCheckpoint, with `meta` in place of the
+// source's and rank r's trace position set to trace_positions[r]. The saved
+// entries go out byte for byte as loaded, so the new file's state digest
+// equals the source's. Rollback uses it: the state re-executed in a scratch
+// directory belongs in the run directory with the run's own trace positions.
+// InvalidArgument when meta.world_size or trace_positions do not match the
+// source's ranks.
+Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
+                         const CheckpointMeta& meta, const std::vector<uint64_t>& trace_positions,
+                         const CheckpointWriteOptions& options = {});
+
 // Reads and fully verifies a checkpoint. Damage is Corruption naming the file
 // offset (structural) or the dataset (content).
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);

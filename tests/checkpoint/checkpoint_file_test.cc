@@ -198,6 +198,64 @@ TEST(CheckpointFile, OddDtypesShapesAndEmptyEntriesRoundTrip) {
   EXPECT_EQ(StateDigest(into), StateDigest(registry));
 }
 
+TEST(CheckpointFile, RewriteKeepsTheStateAndTakesNewTracePositionsAndMeta) {
+  TempDir dir;
+  auto ranks = MakeRanks(2, 4096);
+  const std::string source_path = dir.path() + "/scratch/step.h5";
+  ASSERT_TRUE(WriteCheckpoint(source_path, Meta(40, 2), Snapshots(ranks)).ok());
+  StatusOr<Checkpoint> source = ReadCheckpoint(source_path);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+
+  CheckpointMeta meta = source->meta;
+  meta.run_id_hex = "ffeeddccbbaa99887766554433221100";
+  const std::string path = CheckpointPath(dir.path(), 40);
+  ASSERT_TRUE(RewriteCheckpoint(*source, path, meta, {17, 23}).ok());
+  StatusOr<Checkpoint> rewritten = ReadCheckpoint(path);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status().ToString();
+  EXPECT_EQ(rewritten->ranks[0].trace_position, 17u);
+  EXPECT_EQ(rewritten->ranks[1].trace_position, 23u);
+  EXPECT_EQ(rewritten->meta.run_id_hex, meta.run_id_hex);
+  EXPECT_EQ(rewritten->meta.step, 40u);
+  EXPECT_EQ(rewritten->meta.plan_json, source->meta.plan_json);
+  EXPECT_EQ(rewritten->state_digest, source->state_digest) << "the state is written as loaded";
+  ASSERT_EQ(rewritten->replicated.size(), source->replicated.size());
+  for (size_t i = 0; i < source->replicated.size(); ++i) {
+    EXPECT_EQ(rewritten->replicated[i].name, source->replicated[i].name);
+    EXPECT_TRUE(rewritten->replicated[i].data == source->replicated[i].data);
+    EXPECT_EQ(rewritten->replicated[i].shape, source->replicated[i].shape);
+    EXPECT_EQ(rewritten->replicated[i].role, source->replicated[i].role);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rewritten->ranks[r].state_digest, source->ranks[r].state_digest);
+    RankState fresh(r, 4096, 99);
+    ASSERT_TRUE(RestoreRank(*rewritten, r, fresh.registry).ok());
+    EXPECT_EQ(fresh.params, ranks[r]->params);
+    EXPECT_EQ(fresh.cursor[1], ranks[r]->cursor[1]) << "rank-own entries stay with their rank";
+  }
+
+  // Odd dtypes and an empty entry survive a rewrite as well.
+  std::vector<uint16_t> bf16 = {1, 2, 3, 4, 5, 6};
+  StateRegistry odd;
+  ASSERT_TRUE(odd.Register({"w.bf16", bf16.data(), 12, DType::kBF16, {2, 3}, StateRole::kParameter,
+                            RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(odd.Register({"empty", nullptr, 0, DType::kF32, {}, StateRole::kOther,
+                            RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir.path() + "/odd.h5", Meta(2, 1), {{0, &odd, 5}}).ok());
+  StatusOr<Checkpoint> odd_source = ReadCheckpoint(dir.path() + "/odd.h5");
+  ASSERT_TRUE(odd_source.ok());
+  ASSERT_TRUE(RewriteCheckpoint(*odd_source, dir.path() + "/odd2.h5", odd_source->meta, {6}).ok());
+  StatusOr<Checkpoint> odd_back = ReadCheckpoint(dir.path() + "/odd2.h5");
+  ASSERT_TRUE(odd_back.ok()) << odd_back.status().ToString();
+  EXPECT_EQ(odd_back->ranks[0].trace_position, 6u);
+  EXPECT_EQ(odd_back->state_digest, odd_source->state_digest);
+
+  // Positions or world size that do not fit the source are refused, nothing written.
+  EXPECT_TRUE(RewriteCheckpoint(*source, dir.path() + "/bad.h5", meta, {1}).IsInvalidArgument());
+  meta.world_size = 3;
+  EXPECT_TRUE(RewriteCheckpoint(*source, dir.path() + "/bad.h5", meta, {1, 2, 3}).IsInvalidArgument());
+  EXPECT_FALSE(fs::exists(dir.path() + "/bad.h5"));
+}
+
 TEST(CheckpointFile, CompressibleStateIsStoredCompressedAndDecodedInProcess) {
   TempDir dir;
   std::vector<int32_t> counts(300000);
