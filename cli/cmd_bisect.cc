@@ -51,8 +51,8 @@ int RunBisect(const std::vector<std::string>& args) {
   po::variables_map vm;
   int parsed = ParseCommandLine(
       kName, "dgrr bisect --good RUN_A --bad RUN_B [--json] [--keep DIR] [--context N] [--ignore GLOB]...",
-      "Finds where two runs of the same training part, for runs recorded cheaply (mode sdc or\n"
-      "trusted) with checkpoints. 1. The STEP records' per-step parameter fingerprints (one pass)\n"
+      "Finds where two runs of the same training stop agreeing, for runs recorded cheaply (mode sdc\n"
+      "or trusted) with checkpoints. 1. The STEP records' per-step parameter fingerprints (one pass)\n"
       "and the checkpoints' state digests (a binary search over the headers) give the last step\n"
       "at which the runs agree. 2. Both runs are re-executed from their newest common agreeing\n"
       "checkpoint through the first differing step only, in full mode, into a scratch directory.\n"
