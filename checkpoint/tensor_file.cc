@@ -1,0 +1,267 @@
+#include "checkpoint/tensor_file.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+
+#include "base/coding.h"
+#include "base/file.h"
+#include "base/version.h"
+#include "checkpoint/hdf5_util.h"
+#include "checkpoint/zstd_filter.h"
+
+namespace dgrr::checkpoint {
+namespace {
+
+constexpr const char* kTensorsGroup = "/tensors";
+constexpr int kMaxDims = 32;  // HDF5's H5S_MAX_RANK
+constexpr uint64_t kTargetChunkBytes = 1 << 20;
+constexpr uint64_t kMaxRank = 1 << 16;
+
+uint64_t ElementCount(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+Status ValidateTensor(const DumpedTensor& t) {
+  const std::string what = "tensor dump: tensor '" + t.name + "'";
+  if (t.name.empty() || t.name == "." || t.name.find('/') != std::string::npos) {
+    return Status::InvalidArgument(what + ": not a usable dataset name");
+  }
+  if (t.shape.size() > static_cast<size_t>(kMaxDims)) {
+    return Status::InvalidArgument(what + ": more than 32 dimensions");
+  }
+  for (int64_t d : t.shape) {
+    if (d < 0) return Status::InvalidArgument(what + ": negative dimension");
+  }
+  if (ElementCount(t.shape) * StoredElementSize(t.dtype) != t.data.size()) {
+    return Status::InvalidArgument(what + ": " + std::to_string(t.data.size()) +
+                                   " bytes do not match its dtype and shape");
+  }
+  return Status::OK();
+}
+
+// Chunks of whole trailing rows, about kTargetChunkBytes each, so that
+// compression sees contiguous runs and no chunk nears HDF5's 4 GiB limit.
+std::vector<hsize_t> ChunkShape(const std::vector<hsize_t>& dims, size_t element_size) {
+  std::vector<hsize_t> chunk = dims;
+  uint64_t inner = element_size;  // bytes of one index along dimension i
+  for (size_t j = 1; j < dims.size(); ++j) inner *= dims[j];
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (chunk[i] * inner <= kTargetChunkBytes) break;
+    chunk[i] = std::max<uint64_t>(1, kTargetChunkBytes / inner);
+    if (chunk[i] > 1 || i + 1 == dims.size()) break;
+    inner /= dims[i + 1];  // one index here is still too big: split the next dimension too
+  }
+  for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
+  return chunk;
+}
+
+Status WriteTensor(hid_t group, const DumpedTensor& t, int zstd_level) {
+  const std::string what = std::string(kTensorsGroup) + "/" + t.name;
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  H5Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                              : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!dims.empty() && !t.data.empty()) {
+    const std::vector<hsize_t> chunk = ChunkShape(dims, StoredElementSize(t.dtype));
+    const unsigned level = static_cast<unsigned>(zstd_level);
+    if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
+        H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &level) < 0) {
+      return Status::IOError("HDF5: chunk/filter settings for " + what);
+    }
+  }
+  H5Pset_obj_track_times(dcpl.get(), false);
+  H5Handle dset(H5Dcreate2(group, t.name.c_str(), Hdf5TypeFor(t.dtype), space.get(), H5P_DEFAULT,
+                           dcpl.get(), H5P_DEFAULT));
+  if (!dset.valid()) return Status::IOError("HDF5: creating dataset " + what);
+  if (!t.data.empty() && H5Dwrite(dset.get(), Hdf5TypeFor(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                  t.data.data()) < 0) {
+    return Status::IOError("HDF5: writing dataset " + what);
+  }
+  const hid_t d = dset.get();
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(d, "dtype", std::string(DTypeName(t.dtype)), what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(d, "bytes", t.data.size(), what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(d, "xxh3", Xxh3(t.data.data(), t.data.size()), what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(d, "example_first", t.example_first, what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(d, "example_count", t.example_count, what));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(d, "phase", t.phase, what));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(d, "recorded_xor64", t.recorded.xor64, what));
+  return WriteU64Attribute(d, "recorded_xxh3", t.recorded.xxh3, what);
+}
+
+Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_level) {
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  auto lock = LockHdf5();
+  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  // Version-1.10 objects carry checksums on their metadata, so damage there
+  // is refused by libhdf5 rather than misread.
+  if (H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+    return Status::Internal("HDF5: file property lists rejected");
+  }
+  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  if (!file.valid()) return Status::IOError("HDF5: cannot create " + tmp_path);
+  const hid_t f = file.get();
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kTensorDumpFormatName, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kTensorDumpFormatVersion, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "dgrr_version", DGRR_VERSION_STRING, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "run_dir", dump.run_dir, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "boundary", dump.boundary, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "step", dump.step, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "rank", static_cast<uint64_t>(dump.rank), "/"));
+  H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+  H5Pset_obj_track_times(gcpl.get(), false);
+  H5Handle group(H5Gcreate2(f, kTensorsGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+  if (!group.valid()) return Status::IOError("HDF5: creating group /tensors");
+  for (const DumpedTensor& t : dump.tensors) DGRR_RETURN_IF_ERROR(WriteTensor(group.get(), t, zstd_level));
+  group.Reset();
+  if (H5Fclose(file.Release()) < 0) return Status::IOError("HDF5: writing " + tmp_path + " failed on close");
+  return Status::OK();
+}
+
+StatusOr<DumpedTensor> ReadTensor(hid_t group, const std::string& path, const std::string& name) {
+  const std::string what = path + ": dataset " + kTensorsGroup + "/" + name;
+  auto bad = [&](const std::string& why) { return Status::Corruption(what + ": " + why); };
+  H5Handle dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
+  if (!dset.valid()) return bad("not a readable dataset");
+  const hid_t d = dset.get();
+  DumpedTensor t;
+  t.name = name;
+  DGRR_ASSIGN_OR_RETURN(std::string dtype_name, ReadStringAttribute(d, "dtype", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t bytes, ReadU64Attribute(d, "bytes", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t content_xxh3, ReadU64Attribute(d, "xxh3", what));
+  DGRR_ASSIGN_OR_RETURN(t.example_first, ReadU64Attribute(d, "example_first", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t example_count, ReadU64Attribute(d, "example_count", what));
+  DGRR_ASSIGN_OR_RETURN(t.phase, ReadStringAttribute(d, "phase", what));
+  DGRR_ASSIGN_OR_RETURN(t.recorded.xor64, ReadU64Attribute(d, "recorded_xor64", what));
+  DGRR_ASSIGN_OR_RETURN(t.recorded.xxh3, ReadU64Attribute(d, "recorded_xxh3", what));
+  const std::optional<DType> dtype = ParseDType(dtype_name);
+  if (!dtype) return bad("unknown dtype '" + dtype_name + "'");
+  t.dtype = *dtype;
+  if (example_count > UINT32_MAX) return bad("example_count out of range");
+  t.example_count = static_cast<uint32_t>(example_count);
+  H5Handle type(H5Dget_type(d));
+  if (H5Tequal(type.get(), Hdf5TypeFor(t.dtype)) <= 0) return bad("stored type does not match dtype " + dtype_name);
+  H5Handle space(H5Dget_space(d));
+  const H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
+  if (space_class == H5S_SIMPLE) {
+    const int ndims = H5Sget_simple_extent_ndims(space.get());
+    if (ndims < 1 || ndims > kMaxDims) return bad("unexpected dataspace rank");
+    std::vector<hsize_t> dims(static_cast<size_t>(ndims));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    t.shape.assign(dims.begin(), dims.end());
+  } else if (space_class != H5S_SCALAR) {
+    return bad("dataspace is neither simple nor scalar");
+  }
+  uint64_t stored = StoredElementSize(t.dtype);
+  for (int64_t dim : t.shape) {
+    if (dim < 0 || __builtin_mul_overflow(stored, static_cast<uint64_t>(dim), &stored)) {
+      return bad("dataspace does not match 'bytes'");
+    }
+  }
+  if (stored != bytes) return bad("dataspace does not match 'bytes'");
+  t.data.resize(bytes);
+  if (bytes > 0 &&
+      H5Dread(d, Hdf5TypeFor(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data()) < 0) {
+    return bad("data cannot be read or decompressed");
+  }
+  const Fingerprint actual = FingerprintBytes(t.data.data(), t.data.size());
+  if (actual.xxh3 != content_xxh3) {
+    return bad("content hash mismatch (stored " + Hex64(content_xxh3) + ", computed " +
+               Hex64(actual.xxh3) + ")");
+  }
+  if (!(actual == t.recorded)) {
+    return bad("the bytes are not those whose fingerprint was recorded (recorded xor64 " +
+               Hex64(t.recorded.xor64) + ", bytes give " + Hex64(actual.xor64) + ")");
+  }
+  return t;
+}
+
+Status ReadRoot(hid_t f, const std::string& path, TensorDump& out) {
+  const std::string what = path + ": /";
+  DGRR_ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, "format", what));
+  if (format != kTensorDumpFormatName) {
+    return Status::Corruption(what + ": format is '" + format + "', not '" + kTensorDumpFormatName + "'");
+  }
+  DGRR_ASSIGN_OR_RETURN(uint64_t version, ReadU64Attribute(f, "format_version", what));
+  if (version != kTensorDumpFormatVersion) {
+    return Status::Corruption(what + ": unsupported format_version " + std::to_string(version) +
+                              " (this dgrr reads version " + std::to_string(kTensorDumpFormatVersion) + ")");
+  }
+  DGRR_ASSIGN_OR_RETURN(out.dgrr_version, ReadStringAttribute(f, "dgrr_version", what));
+  DGRR_ASSIGN_OR_RETURN(out.run_dir, ReadStringAttribute(f, "run_dir", what));
+  DGRR_ASSIGN_OR_RETURN(out.boundary, ReadStringAttribute(f, "boundary", what));
+  DGRR_ASSIGN_OR_RETURN(out.step, ReadU64Attribute(f, "step", what));
+  DGRR_ASSIGN_OR_RETURN(uint64_t rank, ReadU64Attribute(f, "rank", what));
+  if (rank >= kMaxRank) return Status::Corruption(what + ": implausible rank " + std::to_string(rank));
+  out.rank = static_cast<int>(rank);
+  return Status::OK();
+}
+
+}  // namespace
+
+const DumpedTensor* TensorDump::Find(const std::string& name) const {
+  for (const DumpedTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::string TensorDatasetName(uint64_t example_first, uint32_t example_count) {
+  char name[48];
+  std::snprintf(name, sizeof name, "ex%08" PRIu64 "_n%" PRIu32, example_first, example_count);
+  return name;
+}
+
+std::string TensorDumpPath(const std::string& dir, const std::string& boundary, uint64_t step, int rank) {
+  std::string file = boundary;
+  std::replace(file.begin(), file.end(), '/', '_');
+  return dir + "/" + file + "@" + std::to_string(step) + ".rank" + std::to_string(rank) + ".h5";
+}
+
+Status WriteTensorDump(const std::string& path, const TensorDump& dump, int zstd_level) {
+  std::set<std::string> names;
+  for (const DumpedTensor& t : dump.tensors) {
+    DGRR_RETURN_IF_ERROR(ValidateTensor(t));
+    if (!names.insert(t.name).second) {
+      return Status::InvalidArgument("tensor dump: two tensors are named '" + t.name + "'");
+    }
+  }
+  if (dump.rank < 0) return Status::InvalidArgument("tensor dump: negative rank");
+  DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
+  return CommitFileAtomically(path, [&](const std::string& tmp) { return WriteHdf5(tmp, dump, zstd_level); });
+}
+
+StatusOr<TensorDump> ReadTensorDump(const std::string& path) {
+  if (!PathExists(path)) return Status::NotFound(path + ": no such file");
+  if (IsDirectory(path)) return Status::InvalidArgument(path + ": is a directory, not a tensor dump");
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  auto lock = LockHdf5();
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!file.valid()) {
+    return Status::Corruption(path + ": HDF5 cannot open the file (not HDF5, damaged or truncated)");
+  }
+  TensorDump out;
+  out.path = path;
+  DGRR_RETURN_IF_ERROR(ReadRoot(file.get(), path, out));
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(file.get(), path + ": /"));
+  if (top != std::vector<std::string>{"tensors"}) {
+    return Status::Corruption(path + ": /: expected exactly the group tensors");
+  }
+  H5Handle group(H5Gopen2(file.get(), kTensorsGroup, H5P_DEFAULT));
+  if (!group.valid()) return Status::Corruption(path + ": group /tensors cannot be opened");
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListGroup(group.get(), path + ": /tensors"));
+  for (const std::string& name : names) {
+    DGRR_ASSIGN_OR_RETURN(DumpedTensor t, ReadTensor(group.get(), path, name));
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace dgrr::checkpoint
