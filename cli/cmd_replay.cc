@@ -1,13 +1,16 @@
 // dgrr replay: re-execute part of a recorded run and check every boundary
-// against its trace as it goes; stop at the first difference.
+// against its trace as it goes; stop at the first difference. With --dump it
+// also writes the full tensors of chosen boundaries (docs/tensor-dump.md).
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "base/coding.h"
 #include "checkpoint/checkpoint_file.h"
+#include "checkpoint/tensor_file.h"
 #include "cli/command.h"
 #include "model/trainer.h"
 #include "replay/trace_check.h"
@@ -38,30 +41,86 @@ StatusOr<std::optional<std::pair<uint64_t, std::string>>> CheckpointBefore(const
   return found;
 }
 
+// One --dump NAME@STEP[:RANK]; the rank is optional (all ranks).
+struct DumpSpec {
+  std::string boundary;
+  int64_t step = 0;
+  std::optional<int> rank;
+};
+
+bool AllDigits(const std::string& s) {
+  return !s.empty() && s.size() <= 18 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+StatusOr<DumpSpec> ParseDumpSpec(const std::string& text) {
+  // The name is everything before the last '@' (boundary names have no '@'
+  // today, but nothing forbids one).
+  const size_t at = text.rfind('@');
+  const auto bad = Status::InvalidArgument("--dump '" + text + "': expected NAME@STEP[:RANK]");
+  if (at == std::string::npos || at == 0) return bad;
+  DumpSpec d;
+  d.boundary = text.substr(0, at);
+  std::string step = text.substr(at + 1), rank;
+  if (const size_t colon = step.find(':'); colon != std::string::npos) {
+    rank = step.substr(colon + 1);
+    step.resize(colon);
+    if (!AllDigits(rank) || rank.size() > 6) return bad;
+    d.rank = std::stoi(rank);
+  }
+  if (!AllDigits(step)) return bad;
+  d.step = std::stoll(step);
+  return d;
+}
+
 int RunReplay(const std::vector<std::string>& args) {
-  std::string run_dir;
+  std::string run_dir, dump_dir = ".";
+  std::vector<std::string> dump_texts;
   int64_t from = 0, to = -1;
   po::options_description options("Options");
   options.add_options()("run", po::value(&run_dir)->required(), "run directory (positional)")(
       "from", po::value(&from)->default_value(0), "first step to check")(
       "to", po::value(&to), "last step to check (default: the run's last)")(
+      "dump", po::value(&dump_texts)->composing(),
+      "NAME@STEP[:RANK]: write the full tensor(s) of boundary NAME at STEP on RANK (default: every "
+      "rank) to DUMP_DIR/NAME@STEP.rankR.h5; repeatable")(
+      "dump-dir", po::value(&dump_dir), "directory for --dump files (default: the current one)")(
       "json", "print the result as JSON (schema dgrr.replay/1)");
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
   int rc = ParseCommandLine(
-      "replay", "dgrr replay RUN_DIR [--from STEP] [--to STEP] [--json]",
+      "replay",
+      "dgrr replay RUN_DIR [--from STEP] [--to STEP] [--dump NAME@STEP[:RANK]]... [--dump-dir DIR] [--json]",
       "Re-executes the recorded run in RUN_DIR from its newest checkpoint before --from (or from\n"
       "the start) through --to, in a scratch directory, comparing every boundary and step end with\n"
       "the recorded traces as it goes. At the first difference it stops and names the step, rank,\n"
       "boundary and both fingerprints (exit 5); otherwise it reports how many records it verified.\n"
-      "The run's own config (RUN_DIR/config.json) drives the re-execution, faults included.",
+      "The run's own config (RUN_DIR/config.json) drives the re-execution, faults included.\n"
+      "--dump writes the tensors recorded at a boundary (per-example boundaries: one dataset per\n"
+      "example of the rank's shard) to an HDF5 file (docs/tensor-dump.md) once that step is done;\n"
+      "compare two runs' dumps with 'dgrr diff-tensor'. With --dump and neither --from nor --to,\n"
+      "only the steps from the first to the last dump step are checked.",
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
+  std::vector<DumpSpec> specs;
+  for (const std::string& text : dump_texts) {
+    auto spec = ParseDumpSpec(text);
+    if (!spec.ok()) return ReportError("replay", spec.status());
+    specs.push_back(*spec);
+  }
   auto opts = model::TrainOptionsFromRun(run_dir);
   if (!opts.ok()) return ReportError("replay", opts.status());
   if (!vm.count("to")) to = opts->steps - 1;
+  if (!specs.empty() && vm["from"].defaulted() && !vm.count("to")) {
+    // Just the steps the dumps need.
+    from = to = specs[0].step;
+    for (const DumpSpec& d : specs) {
+      from = std::min(from, d.step);
+      to = std::max(to, d.step);
+    }
+  }
   if (from < 0 || to < from || to >= opts->steps) {
     return ReportError("replay", Status::InvalidArgument(
                                      "need 0 <= --from <= --to < " + std::to_string(opts->steps) +
@@ -81,6 +140,14 @@ int RunReplay(const std::vector<std::string>& args) {
   o.last_step = to;
   o.write_checkpoints = false;
   if (*ckpt) o.restore_checkpoint = (*ckpt)->second;
+  // One request per rank, so every file's path is known up front.
+  for (const DumpSpec& d : specs) {
+    const int first_rank = d.rank.value_or(0), last_rank = d.rank.value_or(opts->ranks - 1);
+    for (int rank = first_rank; rank <= last_rank; ++rank) {
+      o.dumps.push_back({d.boundary, d.step, rank,
+                         checkpoint::TensorDumpPath(dump_dir, d.boundary, static_cast<uint64_t>(d.step), rank)});
+    }
+  }
 
   model::TrainResult result;
   Status s;
@@ -88,6 +155,18 @@ int RunReplay(const std::vector<std::string>& args) {
   s = trainer.ok() ? (*trainer)->Run(nullptr, &result) : trainer.status();
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);
+  const std::vector<std::string> written =
+      trainer.ok() ? (*trainer)->dumps_written() : std::vector<std::string>{};
+  auto was_written = [&](const std::string& path) {
+    return std::find(written.begin(), written.end(), path) != written.end();
+  };
+  std::string not_written;
+  for (const model::DumpRequest& d : o.dumps) {
+    if (!was_written(d.path)) not_written += (not_written.empty() ? "" : ", ") + d.path;
+  }
+  if (!s.ok() && trainer.ok() && !not_written.empty()) {
+    ReportWarning("replay", "not written (the replay stopped first): " + not_written);
+  }
   if (!s.ok() && s.code() != StatusCode::kIntegrityFailure) return ReportError("replay", s);
 
   const int64_t first = *ckpt ? static_cast<int64_t>((*ckpt)->first) + 1 : 0;
@@ -101,6 +180,15 @@ int RunReplay(const std::vector<std::string>& args) {
                                 {"result", s.ok() ? "verified" : "diverged"},
                                 {"boundaries_verified", result.boundaries_verified},
                                 {"steps_verified", result.steps_verified}};
+    nlohmann::ordered_json dumps = nlohmann::ordered_json::array();
+    for (const model::DumpRequest& d : o.dumps) {
+      dumps.push_back({{"boundary", d.boundary},
+                       {"step", d.step},
+                       {"rank", *d.rank},
+                       {"path", d.path},
+                       {"written", was_written(d.path)}});
+    }
+    j["dumps"] = dumps;
     if (!s.ok()) j["message"] = s.message();
     std::cout << j.dump(2) << "\n";
   } else if (s.ok()) {
@@ -108,6 +196,7 @@ int RunReplay(const std::vector<std::string>& args) {
               << (*ckpt ? " from the checkpoint of step " + std::to_string((*ckpt)->first) : " from the start")
               << ": " << result.boundaries_verified << " boundaries and " << result.steps_verified
               << " step ends match the recorded traces\n";
+    for (const std::string& path : written) std::cout << "wrote " << path << "\n";
   }
   if (!s.ok()) return ReportError("replay", s);
   return kExitOk;

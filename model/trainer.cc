@@ -10,11 +10,14 @@
 #include <set>
 #include <mutex>
 #include <random>
+#include <span>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "base/coding.h"
 #include "base/file.h"
+#include "checkpoint/tensor_file.h"
 #include "model/adamw.h"
 #include "model/batch.h"
 #include "model/data_order.h"
@@ -170,7 +173,45 @@ struct Slot {
   uint64_t bytes = 0;
   Fingerprint fp;
   std::string event;  // payload of a fault-injected EVENT
+  bool captured = false;       // a dump wants this tensor: `bytes_captured` holds it
+  std::vector<uint8_t> bytes_captured;  // exactly the bytes `fp` was computed over
 };
+
+std::vector<uint8_t> CopyBytes(const void* data, uint64_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  return std::vector<uint8_t>(p, p + bytes);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The few names closest to `name` in edit distance, for an error message.
+std::string SimilarNames(const std::string& name, const std::vector<std::string>& names) {
+  std::vector<std::pair<size_t, const std::string*>> ranked;
+  for (const std::string& n : names) ranked.emplace_back(EditDistance(name, n), &n);
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& x, const auto& y) { return std::tie(x.first, *x.second) < std::tie(y.first, *y.second); });
+  std::string out;
+  for (size_t i = 0; i < ranked.size() && i < 5; ++i) out += (i ? ", " : "") + *ranked[i].second;
+  return out;
+}
+
+std::string ExpandRank(std::string path, int rank) {
+  for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(rank));
+  return path;
+}
 
 }  // namespace
 
@@ -204,6 +245,11 @@ struct Trainer::Impl {
   Status ReduceSlice(int r, int64_t step);
   Status RecordCollective(Rank& rank, uint64_t first);
   Status WriteCheckpoint(Rank& rank, int64_t step);
+  void PrepareDumps(Rank& rank, int64_t step);
+  void Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
+               std::span<const int64_t> dims, std::vector<uint8_t> bytes, const Fingerprint& fp,
+               ExampleRange examples);
+  Status WriteDumps(Rank& rank);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
   Trainer& t;
@@ -221,6 +267,8 @@ struct Trainer::Impl {
   std::vector<std::unique_ptr<Rank>> ranks;
   Clock::time_point start;
   std::function<void(const TrainProgress&)> progress_;
+  std::mutex dumps_mu;
+  std::vector<std::string> dumps_written;  // guarded by dumps_mu
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
@@ -261,6 +309,8 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         elements *= static_cast<uint64_t>(dims[i]);
       }
       s.bytes = elements * sizeof(float);
+      // A dump takes the very bytes fingerprinted here, while the tensor exists.
+      s.captured = dumps_due.find(name) != dumps_due.end();
       if (target) {
         // The operator's output is what got corrupted: the record shows the
         // flipped tensor, and AfterBoundary flips the real one for the next ops.
@@ -268,8 +318,10 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         const uint64_t i = FlipIndex(elements);
         flipped[i] = BitsToFloat(FloatBits(flipped[i]) ^ (1u << flip->bit));
         s.fp = FingerprintBytes(flipped.data(), s.bytes);
+        if (s.captured) s.bytes_captured = CopyBytes(flipped.data(), s.bytes);
       } else {
         s.fp = FingerprintBytes(data, s.bytes);
+        if (s.captured) s.bytes_captured = CopyBytes(data, s.bytes);
       }
       mine.push_back(std::move(s));
       return;
@@ -305,8 +357,14 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       elements *= static_cast<uint64_t>(dims[i]);
     }
     t.bytes = elements * sizeof(float);
-    Status s = session->Record(it->second, t, {first_example, example_count});
+    const bool dump = it->second.recorded && dumps_due.find(name) != dumps_due.end();
+    Fingerprint fp;
+    Status s = session->Record(it->second, t, {first_example, example_count}, dump ? &fp : nullptr);
     if (!s.ok()) session->DeferError(s);
+    if (s.ok() && dump) {
+      impl.Capture(*this, name, it->second.phase, DType::kF32, dims, CopyBytes(data, t.bytes), fp,
+                   {first_example, example_count});
+    }
   }
 
   // TensorMutator: the per-example bitflip fault, applied to the real tensor.
@@ -348,6 +406,13 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   std::unique_ptr<DataOrder> data_order;
   std::unique_ptr<replay::TraceCheck> check;  // replay: the recorded trace to match
   float loss = 0;
+  // Dumps due on this rank at the current step, by boundary name: set before
+  // the workers start (they only look names up), filled on the rank thread.
+  struct PendingDump {
+    std::string path;
+    checkpoint::TensorDump dump;
+  };
+  std::map<std::string, PendingDump, std::less<>> dumps_due;
 };
 
 Trainer::Impl::Impl(Trainer& t)
@@ -504,6 +569,8 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
     rank.slots[i].clear();
   }
 
+  PrepareDumps(rank, step);
+
   // Faults active on this rank at this step.
   rank.flip = nullptr;
   rank.param_flip = nullptr;
@@ -565,6 +632,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
+  DGRR_RETURN_IF_ERROR(WriteDumps(rank));
   const bool periodic = t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
                         (step + 1) % t.options_.ckpt_every == 0;
   if (periodic || (t.options_.checkpoint_last_step && step == t.options_.last_step)) {
@@ -612,6 +680,61 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   return barrier.Wait();
 }
 
+// The dump requests due on this rank at `step`, each with an empty dump.
+void Trainer::Impl::PrepareDumps(Rank& rank, int64_t step) {
+  rank.dumps_due.clear();
+  for (const DumpRequest& d : t.options_.dumps) {
+    if (d.step != step || (d.rank && *d.rank != rank.r)) continue;
+    Rank::PendingDump& pending = rank.dumps_due[d.boundary];
+    pending.path = ExpandRank(d.path, rank.r);
+    pending.dump.run_dir = t.options_.verify_against.empty() ? t.options_.out_dir : t.options_.verify_against;
+    pending.dump.boundary = d.boundary;
+    pending.dump.step = static_cast<uint64_t>(step);
+    pending.dump.rank = rank.r;
+  }
+}
+
+// On the rank thread, in recording order: one occurrence of a dumped boundary.
+void Trainer::Impl::Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
+                            std::span<const int64_t> dims, std::vector<uint8_t> bytes,
+                            const Fingerprint& fp, ExampleRange examples) {
+  auto it = rank.dumps_due.find(name);
+  if (it == rank.dumps_due.end()) return;
+  checkpoint::TensorDump& dump = it->second.dump;
+  checkpoint::DumpedTensor tensor;
+  tensor.name = checkpoint::TensorDatasetName(examples.first, examples.count);
+  // A boundary met twice for the same examples (none is, today) keeps both.
+  for (int k = 1; dump.Find(tensor.name) != nullptr; ++k) {
+    tensor.name = checkpoint::TensorDatasetName(examples.first, examples.count) + "." + std::to_string(k);
+  }
+  tensor.dtype = dtype;
+  tensor.shape.assign(dims.begin(), dims.end());
+  tensor.example_first = examples.first;
+  tensor.example_count = examples.count;
+  tensor.phase = std::string(trace::PhaseName(phase));
+  tensor.recorded = fp;
+  tensor.data = std::move(bytes);
+  dump.tensors.push_back(std::move(tensor));
+}
+
+// After the step's records are complete: every due dump is written, or the
+// boundary was not recorded at that step, which is an error, not silence.
+Status Trainer::Impl::WriteDumps(Rank& rank) {
+  for (auto& [name, pending] : rank.dumps_due) {
+    if (pending.dump.tensors.empty()) {
+      return Status::FailedPrecondition(
+          "--dump " + name + "@" + std::to_string(pending.dump.step) + ": rank " +
+          std::to_string(rank.r) + " recorded no boundary '" + name + "' at that step (mode '" +
+          std::string(RecordModeName(t.options_.mode)) + "' may skip it)");
+    }
+    DGRR_RETURN_IF_ERROR(checkpoint::WriteTensorDump(pending.path, pending.dump));
+    std::lock_guard<std::mutex> lock(dumps_mu);
+    dumps_written.push_back(pending.path);
+  }
+  rank.dumps_due.clear();
+  return Status::OK();
+}
+
 Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
   (void)step;
   Session& s = *rank.session;
@@ -624,8 +747,15 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
     tok.dtype = DType::kU8;
     tok.ndim = 1;
     tok.dims[0] = static_cast<int64_t>(window);
-    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
-    for (const Slot& slot : rank.slots[i]) {
+    const bool dump_tokens =
+        rank.tokens_handle.recorded && rank.dumps_due.find(kTokensBoundary) != rank.dumps_due.end();
+    Fingerprint tokens_fp;
+    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one, dump_tokens ? &tokens_fp : nullptr));
+    if (dump_tokens) {
+      Capture(rank, kTokensBoundary, trace::Phase::kData, DType::kU8, std::span(tok.dims, 1),
+              CopyBytes(tok.data, tok.bytes), tokens_fp, one);
+    }
+    for (Slot& slot : rank.slots[i]) {
       if (slot.boundary < 0) {
         DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, slot.event));
         continue;
@@ -635,8 +765,13 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
       meta.dtype = DType::kF32;
       meta.ndim = slot.ndim;
       std::copy(slot.dims, slot.dims + slot.ndim, meta.dims);
-      DGRR_RETURN_IF_ERROR(
-          s.RecordFingerprint(rank.example_handles[static_cast<size_t>(slot.boundary)], meta, slot.fp, one));
+      const BoundaryHandle& handle = rank.example_handles[static_cast<size_t>(slot.boundary)];
+      DGRR_RETURN_IF_ERROR(s.RecordFingerprint(handle, meta, slot.fp, one));
+      if (slot.captured && handle.recorded) {
+        Capture(rank, t.per_example_names_[static_cast<size_t>(slot.boundary)], handle.phase,
+                DType::kF32, std::span(slot.dims, static_cast<size_t>(slot.ndim)),
+                std::move(slot.bytes_captured), slot.fp, one);
+      }
     }
   }
   return Status::OK();
@@ -707,8 +842,16 @@ Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
     g.dtype = DType::kF32;
     g.ndim = static_cast<int>(tensors[i].shape.size());
     std::copy(tensors[i].shape.begin(), tensors[i].shape.end(), g.dims);
-    DGRR_RETURN_IF_ERROR(rank.session->Record(rank.allreduce_handles[i], g,
-                                              {first, static_cast<uint32_t>(t.batch_)}));
+    const BoundaryHandle& handle = rank.allreduce_handles[i];
+    const std::string name = "allreduce." + GradientName(tensors[i].name);
+    const bool dump = handle.recorded && rank.dumps_due.find(name) != rank.dumps_due.end();
+    const ExampleRange batch{first, static_cast<uint32_t>(t.batch_)};
+    Fingerprint fp;
+    DGRR_RETURN_IF_ERROR(rank.session->Record(handle, g, batch, dump ? &fp : nullptr));
+    if (dump) {
+      Capture(rank, name, handle.phase, DType::kF32, std::span(g.dims, static_cast<size_t>(g.ndim)),
+              CopyBytes(g.data, g.bytes), fp, batch);
+    }
   }
   return Status::OK();
 }
@@ -795,6 +938,7 @@ Status Trainer::Validate() {
       return Status::InvalidArgument("inject " + f.text + ": skip-restore applies to --resume only");
     }
   }
+  DGRR_RETURN_IF_ERROR(ValidateDumps());
   DGRR_ASSIGN_OR_RETURN(auto plan, TrainingPlan());
   plan_ = std::make_unique<checkpoint::FastForwardPlan>(plan);
   plan_json_ = checkpoint::PlansToJson({plan});
@@ -847,6 +991,55 @@ Status Trainer::Validate() {
   return Status::OK();
 }
 
+// Every boundary name a run of this model records, for checking dump requests.
+Status Trainer::ValidateDumps() const {
+  const TrainOptions& o = options_;
+  if (o.dumps.empty()) return Status::OK();
+  std::vector<std::string> names = {kTokensBoundary};
+  names.insert(names.end(), per_example_names_.begin(), per_example_names_.end());
+  const ParameterLayout layout(preset_.model);
+  for (const auto& tensor : layout.tensors()) {
+    for (std::string n : {"allreduce." + GradientName(tensor.name), tensor.name + ".grad", tensor.name,
+                          "adamw.m." + tensor.name, "adamw.v." + tensor.name}) {
+      names.push_back(std::move(n));
+    }
+  }
+  const int64_t last = o.last_step >= 0 ? o.last_step : o.steps - 1;
+  std::set<std::tuple<std::string, int64_t, int>> seen;
+  for (const DumpRequest& d : o.dumps) {
+    const std::string what = "--dump " + d.boundary + "@" + std::to_string(d.step) +
+                             (d.rank ? ":" + std::to_string(*d.rank) : "");
+    if (std::find(names.begin(), names.end(), d.boundary) == names.end()) {
+      return Status::InvalidArgument(what + ": the model has no boundary '" + d.boundary +
+                                     "'; similar names: " + SimilarNames(d.boundary, names));
+    }
+    if (d.step < 0 || d.step > last) {
+      return Status::InvalidArgument(what + ": step " + std::to_string(d.step) +
+                                     " is not run (steps 0.." + std::to_string(last) + ")");
+    }
+    if (d.rank && (*d.rank < 0 || *d.rank >= o.ranks)) {
+      return Status::InvalidArgument(what + ": rank " + std::to_string(*d.rank) +
+                                     " does not exist (ranks: " + std::to_string(o.ranks) + ")");
+    }
+    if (d.path.empty() || (!d.rank && o.ranks > 1 && d.path.find("{rank}") == std::string::npos)) {
+      return Status::InvalidArgument(what + ": needs an output path (with {rank} for several ranks)");
+    }
+    for (int r = 0; r < o.ranks; ++r) {
+      if (d.rank && *d.rank != r) continue;
+      if (!seen.emplace(d.boundary, d.step, r).second) {
+        return Status::InvalidArgument(what + ": requested twice for rank " + std::to_string(r));
+      }
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<std::string> Trainer::dumps_written() const {
+  if (!impl_) return {};
+  std::lock_guard<std::mutex> lock(impl_->dumps_mu);
+  return impl_->dumps_written;
+}
+
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
   const std::string path = ConfigPathFor(run_dir);
   auto text = ReadFileToString(path);
@@ -894,6 +1087,7 @@ Status Trainer::LoadConfigForResume() {
   DGRR_ASSIGN_OR_RETURN(TrainOptions o, TrainOptionsFromRun(options_.out_dir));
   o.resume = true;
   o.fallback = options_.fallback;
+  o.dumps = options_.dumps;
   for (const auto& f : options_.faults) {
     if (f.kind != FaultKind::kSkipRestore) {
       return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +
@@ -1001,6 +1195,13 @@ Status Trainer::PrepareRunDirectory() const {
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
   DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
   if (!options_.restore_checkpoint.empty()) DGRR_RETURN_IF_ERROR(PrepareRestore());
+  for (const DumpRequest& d : options_.dumps) {
+    if (d.step < first_step_) {
+      return Status::InvalidArgument("--dump " + d.boundary + "@" + std::to_string(d.step) +
+                                     ": the run starts at step " + std::to_string(first_step_) +
+                                     ", after it");
+    }
+  }
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;

@@ -39,6 +39,18 @@ namespace dgrr::model {
 
 inline constexpr const char* kRunConfigSchema = "dgrr.run-config/1";
 
+// A request to capture the full tensor at one boundary (dgrr replay --dump):
+// every occurrence of `boundary` recorded at `step` on the rank(s) is written
+// to one tensor dump file (docs/tensor-dump.md) once that step is done.
+struct DumpRequest {
+  std::string boundary;
+  int64_t step = 0;
+  std::optional<int> rank;  // nullopt: every rank
+  // The file to write; "{rank}" in it is replaced by the rank (required when
+  // the request covers several ranks).
+  std::string path;
+};
+
 struct TrainOptions {
   std::string out_dir;
   int64_t steps = 200;
@@ -68,6 +80,11 @@ struct TrainOptions {
   int64_t last_step = -1;          // -1: run to `steps`
   bool write_checkpoints = true;   // the periodic ones (ckpt_every)
   bool checkpoint_last_step = false;  // also write one after `last_step` (rollback)
+  // Tensors to dump. Create refuses unknown boundaries (naming similar ones),
+  // steps outside the run and ranks it does not have; Run fails when a
+  // requested boundary was not recorded at its step (the mode skipped it).
+  // Dumping never changes what is recorded.
+  std::vector<DumpRequest> dumps;
 };
 
 // The options of the run in `run_dir`, from its config.json.
@@ -113,6 +130,9 @@ class Trainer {
   const Preset& preset() const { return preset_; }
   size_t num_parameters() const;
   int batch_size() const { return batch_; }
+  // The dump files written so far, in the order written (after a failed Run:
+  // those written before the failure).
+  std::vector<std::string> dumps_written() const;
 
  private:
   struct Impl;
@@ -123,6 +143,7 @@ class Trainer {
   Status PrepareResume();
   Status PrepareRestore();
   Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
+  Status ValidateDumps() const;
   uint64_t StateConfigDigest() const;
 
   TrainOptions options_;

@@ -1,15 +1,23 @@
 // dgrr replay, in-process: a faithful run verifies; a resumed run that forgot
 // to restore a state variable is caught at the first boundary that needs it.
+// replay --dump writes the recorded bytes of a boundary, and diff-tensor finds
+// an injected bit flip in them.
 #include <gtest/gtest.h>
 
 #include "tests/support/temp_dir_test.h"
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/coding.h"
 #include "base/file.h"
+#include "checkpoint/tensor_file.h"
 #include "cli/command.h"
+#include "model/trainer.h"
+#include "runtime/session.h"
+#include "trace_format/reader.h"
 
 namespace dgrr::cli {
 namespace {
@@ -86,6 +94,207 @@ TEST_F(ReplayCommandTest, BadInput) {
   std::tie(out, err) = Quiet([&] { rc = RunDgrr({"replay", run_}); });
   EXPECT_EQ(rc, kExitInvalidData) << err;
   EXPECT_NE(err.find("rank1.trace"), std::string::npos) << err;
+}
+
+// ---------------------------------------------------------------------------
+// replay --dump and diff-tensor end to end, on tiny two-rank runs.
+// ---------------------------------------------------------------------------
+
+constexpr const char* kFlip = "bitflip:step=1,rank=1,at=block0.mlp.fc.out,index=5,bit=20";
+
+class DumpTest : public ::dgrr::test_support::TempDirTest {
+ protected:
+  // A 3-step run with 2 ranks of 4 examples each (batch 8).
+  void Train(const std::string& name, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"train", "--out", Path(name), "--steps", "3", "--ranks", "2",
+                                     "--threads", "2", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ASSERT_EQ(Run(args), 0) << err_;
+  }
+  int Run(const std::vector<std::string>& args) {
+    testing::internal::CaptureStdout();
+    testing::internal::CaptureStderr();
+    const int rc = RunDgrr(args);
+    out_ = testing::internal::GetCapturedStdout();
+    err_ = testing::internal::GetCapturedStderr();
+    return rc;
+  }
+  std::string out_, err_;
+};
+
+TEST_F(DumpTest, AnInjectedFlipIsFoundElementByElementAndTwinsAreIdentical) {
+  Train("clean");
+  Train("twin");
+  Train("flipped", {"--inject", kFlip});
+  for (const char* run : {"clean", "twin", "flipped"}) {
+    ASSERT_EQ(Run({"replay", Path(run), "--dump", "block0.mlp.fc.out@1:1", "--dump-dir", Path(std::string("d-") + run)}), 0)
+        << err_;
+  }
+  const std::string file = "/block0.mlp.fc.out@1.rank1.h5";
+  EXPECT_NE(out_.find("wrote " + Path("d-flipped") + file), std::string::npos) << out_;
+  EXPECT_EQ(Run({"diff-tensor", Path("d-clean") + file, Path("d-twin") + file}), 0) << out_ << err_;
+
+  ASSERT_EQ(Run({"diff-tensor", Path("d-clean") + file, Path("d-flipped") + file, "--json"}), kExitDivergence)
+      << err_;
+  auto j = nlohmann::json::parse(out_);
+  EXPECT_EQ(j.at("total").at("datasets_compared"), 4) << "rank 1's four examples";
+  EXPECT_EQ(j.at("total").at("differing"), 1) << "exactly the flipped element";
+  for (const auto& d : j.at("datasets")) {
+    if (d.at("name") != "ex00000012_n1") {
+      EXPECT_EQ(d.at("differing"), 0) << d.at("name");
+      continue;
+    }
+    // Rank 1's first example at step 1 is example 8 + 4 = 12; element 5 of
+    // its [16, 256] output is [0, 5]; a flip of mantissa bit 20 moves the
+    // value by exactly 2^20 ULPs, and the abs difference follows from it.
+    EXPECT_EQ(d.at("differing"), 1);
+    EXPECT_EQ(d.at("max_ulp_diff"), 1 << 20);
+    const auto& e = d.at("first_differences").at(0);
+    EXPECT_EQ(e.at("index"), nlohmann::json({0, 5}));
+    const uint32_t a_bits = std::stoul(e.at("a_bits").get<std::string>(), nullptr, 16);
+    const uint32_t b_bits = std::stoul(e.at("b_bits").get<std::string>(), nullptr, 16);
+    EXPECT_EQ(a_bits ^ b_bits, 1u << 20);
+    const double abs = std::fabs(static_cast<double>(BitsToFloat(a_bits)) - BitsToFloat(b_bits));
+    EXPECT_EQ(d.at("max_abs_diff").get<double>(), abs);
+    EXPECT_EQ(abs, std::ldexp(1.0, static_cast<int>((a_bits >> 23) & 0xff) - 127 - 3))
+        << "bit 20 of the mantissa is worth 2^(exponent - 3)";
+  }
+}
+
+// The dump of each boundary kind holds exactly the bytes whose fingerprint
+// the trace recorded: per-example (on the workers), tokens, the scalar loss,
+// a collective and an optimizer output, and the flipped tensor itself.
+TEST_F(DumpTest, DumpsHoldTheBytesTheTraceFingerprinted) {
+  Train("flipped", {"--inject", kFlip});
+  const std::vector<std::pair<std::string, size_t>> boundaries = {
+      {"data.tokens", 4}, {"block0.mlp.fc.out", 4}, {"loss", 4}, {"lm_head.dinp", 4},
+      {"allreduce.dwte", 1}, {"wte", 1}, {"adamw.v.wpe", 1}};
+  std::vector<std::string> args = {"replay", Path("flipped"), "--dump-dir", Path("d"), "--json"};
+  for (const auto& [name, count] : boundaries) args.insert(args.end(), {"--dump", name + "@1"});
+  ASSERT_EQ(Run(args), 0) << err_;
+  auto j = nlohmann::json::parse(out_);
+  EXPECT_EQ(j.at("first_step"), 0);
+  EXPECT_EQ(j.at("last_step"), 1) << "only the steps the dumps need";
+  ASSERT_EQ(j.at("dumps").size(), 2 * boundaries.size()) << "every rank";
+  for (const auto& d : j.at("dumps")) EXPECT_TRUE(d.at("written").get<bool>()) << d.dump();
+
+  for (int rank = 0; rank < 2; ++rank) {
+    auto trace = trace::ReadWholeTrace(TracePathFor(Path("flipped"), rank));
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    for (const auto& [name, count] : boundaries) {
+      auto dump = checkpoint::ReadTensorDump(checkpoint::TensorDumpPath(Path("d"), name, 1, rank));
+      ASSERT_TRUE(dump.ok()) << dump.status().ToString();
+      EXPECT_EQ(dump->boundary, name);
+      EXPECT_EQ(dump->rank, rank);
+      EXPECT_EQ(dump->run_dir, Path("flipped"));
+      ASSERT_EQ(dump->tensors.size(), count) << name;
+      for (const auto& t : dump->tensors) {
+        const Fingerprint bytes = FingerprintBytes(t.data.data(), t.data.size());
+        EXPECT_EQ(bytes, t.recorded) << name;
+        int matches = 0;
+        for (const auto& rec : trace->records) {
+          const auto* b = std::get_if<trace::BoundaryRecord>(&rec.body);
+          if (b == nullptr || b->step != 1 || trace->names[b->name_id] != name ||
+              b->first_example != t.example_first || b->example_count != t.example_count) {
+            continue;
+          }
+          ++matches;
+          EXPECT_EQ(b->xor64, bytes.xor64) << name << " " << t.name;
+          EXPECT_EQ(b->xxh3, bytes.xxh3) << name << " " << t.name;
+          EXPECT_EQ(b->byte_count, t.data.size()) << name;
+        }
+        EXPECT_EQ(matches, 1) << name << " " << t.name;
+      }
+    }
+  }
+}
+
+// Every record with the host times zeroed.
+std::vector<trace::Record> TimelessRecords(const std::string& run_dir, int rank) {
+  auto t = trace::ReadWholeTrace(TracePathFor(run_dir, rank));
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (!t.ok()) return {};
+  for (auto& r : t->records) {
+    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
+    if (auto* s = std::get_if<trace::StepRecord>(&r.body)) s->host_time_ns = 0;
+    if (auto* e = std::get_if<trace::EventRecord>(&r.body)) e->host_time_ns = 0;
+  }
+  return t->records;
+}
+
+TEST_F(DumpTest, DumpingChangesNothingRecordedAndBadRequestsAreRefused) {
+  auto options = [&](const std::string& name) {
+    model::TrainOptions o;
+    o.out_dir = Path(name);
+    o.steps = 2;
+    o.ranks = 2;
+    o.threads = 2;
+    auto flip = model::ParseFaultSpec("bitflip:step=1,rank=0,at=block0.attn.out,index=3,bit=22");
+    EXPECT_TRUE(flip.ok());
+    o.faults.push_back(*flip);
+    return o;
+  };
+  model::TrainOptions with = options("with");
+  for (const char* name : {"block0.attn.out", "data.tokens", "loss", "allreduce.dwpe", "adamw.m.wte"}) {
+    with.dumps.push_back({name, 1, std::nullopt, Path("d") + "/" + name + ".rank{rank}.h5"});
+  }
+  with.dumps.push_back({"lnf.out", 0, 1, Path("d") + "/lnf.h5"});
+  for (const model::TrainOptions& o : {with, options("without")}) {
+    auto t = model::Trainer::Create(o);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Run(nullptr, nullptr).ok());
+    if (!o.dumps.empty()) {
+      EXPECT_EQ((*t)->dumps_written().size(), 11u);
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto a = TimelessRecords(Path("with"), r), b = TimelessRecords(Path("without"), r);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 100u);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].body == b[i].body) << "rank " << r << " record " << i;
+  }
+  auto dump = checkpoint::ReadTensorDump(Path("d") + "/block0.attn.out.rank0.h5");
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->tensors.size(), 4u);
+
+  auto refused = [&](model::DumpRequest request, const std::string& expect) {
+    model::TrainOptions o = options("bad");
+    o.dumps = {request};
+    auto t = model::Trainer::Create(o);
+    ASSERT_FALSE(t.ok()) << request.boundary;
+    EXPECT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
+    EXPECT_NE(t.status().message().find(expect), std::string::npos) << t.status().ToString();
+  };
+  refused({"block0.mlp.fc.outt", 1, 0, Path("x.h5")}, "similar names: block0.mlp.fc.out");
+  refused({"loss", 2, 0, Path("x.h5")}, "step 2 is not run");
+  refused({"loss", 1, 2, Path("x.h5")}, "rank 2 does not exist");
+  refused({"loss", 1, std::nullopt, Path("x.h5")}, "{rank}");
+}
+
+TEST_F(DumpTest, ADivergenceBeforeTheDumpStepSaysWhatWasNotWritten) {
+  // A resume that forgets AdamW's second moment: the traces from step 2 on
+  // are not what the run's state gives (as in the test above).
+  ASSERT_EQ(Run({"train", "--out", Path("run"), "--steps", "4", "--ckpt-every", "2", "--quiet"}), 0) << err_;
+  std::filesystem::remove(Path("run") + "/ckpt/step-00000003.h5");
+  ASSERT_EQ(Run({"train", "--out", Path("run"), "--resume", "--inject", "skip-restore:adamw.v", "--quiet"}), 0)
+      << err_;
+  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d")}),
+            kExitReplayIntegrity);
+  const std::string path = Path("d") + "/block0.mlp.fc.out@3.rank0.h5";
+  EXPECT_NE(err_.find("at step 2"), std::string::npos) << err_;
+  EXPECT_NE(err_.find("not written (the replay stopped first): " + path), std::string::npos) << err_;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d"), "--json"}),
+            kExitReplayIntegrity);
+  auto j = nlohmann::json::parse(out_);
+  EXPECT_EQ(j.at("result"), "diverged");
+  EXPECT_EQ(j.at("dumps").at(0).at("path"), path);
+  EXPECT_FALSE(j.at("dumps").at(0).at("written").get<bool>());
+
+  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "nonsense"}), kExitUsage);
+  EXPECT_NE(err_.find("NAME@STEP[:RANK]"), std::string::npos) << err_;
+  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.ou@1"}), kExitUsage);
+  EXPECT_NE(err_.find("similar names: block0.mlp.fc.out"), std::string::npos) << err_;
 }
 
 }  // namespace
