@@ -23,7 +23,7 @@ class RollbackCommandTest : public ::dgrr::test_support::TempDirTest {
   void SetUp() override {
     TempDirTest::SetUp();
     run_ = Path("run");
-    auto [out, err] = Run({"train", "--out", run_, "--steps", "8", "--ckpt-every", "3", "--quiet"});
+    auto [out, err] = Run({"train", "--out", run_, "--steps", "8", "--ckpt-every", "3", "--layers", "1", "--quiet"});
     ASSERT_EQ(rc_, 0) << err;
     full_params_ = ParamsXxh3(out);
     ASSERT_FALSE(full_params_.empty()) << out;

@@ -21,8 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kSteps = 12;
-constexpr int64_t kCkptEvery = 4;  // checkpoints of steps 3, 7, 11
+constexpr int64_t kSteps = 8;
+constexpr int64_t kCkptEvery = 3;  // checkpoints of steps 2 and 5
 
 class RollbackTest : public ::dgrr::test_support::TempDirTest {
  protected:
@@ -35,6 +35,7 @@ class RollbackTest : public ::dgrr::test_support::TempDirTest {
     o.seed = 5;
     o.ranks = ranks;
     o.ckpt_every = kCkptEvery;
+    o.layers = 1;  // small and fast: rollback does not care about depth
     return o;
   }
   static TrainResult Train(const TrainOptions& o) {
@@ -137,19 +138,19 @@ TEST_P(RollbackRanksTest, ResumeAfterRollbackEqualsTheUninterruptedRun) {
   const int ranks = GetParam();
   const TrainResult full = Train(Options("full", ranks));
   // (a) a checkpointed step, (b) between checkpoints, (c) before the first.
-  for (int64_t step : {7, 5, 1}) {
+  for (int64_t step : {5, 4, 1}) {
     SCOPED_TRACE("rollback to step " + std::to_string(step));
     const std::string run = Copy("full", std::to_string(step) + ".rolled");
     auto rolled = RollBack(run, step);
     ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
     EXPECT_EQ(rolled->previous_last_step, kSteps - 1);
     EXPECT_EQ(rolled->reexecuted, step % kCkptEvery != kCkptEvery - 1);
-    if (step == 7) {
-      EXPECT_FALSE(rolled->checkpoint_written) << "the run's own checkpoint of step 7 already fits";
-    }
     if (step == 5) {
-      EXPECT_EQ(rolled->from_checkpoint, std::optional<uint64_t>(3));
-      EXPECT_EQ(rolled->first_reexecuted_step, 4);
+      EXPECT_FALSE(rolled->checkpoint_written) << "the run's own checkpoint of step 5 already fits";
+    }
+    if (step == 4) {
+      EXPECT_EQ(rolled->from_checkpoint, std::optional<uint64_t>(2));
+      EXPECT_EQ(rolled->first_reexecuted_step, 3);
       EXPECT_EQ(rolled->steps_verified, static_cast<uint64_t>(2 * ranks));
     }
     if (step == 1) {
@@ -182,7 +183,7 @@ TEST_P(RollbackRanksTest, ResumeAfterRollbackEqualsTheUninterruptedRun) {
       const auto events = RollbackEvents(run, r);
       ASSERT_EQ(events.size(), 1u) << "rank " << r;
       EXPECT_EQ(events[0].first, step) << "right after step S's end";
-      EXPECT_EQ(events[0].second, "to step " + std::to_string(step) + ", from step 11");
+      EXPECT_EQ(events[0].second, "to step " + std::to_string(step) + ", from step 7");
     }
     EXPECT_FALSE(fs::exists(Dir("scratch")) && !fs::is_empty(Dir("scratch")))
         << "the scratch run is removed";
@@ -194,27 +195,27 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RollbackRanksTest, ::testing::Values(1, 2));
 TEST_F(RollbackTest, RollingBackAgainToAnEarlierStepWorks) {
   const TrainResult full = Train(Options("full", 2));
   const std::string run = Copy("full", "twice");
-  ASSERT_TRUE(RollBack(run, 9).ok());
-  Resume(run, 10);
-  auto again = RollBack(run, 2);
+  ASSERT_TRUE(RollBack(run, 6).ok());
+  Resume(run, 7);
+  auto again = RollBack(run, 1);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->previous_last_step, kSteps - 1);
   EXPECT_TRUE(again->reexecuted);
-  EXPECT_EQ(again->removed_checkpoints, (std::vector<uint64_t>{3, 7, 9, 11}));
+  EXPECT_EQ(again->removed_checkpoints, (std::vector<uint64_t>{2, 5, 6}));
   // Rolling back to where the run already stands changes nothing.
-  auto idle = RollBack(run, 2);
+  auto idle = RollBack(run, 1);
   ASSERT_TRUE(idle.ok()) << idle.status().ToString();
   EXPECT_FALSE(idle->reexecuted);
   EXPECT_FALSE(idle->checkpoint_written);
   EXPECT_TRUE(idle->ranks[0].already_cut && idle->ranks[1].already_cut);
   EXPECT_TRUE(idle->removed_checkpoints.empty());
-  const TrainResult resumed = Resume(run, 3);
+  const TrainResult resumed = Resume(run, 2);
   EXPECT_EQ(resumed.params, full.params);
   ExpectSameComputation(Dir("full"), run, 2);
   for (int r = 0; r < 2; ++r) {
     const auto events = RollbackEvents(run, r);
-    ASSERT_EQ(events.size(), 1u) << "the first rollback's EVENT was cut with step 9";
-    EXPECT_EQ(events[0].first, 2);
+    ASSERT_EQ(events.size(), 1u) << "the first rollback's EVENT was cut with step 6";
+    EXPECT_EQ(events[0].first, 1);
   }
 }
 
@@ -230,54 +231,54 @@ TEST_F(RollbackTest, ARollbackInterruptedAtAnyStageIsFinishedByRunningItAgain) {
   const Stop stops[] = {{RollbackStage::kCheckpointWritten, 0, "checkpoint written"},
                         {RollbackStage::kTraceCut, 0, "rank 0 cut, rank 1 not"},
                         {RollbackStage::kTraceCut, 1, "both ranks cut"},
-                        {RollbackStage::kCheckpointRemoved, 7, "one later checkpoint removed"}};
+                        {RollbackStage::kCheckpointRemoved, 5, "the later checkpoint removed"}};
   int n = 0;
   for (const Stop& stop : stops) {
     SCOPED_TRACE(stop.name);
     const std::string run = Copy("full", "stop" + std::to_string(n++));
-    auto killed = RollBack(run, 5, [&](RollbackStage stage, int64_t index) {
+    auto killed = RollBack(run, 4, [&](RollbackStage stage, int64_t index) {
       return stage == stop.stage && index == stop.index ? Status::IOError("killed") : Status::OK();
     });
     ASSERT_FALSE(killed.ok());
     EXPECT_EQ(killed.status().message(), "killed");
-    auto finished = RollBack(run, 5);
+    auto finished = RollBack(run, 4);
     ASSERT_TRUE(finished.ok()) << finished.status().ToString();
-    EXPECT_FALSE(finished->reexecuted) << "the checkpoint of step 5 was already written";
+    EXPECT_FALSE(finished->reexecuted) << "the checkpoint of step 4 was already written";
     EXPECT_FALSE(finished->checkpoint_written);
     EXPECT_EQ(finished->ranks[0].already_cut, stop.stage != RollbackStage::kCheckpointWritten);
-    EXPECT_EQ(CheckpointSteps(run), (std::vector<uint64_t>{3, 5}));
-    Resume(run, 6);
+    EXPECT_EQ(CheckpointSteps(run), (std::vector<uint64_t>{2, 4}));
+    Resume(run, 5);
     ExpectSameComputation(Dir("full"), run, 2);
     for (int r = 0; r < 2; ++r) EXPECT_EQ(RollbackEvents(run, r).size(), 1u) << "rank " << r;
   }
 
   // Killed between cutting a trace and appending its EVENT: the trace ends at
-  // step 5's end with no EVENT.
+  // step 4's end with no EVENT.
   const std::string run = Copy("full", "torn");
-  ASSERT_FALSE(RollBack(run, 5, [](RollbackStage stage, int64_t) {
+  ASSERT_FALSE(RollBack(run, 4, [](RollbackStage stage, int64_t) {
                  return stage == RollbackStage::kCheckpointWritten ? Status::IOError("killed") : Status::OK();
                }).ok());
-  auto ckpt = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(run, 5));
+  auto ckpt = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(run, 4));
   ASSERT_TRUE(ckpt.ok());
   ASSERT_TRUE(trace::TruncateTraceAt(TracePathFor(run, 1), ckpt->ranks[1].trace_position - 1).ok());
-  auto finished = RollBack(run, 5);
+  auto finished = RollBack(run, 4);
   ASSERT_TRUE(finished.ok()) << finished.status().ToString();
   EXPECT_FALSE(finished->ranks[1].already_cut);
-  const TrainResult resumed = Resume(run, 6);
+  const TrainResult resumed = Resume(run, 5);
   EXPECT_EQ(resumed.params, full.params);
   ExpectSameComputation(Dir("full"), run, 2);
 }
 
 TEST_F(RollbackTest, AFaultAfterTheStepIsPartOfTheConfigAndReExecutesFine) {
   TrainOptions o = Options("full", 2);
-  o.faults.push_back(*ParseFaultSpec("bitflip:step=8,rank=1,at=block0.mlp.gelu.out"));
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=6,rank=1,at=block0.mlp.gelu.out"));
   const TrainResult full = Train(o);
   const std::string run = Copy("full", "flip");
-  auto rolled = RollBack(run, 6);
+  auto rolled = RollBack(run, 4);
   ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
   EXPECT_TRUE(rolled->reexecuted);
-  const TrainResult resumed = Resume(run, 7);
-  EXPECT_EQ(resumed.params, full.params) << "the bitflip fires again at step 8 on resume";
+  const TrainResult resumed = Resume(run, 5);
+  EXPECT_EQ(resumed.params, full.params) << "the bitflip fires again at step 6 on resume";
   ExpectSameComputation(Dir("full"), run, 2);
 }
 
@@ -295,18 +296,18 @@ std::map<std::string, std::string> Snapshot(const std::string& dir) {
 TEST_F(RollbackTest, AReExecutionThatDoesNotReproduceTheTracesLeavesTheRunUntouched) {
   Train(Options("full", 2));
   TrainOptions o = Options("flipped", 2);
-  o.faults.push_back(*ParseFaultSpec("bitflip:step=4,rank=1,at=block0.mlp.gelu.out"));
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=3,rank=1,at=block0.mlp.gelu.out"));
   Train(o);
-  // The recorded trace of rank 1 says step 4 computed something the run's
+  // The recorded trace of rank 1 says step 3 computed something the run's
   // config does not reproduce.
   const std::string run = Copy("full", "tampered");
   fs::copy_file(TracePathFor(Dir("flipped"), 1), TracePathFor(run, 1), fs::copy_options::overwrite_existing);
   const auto before = Snapshot(run);
-  auto rolled = RollBack(run, 5);
+  auto rolled = RollBack(run, 4);
   ASSERT_FALSE(rolled.ok());
   EXPECT_EQ(rolled.status().code(), StatusCode::kIntegrityFailure) << rolled.status().ToString();
   EXPECT_EQ(ExitCodeFor(rolled.status()), kExitReplayIntegrity);
-  EXPECT_NE(rolled.status().message().find("step 4, rank 1"), std::string::npos) << rolled.status().ToString();
+  EXPECT_NE(rolled.status().message().find("step 3, rank 1"), std::string::npos) << rolled.status().ToString();
   EXPECT_TRUE(Snapshot(run) == before) << "nothing in the run directory changed";
 }
 
@@ -317,22 +318,22 @@ TEST_F(RollbackTest, BadInputsAreRefused) {
   auto code = [&](const std::string& dir, int64_t step) { return RollBack(dir, step).status().code(); };
   EXPECT_EQ(code(run, -1), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(run, kSteps), StatusCode::kInvalidArgument) << "beyond the last recorded step";
-  EXPECT_EQ(code(Dir("nothing"), 3), StatusCode::kNotFound) << "not a dgrr run";
+  EXPECT_EQ(code(Dir("nothing"), 1), StatusCode::kNotFound) << "not a dgrr run";
   EXPECT_TRUE(Snapshot(run) == before);
 
   // A corrupt checkpoint at or before the step: refused, or skipped with fallback.
-  const std::string ckpt3 = checkpoint::CheckpointPath(run, 3);
-  auto bytes = ReadFileToString(ckpt3);
+  const std::string ckpt2 = checkpoint::CheckpointPath(run, 2);
+  auto bytes = ReadFileToString(ckpt2);
   ASSERT_TRUE(bytes.ok());
   (*bytes)[bytes->size() / 2] ^= 0x20;
-  ASSERT_TRUE(WriteFileAtomically(ckpt3, *bytes).ok());
-  auto refused = RollBack(run, 5);
+  ASSERT_TRUE(WriteFileAtomically(ckpt2, *bytes).ok());
+  auto refused = RollBack(run, 4);
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(refused.status().IsCorruption()) << refused.status().ToString();
-  EXPECT_NE(refused.status().message().find("step-00000003.h5"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("step-00000002.h5"), std::string::npos);
   RollbackOptions fallback;
   fallback.run_dir = run;
-  fallback.step = 5;
+  fallback.step = 4;
   fallback.fallback = true;
   auto rolled = Rollback(fallback);
   ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
@@ -343,7 +344,7 @@ TEST_F(RollbackTest, BadInputsAreRefused) {
   TrainOptions off = Options("off", 1);
   off.mode = RecordMode::kOff;
   Train(off);
-  EXPECT_EQ(code(Dir("off"), 3), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code(Dir("off"), 1), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
