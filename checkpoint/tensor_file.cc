@@ -1,8 +1,15 @@
 #include "checkpoint/tensor_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "base/coding.h"
@@ -18,6 +25,114 @@ constexpr const char* kTensorsGroup = "/tensors";
 constexpr int kMaxDims = 32;  // HDF5's H5S_MAX_RANK
 constexpr uint64_t kTargetChunkBytes = 1 << 20;
 constexpr uint64_t kMaxRank = 1 << 16;
+
+// The 512-byte HDF5 user block that dgrr fills with a header covering the
+// whole file (docs/tensor-dump.md section 2): a damaged dump is refused before
+// libhdf5, which is not hardened against malformed metadata, parses it.
+constexpr uint64_t kUserBlockBytes = 512;
+constexpr char kMagic[8] = {'D', 'G', 'R', 'R', 'D', 'U', 'M', 'P'};
+constexpr size_t kOffVersion = 8, kOffFileLength = 16, kOffPayloadHash = 24, kOffHeaderHash = 32,
+                 kHeaderBytes = 40;
+
+// XXH3-64 of bytes [kUserBlockBytes, end of file) of the open file `fd`,
+// streamed through a small buffer; `*end` receives the file's length.
+StatusOr<uint64_t> HashPayload(int fd, const std::string& path, uint64_t* end) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<uint8_t> buffer(1 << 20);
+  uint64_t offset = kUserBlockBytes;
+  Status status;
+  for (;;) {
+    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::FromErrno("read", path, errno);
+      break;
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (!status.ok()) return status;
+  *end = offset;
+  return hash;
+}
+
+// Writes the header into the user block of the file libhdf5 has just closed.
+Status StampHeader(const std::string& tmp_path) {
+  const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
+  uint64_t length = 0;
+  StatusOr<uint64_t> payload = HashPayload(fd, tmp_path, &length);
+  Status status = payload.status();
+  if (status.ok()) {
+    uint8_t block[kUserBlockBytes] = {};
+    std::memcpy(block, kMagic, sizeof kMagic);
+    EncodeFixed32(block + kOffVersion, static_cast<uint32_t>(kTensorDumpFormatVersion));
+    EncodeFixed32(block + kOffVersion + 4, static_cast<uint32_t>(kHeaderBytes));
+    EncodeFixed64(block + kOffFileLength, length);
+    EncodeFixed64(block + kOffPayloadHash, *payload);
+    EncodeFixed64(block + kOffHeaderHash, XXH3_64bits(block, kOffHeaderHash));
+    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block)) {
+      status = Status::FromErrno("write the header", tmp_path, errno);
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
+// Checks the header and the hash of every byte after it.
+Status VerifyWholeFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  auto bad = [&](uint64_t offset, const std::string& why) {
+    ::close(fd);
+    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
+  };
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return bad(0, "cannot stat the file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint8_t block[kUserBlockBytes];
+  const ssize_t n = ::pread(fd, block, sizeof block, 0);
+  if (n < static_cast<ssize_t>(sizeof block)) {
+    return bad(std::max<ssize_t>(n, 0), "file is " + std::to_string(size) +
+                                            " bytes, shorter than the 512-byte dump header (truncated)");
+  }
+  if (std::memcmp(block, kMagic, sizeof kMagic) != 0) return bad(0, "bad magic: not a dgrr tensor dump");
+  if (DecodeFixed64(block + kOffHeaderHash) != XXH3_64bits(block, kOffHeaderHash)) {
+    return bad(kOffHeaderHash, "header hash mismatch");
+  }
+  const uint32_t version = DecodeFixed32(block + kOffVersion);
+  if (version != kTensorDumpFormatVersion) {
+    return bad(kOffVersion, "unsupported format version " + std::to_string(version) +
+                                " (this dgrr reads version " + std::to_string(kTensorDumpFormatVersion) + ")");
+  }
+  if (DecodeFixed32(block + kOffVersion + 4) != kHeaderBytes) return bad(kOffVersion + 4, "unexpected header size");
+  for (size_t i = kHeaderBytes; i < kUserBlockBytes; ++i) {
+    if (block[i] != 0) return bad(i, "nonzero byte in the reserved part of the header");
+  }
+  const uint64_t length = DecodeFixed64(block + kOffFileLength);
+  if (length != size) {
+    return bad(std::min(length, size), "file is " + std::to_string(size) + " bytes but its header says " +
+                                           std::to_string(length) +
+                                           (size < length ? " (truncated)" : " (trailing bytes)"));
+  }
+  uint64_t end = 0;
+  StatusOr<uint64_t> payload = HashPayload(fd, path, &end);
+  if (!payload.ok()) {
+    ::close(fd);
+    return payload.status();
+  }
+  if (end != length) return bad(end, "file changed length while read");
+  if (*payload != DecodeFixed64(block + kOffPayloadHash)) {
+    return bad(kUserBlockBytes, "hash of bytes 512.." + std::to_string(end) +
+                                    " does not match the header (file damaged)");
+  }
+  ::close(fd);
+  return Status::OK();
+}
 
 uint64_t ElementCount(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -99,7 +214,8 @@ Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_l
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   // Version-1.10 objects carry checksums on their metadata, so damage there
   // is refused by libhdf5 rather than misread.
-  if (H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
+  if (H5Pset_userblock(fcpl.get(), kUserBlockBytes) < 0 ||
+      H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
       H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
     return Status::Internal("HDF5: file property lists rejected");
   }
@@ -233,12 +349,17 @@ Status WriteTensorDump(const std::string& path, const TensorDump& dump, int zstd
   }
   if (dump.rank < 0) return Status::InvalidArgument("tensor dump: negative rank");
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
-  return CommitFileAtomically(path, [&](const std::string& tmp) { return WriteHdf5(tmp, dump, zstd_level); });
+  return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
+    DGRR_RETURN_IF_ERROR(WriteHdf5(tmp, dump, zstd_level));
+    return StampHeader(tmp);
+  });
 }
 
 StatusOr<TensorDump> ReadTensorDump(const std::string& path) {
   if (!PathExists(path)) return Status::NotFound(path + ": no such file");
   if (IsDirectory(path)) return Status::InvalidArgument(path + ": is a directory, not a tensor dump");
+  // Only bytes exactly as dgrr wrote them reach libhdf5.
+  DGRR_RETURN_IF_ERROR(VerifyWholeFile(path));
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));

@@ -164,7 +164,7 @@ int RunReplay(const std::vector<std::string>& args) {
   for (const model::DumpRequest& d : o.dumps) {
     if (!was_written(d.path)) not_written += (not_written.empty() ? "" : ", ") + d.path;
   }
-  if (!s.ok() && trainer.ok() && !not_written.empty()) {
+  if (s.code() == StatusCode::kIntegrityFailure && !not_written.empty()) {
     ReportWarning("replay", "not written (the replay stopped first): " + not_written);
   }
   if (!s.ok() && s.code() != StatusCode::kIntegrityFailure) return ReportError("replay", s);
