@@ -505,24 +505,10 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
 Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_digest) {
   const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
-  std::vector<uint8_t> buffer(1 << 20);
   uint64_t offset = kCheckpointUserBlockBytes;
-  Status status;
-  for (;;) {
-    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = Status::FromErrno("read back", tmp_path, errno);
-      break;
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(hash, buffer.data(), static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  const uint64_t payload_hash = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
+  StatusOr<uint64_t> payload = HashFileFrom(fd, tmp_path, kCheckpointUserBlockBytes, &offset);
+  Status status = payload.status();
+  const uint64_t payload_hash = payload.ok() ? *payload : 0;
   if (status.ok() && offset == kCheckpointUserBlockBytes) {
     status = Status::Internal("HDF5 wrote no file body to " + tmp_path);
   }
@@ -790,45 +776,32 @@ StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader
     ::close(fd);
     return Status::FromErrno("stat", path, err);
   }
-  std::vector<uint8_t> buffer(1 << 20);
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
-  Status status;
-  uint64_t offset = 0;
-  for (;;) {
-    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = Status::FromErrno("read", path, errno);
-      break;
-    }
-    if (n == 0) break;
-    size_t skip = 0;
-    if (offset == 0) {
-      // The first read holds the header (files shorter than it end here).
-      StatusOr<CheckpointHeader> h =
-          DecodeHeader(path, buffer.data(), static_cast<size_t>(n), static_cast<uint64_t>(st.st_size));
-      if (!h.ok()) {
-        status = h.status();
-        break;
-      }
-      header = *h;
-      skip = kCheckpointUserBlockBytes;
-    }
-    XXH3_64bits_update(hash, buffer.data() + skip, static_cast<size_t>(n) - skip);
-    offset += static_cast<uint64_t>(n);
+  // The header first (a file shorter than it is refused by DecodeHeader).
+  uint8_t block[kCheckpointUserBlockBytes];
+  ssize_t got;
+  do {
+    got = ::pread(fd, block, sizeof block, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("read", path, err);
   }
-  const uint64_t payload_hash = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
+  StatusOr<CheckpointHeader> decoded =
+      DecodeHeader(path, block, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size));
+  if (!decoded.ok()) {
+    ::close(fd);
+    return decoded.status();
+  }
+  header = *decoded;
+  uint64_t offset = kCheckpointUserBlockBytes;
+  StatusOr<uint64_t> payload_hash = HashFileFrom(fd, path, kCheckpointUserBlockBytes, &offset);
   ::close(fd);
-  if (!status.ok()) return status;
-  if (offset == 0) {
-    return DecodeHeader(path, buffer.data(), 0, static_cast<uint64_t>(st.st_size)).status();
-  }
+  if (!payload_hash.ok()) return payload_hash.status();
   if (offset != header.file_length) {
     return Status::Corruption(path + ": offset " + std::to_string(offset) + ": file changed length while read");
   }
-  if (payload_hash != header.payload_xxh3) {
+  if (*payload_hash != header.payload_xxh3) {
     return Status::Corruption(path + ": offset " + std::to_string(kCheckpointUserBlockBytes) +
                               ": hash of bytes 512.." + std::to_string(offset) +
                               " does not match the header (file damaged)");

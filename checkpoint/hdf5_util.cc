@@ -1,5 +1,10 @@
 #include "checkpoint/hdf5_util.h"
 
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+
 #include "checkpoint/zstd_filter.h"
 
 namespace dgrr::checkpoint {
@@ -168,6 +173,30 @@ StatusOr<std::vector<std::string>> ListGroup(hid_t group, const std::string& wha
     return Status::Corruption(what + ": group members cannot be listed");
   }
   return names;
+}
+
+StatusOr<uint64_t> HashFileFrom(int fd, const std::string& path, uint64_t from, uint64_t* end) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<uint8_t> buffer(1 << 20);
+  uint64_t offset = from;
+  Status status;
+  for (;;) {
+    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = Status::FromErrno("read", path, errno);
+      break;
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (!status.ok()) return status;
+  *end = offset;
+  return hash;
 }
 
 }  // namespace dgrr::checkpoint

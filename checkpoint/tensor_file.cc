@@ -34,38 +34,12 @@ constexpr char kMagic[8] = {'D', 'G', 'R', 'R', 'D', 'U', 'M', 'P'};
 constexpr size_t kOffVersion = 8, kOffFileLength = 16, kOffPayloadHash = 24, kOffHeaderHash = 32,
                  kHeaderBytes = 40;
 
-// XXH3-64 of bytes [kUserBlockBytes, end of file) of the open file `fd`,
-// streamed through a small buffer; `*end` receives the file's length.
-StatusOr<uint64_t> HashPayload(int fd, const std::string& path, uint64_t* end) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<uint8_t> buffer(1 << 20);
-  uint64_t offset = kUserBlockBytes;
-  Status status;
-  for (;;) {
-    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = Status::FromErrno("read", path, errno);
-      break;
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!status.ok()) return status;
-  *end = offset;
-  return hash;
-}
-
 // Writes the header into the user block of the file libhdf5 has just closed.
 Status StampHeader(const std::string& tmp_path) {
   const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
   uint64_t length = 0;
-  StatusOr<uint64_t> payload = HashPayload(fd, tmp_path, &length);
+  StatusOr<uint64_t> payload = HashFileFrom(fd, tmp_path, kUserBlockBytes, &length);
   Status status = payload.status();
   if (status.ok()) {
     uint8_t block[kUserBlockBytes] = {};
@@ -120,7 +94,7 @@ Status VerifyWholeFile(const std::string& path) {
                                            (size < length ? " (truncated)" : " (trailing bytes)"));
   }
   uint64_t end = 0;
-  StatusOr<uint64_t> payload = HashPayload(fd, path, &end);
+  StatusOr<uint64_t> payload = HashFileFrom(fd, path, kUserBlockBytes, &end);
   if (!payload.ok()) {
     ::close(fd);
     return payload.status();

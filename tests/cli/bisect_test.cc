@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "model/config.h"
 #include "model/trainer.h"
+#include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace dgrr::cli {
@@ -21,13 +22,7 @@ using nlohmann::json;
 
 class BisectCommandTest : public ::dgrr::test_support::TempDirTest {
  protected:
-  std::pair<std::string, std::string> Quiet(const std::function<void()>& f) {
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    f();
-    std::string out = testing::internal::GetCapturedStdout();
-    return {out, testing::internal::GetCapturedStderr()};
-  }
+  static std::pair<std::string, std::string> Quiet(const std::function<void()>& f) { return CaptureOutput(f); }
   // A 16-step tiny run on 2 ranks and 2 threads, recorded in `mode`, with a
   // checkpoint every 4 steps.
   std::string Train(const std::string& name, const std::vector<std::string>& faults,

@@ -10,6 +10,7 @@
 #include "base/coding.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/command.h"
+#include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace dgrr::cli {
@@ -43,12 +44,10 @@ class DiffTensorCommandTest : public ::dgrr::test_support::TempDirTest {
     return path;
   }
   int Run(const std::vector<std::string>& args) {
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    const int rc = RunDgrr(args);
-    out_ = testing::internal::GetCapturedStdout();
-    err_ = testing::internal::GetCapturedStderr();
-    return rc;
+    const CommandOutput r = RunCaptured(args);
+    out_ = r.out;
+    err_ = r.err;
+    return r.rc;
   }
   std::string out_, err_;
 };

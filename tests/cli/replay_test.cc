@@ -4,7 +4,9 @@
 // an injected bit flip in them.
 #include <gtest/gtest.h>
 
+#include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
+#include "tests/support/timeless_records.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -35,14 +37,7 @@ class ReplayCommandTest : public ::dgrr::test_support::TempDirTest {
                 0);
     });
   }
-  // Runs f with stdout and stderr captured; returns them.
-  std::pair<std::string, std::string> Quiet(const std::function<void()>& f) {
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    f();
-    std::string out = testing::internal::GetCapturedStdout();
-    return {out, testing::internal::GetCapturedStderr()};
-  }
+  static std::pair<std::string, std::string> Quiet(const std::function<void()>& f) { return CaptureOutput(f); }
   std::string run_;
 };
 
@@ -112,12 +107,10 @@ class DumpTest : public ::dgrr::test_support::TempDirTest {
     ASSERT_EQ(Run(args), 0) << err_;
   }
   int Run(const std::vector<std::string>& args) {
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    const int rc = RunDgrr(args);
-    out_ = testing::internal::GetCapturedStdout();
-    err_ = testing::internal::GetCapturedStderr();
-    return rc;
+    const CommandOutput r = RunCaptured(args);
+    out_ = r.out;
+    err_ = r.err;
+    return r.rc;
   }
   std::string out_, err_;
 };
@@ -209,17 +202,8 @@ TEST_F(DumpTest, DumpsHoldTheBytesTheTraceFingerprinted) {
   }
 }
 
-// Every record with the host times zeroed.
 std::vector<trace::Record> TimelessRecords(const std::string& run_dir, int rank) {
-  auto t = trace::ReadWholeTrace(TracePathFor(run_dir, rank));
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (!t.ok()) return {};
-  for (auto& r : t->records) {
-    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
-    if (auto* s = std::get_if<trace::StepRecord>(&r.body)) s->host_time_ns = 0;
-    if (auto* e = std::get_if<trace::EventRecord>(&r.body)) e->host_time_ns = 0;
-  }
-  return t->records;
+  return test_support::TimelessRecords(TracePathFor(run_dir, rank));
 }
 
 TEST_F(DumpTest, DumpingChangesNothingRecordedAndBadRequestsAreRefused) {

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
+#include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace dgrr::cli {
@@ -30,11 +31,9 @@ class RollbackCommandTest : public ::dgrr::test_support::TempDirTest {
   }
   // Runs a dgrr command line with stdout and stderr captured; sets rc_.
   std::pair<std::string, std::string> Run(const std::vector<std::string>& args) {
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    rc_ = RunDgrr(args);
-    std::string out = testing::internal::GetCapturedStdout();
-    return {out, testing::internal::GetCapturedStderr()};
+    CommandOutput r = RunCaptured(args);
+    rc_ = r.rc;
+    return {std::move(r.out), std::move(r.err)};
   }
   // "... params xxh3 0123456789abcdef, ..." from train's last line.
   static std::string ParamsXxh3(const std::string& out) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "trace_format/reader.h"
+#include "tests/support/timeless_records.h"
 
 namespace {
 
@@ -27,15 +28,7 @@ int RunExample(const std::string& out, int threads, const std::string& extra = "
 }
 
 std::vector<Record> RecordsWithoutTimes(const std::string& run_dir) {
-  auto t = dgrr::trace::ReadWholeTrace(run_dir + "/rank0.trace");
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (!t.ok()) return {};
-  for (auto& r : t->records) {
-    if (auto* b = std::get_if<dgrr::trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
-    if (auto* s = std::get_if<dgrr::trace::StepRecord>(&r.body)) s->host_time_ns = 0;
-    if (auto* e = std::get_if<dgrr::trace::EventRecord>(&r.body)) e->host_time_ns = 0;
-  }
-  return t->records;
+  return dgrr::test_support::TimelessRecords(run_dir + "/rank0.trace");
 }
 
 TEST(MlpRegressionExample, TracesAgreeAcrossRunsAndThreadCounts) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/temp_dir_test.h"
+#include "tests/support/timeless_records.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,17 +47,8 @@ class TrainerTest : public ::dgrr::test_support::TempDirTest {
   }
 };
 
-// Every record of a rank's trace with the host times zeroed.
 std::vector<trace::Record> Records(const std::string& run_dir, int rank) {
-  auto t = trace::ReadWholeTrace(TracePathFor(run_dir, rank));
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (!t.ok()) return {};
-  for (auto& r : t->records) {
-    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) b->host_time_ns = 0;
-    if (auto* s = std::get_if<trace::StepRecord>(&r.body)) s->host_time_ns = 0;
-    if (auto* e = std::get_if<trace::EventRecord>(&r.body)) e->host_time_ns = 0;
-  }
-  return t->records;
+  return test_support::TimelessRecords(TracePathFor(run_dir, rank));
 }
 
 // The per-example boundaries of a run, over all its ranks, keyed by
