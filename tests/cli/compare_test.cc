@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "runtime/session.h"
 #include "cli/command.h"
+#include "tests/cli/run_captured.h"
 #include "tests/trace_format/sample_trace.h"
 #include "trace_format/writer.h"
 
@@ -42,13 +43,10 @@ class CompareCommandTest : public trace::testing::TempDirTest {
   }
   int Compare(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
     args.insert(args.begin(), "compare");
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int code = RunDgrr(args);
-    std::string e = ::testing::internal::GetCapturedStderr();
-    *out = ::testing::internal::GetCapturedStdout();
-    if (err) *err = e;
-    return code;
+    CommandOutput r = RunCaptured(args);
+    *out = std::move(r.out);
+    if (err) *err = std::move(r.err);
+    return r.rc;
   }
 };
 

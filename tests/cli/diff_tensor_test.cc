@@ -30,7 +30,7 @@ checkpoint::DumpedTensor FloatTensor(uint64_t example, std::vector<float> values
   return t;
 }
 
-class DiffTensorCommandTest : public ::dgrr::test_support::TempDirTest {
+class DiffTensorCommandTest : public ::dgrr::test_support::TempDirTest, protected CapturedCommands {
  protected:
   std::string Write(const std::string& name, std::vector<checkpoint::DumpedTensor> tensors) {
     checkpoint::TensorDump d;
@@ -43,21 +43,14 @@ class DiffTensorCommandTest : public ::dgrr::test_support::TempDirTest {
     EXPECT_TRUE(checkpoint::WriteTensorDump(path, d).ok());
     return path;
   }
-  int Run(const std::vector<std::string>& args) {
-    const CommandOutput r = RunCaptured(args);
-    out_ = r.out;
-    err_ = r.err;
-    return r.rc;
-  }
-  std::string out_, err_;
 };
 
 TEST_F(DiffTensorCommandTest, IdenticalDumpsExitZero) {
   const auto a = Write("a.h5", {FloatTensor(0, {1, 2, 3, 4}, {2, 2}), FloatTensor(1, {5, 6}, {2})});
   const auto b = Write("b.h5", {FloatTensor(0, {1, 2, 3, 4}, {2, 2}), FloatTensor(1, {5, 6}, {2})});
-  EXPECT_EQ(Run({"diff-tensor", a, b}), 0) << err_;
+  EXPECT_EQ(RunCommand({"diff-tensor", a, b}), 0) << err_;
   EXPECT_NE(out_.find("identical: 2 datasets, 6 elements"), std::string::npos) << out_;
-  ASSERT_EQ(Run({"diff-tensor", a, b, "--json"}), 0) << err_;
+  ASSERT_EQ(RunCommand({"diff-tensor", a, b, "--json"}), 0) << err_;
   auto j = nlohmann::json::parse(out_);
   EXPECT_EQ(j.at("schema"), "dgrr.diff-tensor/1");
   EXPECT_EQ(j.at("result"), "identical");
@@ -71,14 +64,14 @@ TEST_F(DiffTensorCommandTest, DifferencesAreCountedMeasuredAndLocated) {
                                 FloatTensor(2, {1}, {1})});
   const auto b = Write("b.h5", {FloatTensor(0, {1, 2, 3, y, 5, 6}, {2, 3}), FloatTensor(1, {5, 6}, {1, 2}),
                                 FloatTensor(3, {1}, {1})});
-  EXPECT_EQ(Run({"diff-tensor", a, b}), kExitDivergence) << err_;
+  EXPECT_EQ(RunCommand({"diff-tensor", a, b}), kExitDivergence) << err_;
   EXPECT_NE(out_.find("ex00000000_n1 (f32 [2, 3]): 1 of 6 elements differ"), std::string::npos) << out_;
   EXPECT_NE(out_.find("[1, 0]: 0.75 (0x3f400000)"), std::string::npos) << out_;
   EXPECT_NE(out_.find("ex00000002_n1: only in A"), std::string::npos) << out_;
   EXPECT_NE(out_.find("ex00000003_n1: only in B"), std::string::npos) << out_;
   EXPECT_NE(out_.find("ex00000001_n1: not compared, shape [2] vs [1, 2]"), std::string::npos) << out_;
 
-  ASSERT_EQ(Run({"diff-tensor", a, b, "--json", "--first", "3"}), kExitDivergence) << err_;
+  ASSERT_EQ(RunCommand({"diff-tensor", a, b, "--json", "--first", "3"}), kExitDivergence) << err_;
   auto j = nlohmann::json::parse(out_);
   EXPECT_EQ(j.at("result"), "different");
   EXPECT_EQ(j.at("a").at("boundary"), "block0.mlp.fc.out");
@@ -105,7 +98,7 @@ TEST_F(DiffTensorCommandTest, NonFiniteValuesAreSpelledOutInJson) {
   const float inf = std::numeric_limits<float>::infinity();
   const auto a = Write("a.h5", {FloatTensor(0, {std::numeric_limits<float>::max(), std::nanf(""), 1}, {3})});
   const auto b = Write("b.h5", {FloatTensor(0, {inf, 1, 1}, {3})});
-  ASSERT_EQ(Run({"diff-tensor", a, b, "--json"}), kExitDivergence) << err_;
+  ASSERT_EQ(RunCommand({"diff-tensor", a, b, "--json"}), kExitDivergence) << err_;
   auto j = nlohmann::json::parse(out_);
   const auto& d = j.at("datasets").at(0);
   EXPECT_EQ(d.at("differing"), 2);
@@ -118,11 +111,11 @@ TEST_F(DiffTensorCommandTest, NonFiniteValuesAreSpelledOutInJson) {
 
 TEST_F(DiffTensorCommandTest, BadInputHasItsExitCode) {
   const auto a = Write("a.h5", {FloatTensor(0, {1, 2, 3, 4}, {4})});
-  EXPECT_EQ(Run({"diff-tensor", a, Path("missing.h5")}), kExitIO);
+  EXPECT_EQ(RunCommand({"diff-tensor", a, Path("missing.h5")}), kExitIO);
   EXPECT_NE(err_.find("missing.h5"), std::string::npos) << err_;
-  EXPECT_EQ(Run({"diff-tensor", a}), kExitUsage);
-  EXPECT_EQ(Run({"diff-tensor", a, a, "--first", "-1"}), kExitUsage);
-  EXPECT_EQ(Run({"diff-tensor", "--help"}), 0);
+  EXPECT_EQ(RunCommand({"diff-tensor", a}), kExitUsage);
+  EXPECT_EQ(RunCommand({"diff-tensor", a, a, "--first", "-1"}), kExitUsage);
+  EXPECT_EQ(RunCommand({"diff-tensor", "--help"}), 0);
   EXPECT_NE(out_.find("dgrr diff-tensor A.h5 B.h5"), std::string::npos) << out_;
   // A damaged dump: the raw chunk's bytes changed (random floats are stored
   // uncompressed, so the data can be found in the file); the header's hash
@@ -137,14 +130,14 @@ TEST_F(DiffTensorCommandTest, BadInputHasItsExitCode) {
   ASSERT_NE(at, std::string::npos);
   bytes[at] ^= 1;
   WriteBytes(c, bytes);
-  EXPECT_EQ(Run({"diff-tensor", a, c}), kExitInvalidData);
+  EXPECT_EQ(RunCommand({"diff-tensor", a, c}), kExitInvalidData);
   EXPECT_NE(err_.find("c.h5: offset 512"), std::string::npos) << err_;
   EXPECT_NE(err_.find("file damaged"), std::string::npos) << err_;
   // Intact bytes that are not the recorded ones: named down to the dataset.
   auto d = FloatTensor(6, {1, 2}, {2});
   d.recorded.xxh3 ^= 1;
   const auto e = Write("e.h5", {d});
-  EXPECT_EQ(Run({"diff-tensor", e, a}), kExitInvalidData);
+  EXPECT_EQ(RunCommand({"diff-tensor", e, a}), kExitInvalidData);
   EXPECT_NE(err_.find("e.h5: dataset /tensors/ex00000006_n1"), std::string::npos) << err_;
 }
 

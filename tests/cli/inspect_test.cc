@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "tests/cli/run_captured.h"
 #include "tests/trace_format/sample_trace.h"
 
 namespace dgrr::cli {
@@ -21,13 +22,10 @@ class InspectCommandTest : public trace::testing::TempDirTest {
   }
   int Inspect(std::vector<std::string> args, std::string* out, std::string* err = nullptr) {
     args.insert(args.begin(), "inspect");
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int code = RunDgrr(args);
-    std::string e = ::testing::internal::GetCapturedStderr();
-    *out = ::testing::internal::GetCapturedStdout();
-    if (err) *err = e;
-    return code;
+    CommandOutput r = RunCaptured(args);
+    *out = std::move(r.out);
+    if (err) *err = std::move(r.err);
+    return r.rc;
   }
   static size_t Count(const std::string& text, const std::string& what) {
     size_t n = 0;

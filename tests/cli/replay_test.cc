@@ -97,22 +97,15 @@ TEST_F(ReplayCommandTest, BadInput) {
 
 constexpr const char* kFlip = "bitflip:step=1,rank=1,at=block0.mlp.fc.out,index=5,bit=20";
 
-class DumpTest : public ::dgrr::test_support::TempDirTest {
+class DumpTest : public ::dgrr::test_support::TempDirTest, protected CapturedCommands {
  protected:
   // A 3-step run with 2 ranks of 4 examples each (batch 8).
   void Train(const std::string& name, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"train", "--out", Path(name), "--steps", "3", "--ranks", "2",
                                      "--threads", "2", "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
-    ASSERT_EQ(Run(args), 0) << err_;
+    ASSERT_EQ(RunCommand(args), 0) << err_;
   }
-  int Run(const std::vector<std::string>& args) {
-    const CommandOutput r = RunCaptured(args);
-    out_ = r.out;
-    err_ = r.err;
-    return r.rc;
-  }
-  std::string out_, err_;
 };
 
 TEST_F(DumpTest, AnInjectedFlipIsFoundElementByElementAndTwinsAreIdentical) {
@@ -120,14 +113,14 @@ TEST_F(DumpTest, AnInjectedFlipIsFoundElementByElementAndTwinsAreIdentical) {
   Train("twin");
   Train("flipped", {"--inject", kFlip});
   for (const char* run : {"clean", "twin", "flipped"}) {
-    ASSERT_EQ(Run({"replay", Path(run), "--dump", "block0.mlp.fc.out@1:1", "--dump-dir", Path(std::string("d-") + run)}), 0)
+    ASSERT_EQ(RunCommand({"replay", Path(run), "--dump", "block0.mlp.fc.out@1:1", "--dump-dir", Path(std::string("d-") + run)}), 0)
         << err_;
   }
   const std::string file = "/block0.mlp.fc.out@1.rank1.h5";
   EXPECT_NE(out_.find("wrote " + Path("d-flipped") + file), std::string::npos) << out_;
-  EXPECT_EQ(Run({"diff-tensor", Path("d-clean") + file, Path("d-twin") + file}), 0) << out_ << err_;
+  EXPECT_EQ(RunCommand({"diff-tensor", Path("d-clean") + file, Path("d-twin") + file}), 0) << out_ << err_;
 
-  ASSERT_EQ(Run({"diff-tensor", Path("d-clean") + file, Path("d-flipped") + file, "--json"}), kExitDivergence)
+  ASSERT_EQ(RunCommand({"diff-tensor", Path("d-clean") + file, Path("d-flipped") + file, "--json"}), kExitDivergence)
       << err_;
   auto j = nlohmann::json::parse(out_);
   EXPECT_EQ(j.at("total").at("datasets_compared"), 4) << "rank 1's four examples";
@@ -164,7 +157,7 @@ TEST_F(DumpTest, DumpsHoldTheBytesTheTraceFingerprinted) {
       {"allreduce.dwte", 1}, {"wte", 1}, {"adamw.v.wpe", 1}};
   std::vector<std::string> args = {"replay", Path("flipped"), "--dump-dir", Path("d"), "--json"};
   for (const auto& [name, count] : boundaries) args.insert(args.end(), {"--dump", name + "@1"});
-  ASSERT_EQ(Run(args), 0) << err_;
+  ASSERT_EQ(RunCommand(args), 0) << err_;
   auto j = nlohmann::json::parse(out_);
   EXPECT_EQ(j.at("first_step"), 0);
   EXPECT_EQ(j.at("last_step"), 1) << "only the steps the dumps need";
@@ -258,26 +251,26 @@ TEST_F(DumpTest, DumpingChangesNothingRecordedAndBadRequestsAreRefused) {
 TEST_F(DumpTest, ADivergenceBeforeTheDumpStepSaysWhatWasNotWritten) {
   // A resume that forgets AdamW's second moment: the traces from step 2 on
   // are not what the run's state gives (as in the test above).
-  ASSERT_EQ(Run({"train", "--out", Path("run"), "--steps", "4", "--ckpt-every", "2", "--quiet"}), 0) << err_;
+  ASSERT_EQ(RunCommand({"train", "--out", Path("run"), "--steps", "4", "--ckpt-every", "2", "--quiet"}), 0) << err_;
   std::filesystem::remove(Path("run") + "/ckpt/step-00000003.h5");
-  ASSERT_EQ(Run({"train", "--out", Path("run"), "--resume", "--inject", "skip-restore:adamw.v", "--quiet"}), 0)
+  ASSERT_EQ(RunCommand({"train", "--out", Path("run"), "--resume", "--inject", "skip-restore:adamw.v", "--quiet"}), 0)
       << err_;
-  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d")}),
+  EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d")}),
             kExitReplayIntegrity);
   const std::string path = Path("d") + "/block0.mlp.fc.out@3.rank0.h5";
   EXPECT_NE(err_.find("at step 2"), std::string::npos) << err_;
   EXPECT_NE(err_.find("not written (the replay stopped first): " + path), std::string::npos) << err_;
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d"), "--json"}),
+  EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d"), "--json"}),
             kExitReplayIntegrity);
   auto j = nlohmann::json::parse(out_);
   EXPECT_EQ(j.at("result"), "diverged");
   EXPECT_EQ(j.at("dumps").at(0).at("path"), path);
   EXPECT_FALSE(j.at("dumps").at(0).at("written").get<bool>());
 
-  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "nonsense"}), kExitUsage);
+  EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "nonsense"}), kExitUsage);
   EXPECT_NE(err_.find("NAME@STEP[:RANK]"), std::string::npos) << err_;
-  EXPECT_EQ(Run({"replay", Path("run"), "--dump", "block0.mlp.fc.ou@1"}), kExitUsage);
+  EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "block0.mlp.fc.ou@1"}), kExitUsage);
   EXPECT_NE(err_.find("similar names: block0.mlp.fc.out"), std::string::npos) << err_;
 }
 

@@ -34,4 +34,16 @@ inline CommandOutput RunCaptured(const std::vector<std::string>& args) {
   return r;
 }
 
+// A fixture mix-in: RunCommand() keeps the last command's output in out_ and err_.
+class CapturedCommands {
+ protected:
+  int RunCommand(const std::vector<std::string>& args) {
+    CommandOutput r = RunCaptured(args);
+    out_ = std::move(r.out);
+    err_ = std::move(r.err);
+    return r.rc;
+  }
+  std::string out_, err_;
+};
+
 }  // namespace dgrr::cli
