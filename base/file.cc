@@ -73,6 +73,27 @@ std::string TemporaryPathFor(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 
+StatusOr<ScratchDirectory> ScratchDirectory::Create(const std::string& prefix, const std::string& parent) {
+  std::string base = parent;
+  if (base.empty()) {
+    std::error_code ec;
+    base = std::filesystem::temp_directory_path(ec).string();
+    if (ec) return Status::IOError("no temporary directory: " + ec.message());
+  }
+  DGRR_RETURN_IF_ERROR(CreateDirectories(base));
+  std::string name = base + "/" + prefix + "-XXXXXX";
+  if (::mkdtemp(name.data()) == nullptr) return Status::FromErrno("create scratch directory", base, errno);
+  return ScratchDirectory(std::move(name));
+}
+
+ScratchDirectory::~ScratchDirectory() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+bool IsTemporaryName(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
+
 Status SyncDirectory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open directory", dir, errno);

@@ -55,5 +55,26 @@ Status TruncateFile(const std::string& path, uint64_t size);
 std::string DirName(const std::string& path);
 // A path in the directory of `path` that no other writer uses.
 std::string TemporaryPathFor(const std::string& path);
+// A fresh directory (mkdtemp) that is removed, with everything in it, when
+// this object goes out of scope: where replay, rollback and bisect
+// re-execute a run.
+class ScratchDirectory {
+ public:
+  // `parent`/`prefix`-XXXXXX; an empty `parent` is the system's temporary
+  // directory ($TMPDIR or /tmp).
+  static StatusOr<ScratchDirectory> Create(const std::string& prefix, const std::string& parent = "");
+  ScratchDirectory(ScratchDirectory&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  ScratchDirectory& operator=(ScratchDirectory&&) = delete;
+  ~ScratchDirectory();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ScratchDirectory(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// Whether the file name `name` is one TemporaryPathFor made: what a writer
+// killed before its rename leaves behind.
+bool IsTemporaryName(const std::string& name);
 
 }  // namespace dgrr

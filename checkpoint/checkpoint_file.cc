@@ -893,6 +893,25 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
   return Status::OK();
 }
 
+StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir) {
+  const std::string dir = run_dir + "/ckpt";
+  std::vector<std::string> stale;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return 0;
+    return Status::FromErrno("list", dir, errno);
+  }
+  while (const dirent* e = ::readdir(d)) {
+    if (IsTemporaryName(e->d_name)) stale.push_back(dir + "/" + e->d_name);
+  }
+  ::closedir(d);
+  for (const std::string& path : stale) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("remove", path, errno);
+  }
+  if (!stale.empty()) DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
+  return static_cast<int>(stale.size());
+}
+
 StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) {
   const std::string dir = run_dir + "/ckpt";
   std::vector<uint64_t> steps;
@@ -916,16 +935,19 @@ StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) 
   return steps;
 }
 
-StatusOr<std::string> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
-                                               bool fallback) {
+StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
+                                              bool fallback, std::vector<std::string>* skipped) {
   DGRR_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpointSteps(run_dir));
   Status newest_error;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (*it > max_step) continue;
-    const std::string path = CheckpointPath(run_dir, *it);
-    StatusOr<Checkpoint> checkpoint = ReadCheckpoint(path);
-    if (checkpoint.ok()) return path;
-    if (!fallback) return checkpoint.status();
+    StatusOr<Checkpoint> checkpoint = ReadCheckpoint(CheckpointPath(run_dir, *it));
+    if (checkpoint.ok()) return checkpoint;
+    if (!fallback) {
+      return checkpoint.status().WithPrefix("checkpoint of step " + std::to_string(*it) +
+                                            " (pass --fallback to use an older good one)");
+    }
+    if (skipped != nullptr) skipped->push_back(checkpoint.status().ToString());
     if (newest_error.ok()) newest_error = checkpoint.status();
   }
   std::string msg = run_dir + ": no good checkpoint at or before step " + std::to_string(max_step);

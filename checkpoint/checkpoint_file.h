@@ -124,11 +124,17 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
 // Steps of RUN_DIR/ckpt/step-*.h5, ascending (empty when there is no ckpt dir).
 StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir);
 
-// The newest checkpoint with step <= max_step that reads and verifies. Without
-// `fallback` the newest one's error is returned if it is bad; with it older
-// ones are tried. NotFound when there is none.
-StatusOr<std::string> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
-                                               bool fallback);
+// Removes the temporaries a writer killed before its rename left in
+// RUN_DIR/ckpt (never a finished checkpoint); returns how many.
+StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir);
+
+// The newest checkpoint with step <= max_step that reads and verifies,
+// loaded (its path in .path), so callers never read it twice. Without
+// `fallback` the newest one's error is returned, prefixed with its step and a
+// hint to pass --fallback; with it older ones are tried and the errors of
+// those passed over go to `skipped` (when given). NotFound when there is none.
+StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
+                                              bool fallback, std::vector<std::string>* skipped = nullptr);
 
 // Digest of the state one rank restores (its kCheckpoint entries, replicated
 // ones included), independent of registration order: XXH3-64 over the entries

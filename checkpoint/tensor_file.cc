@@ -66,10 +66,22 @@ Status VerifyWholeFile(const std::string& path) {
     return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
   };
   struct stat st;
-  if (::fstat(fd, &st) != 0) return bad(0, "cannot stat the file");
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("stat", path, err);  // an I/O problem, not a damaged file
+  }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint8_t block[kUserBlockBytes];
-  const ssize_t n = ::pread(fd, block, sizeof block, 0);
+  ssize_t n;
+  do {
+    n = ::pread(fd, block, sizeof block, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("read", path, err);
+  }
   if (n < static_cast<ssize_t>(sizeof block)) {
     return bad(std::max<ssize_t>(n, 0), "file is " + std::to_string(size) +
                                             " bytes, shorter than the 512-byte dump header (truncated)");

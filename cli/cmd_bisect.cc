@@ -73,7 +73,7 @@ int RunBisect(const std::vector<std::string>& args) {
   auto result = replay::Bisect(vm["good"].as<std::string>(), vm["bad"].as<std::string>(), replayer, bisect);
   if (!result.ok()) return ReportError(kName, result.status());
   if (vm["json"].as<bool>()) {
-    std::cout << replay::BisectJson(*result).dump(2) << "\n";
+    std::cout << replay::BisectJson(*result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << replay::BisectText(*result);
   }

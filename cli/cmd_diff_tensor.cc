@@ -168,7 +168,7 @@ int RunDiffTensor(const std::vector<std::string>& args) {
   if (!b.ok()) return ReportError("diff-tensor", b.status());
   const replay::TensorDumpDiff diff = replay::DiffTensorDumps(*a, *b, static_cast<size_t>(first_n));
   if (vm.count("json")) {
-    std::cout << ReportJson(*a, *b, diff).dump(2) << "\n";
+    std::cout << ReportJson(*a, *b, diff).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     PrintReport(*a, *b, diff);
   }

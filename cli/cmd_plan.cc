@@ -30,19 +30,16 @@ int RunPlan(const std::vector<std::string>& args) {
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
-  auto config = ReadFileToString(ConfigPathFor(run_dir));
-  if (!config.ok()) return ReportError("plan", config.status().WithPrefix("not a dgrr run"));
-  if (config->find(model::kRunConfigSchema) == std::string::npos) {
-    return ReportError("plan", Status::Corruption(ConfigPathFor(run_dir) +
-                                                  ": not a dgrr run config (schema " +
-                                                  model::kRunConfigSchema + ")"));
-  }
+  // The run's config, parsed and checked as train --resume would.
+  auto config = model::TrainOptionsFromRun(run_dir);
+  if (!config.ok()) return ReportError("plan", config.status());
   auto plan = model::TrainingPlan();
   if (!plan.ok()) return ReportError("plan", plan.status());
   const std::string json = checkpoint::PlansToJson({*plan});
 
   auto steps = checkpoint::ListCheckpointSteps(run_dir);
-  if (steps.ok() && !steps->empty()) {
+  if (!steps.ok()) return ReportError("plan", steps.status());
+  if (!steps->empty()) {
     const std::string path = checkpoint::CheckpointPath(run_dir, steps->back());
     auto ckpt = checkpoint::ReadCheckpoint(path);
     if (!ckpt.ok()) return ReportError("plan", ckpt.status());

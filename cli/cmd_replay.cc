@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/coding.h"
+#include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/command.h"
@@ -23,12 +24,8 @@ namespace {
 StatusOr<std::optional<std::pair<uint64_t, std::string>>> CheckpointBefore(const std::string& run_dir,
                                                                            uint64_t from) {
   std::optional<std::pair<uint64_t, std::string>> found;
-  auto steps = checkpoint::ListCheckpointSteps(run_dir);
-  if (!steps.ok()) {
-    if (steps.status().IsNotFound()) return found;
-    return steps.status();
-  }
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+  DGRR_ASSIGN_OR_RETURN(auto steps, checkpoint::ListCheckpointSteps(run_dir));
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (*it >= from) continue;
     const std::string path = checkpoint::CheckpointPath(run_dir, *it);
     auto header = checkpoint::ReadCheckpointHeader(path);
@@ -129,13 +126,10 @@ int RunReplay(const std::vector<std::string>& args) {
   auto ckpt = CheckpointBefore(run_dir, static_cast<uint64_t>(from));
   if (!ckpt.ok()) return ReportError("replay", ckpt.status());
 
-  char scratch_template[] = "/tmp/dgrr-replay-XXXXXX";
-  if (::mkdtemp(scratch_template) == nullptr) {
-    return ReportError("replay", Status::FromErrno("create scratch directory", "/tmp", errno));
-  }
-  const std::string scratch = scratch_template;
+  auto scratch = ScratchDirectory::Create("dgrr-replay");
+  if (!scratch.ok()) return ReportError("replay", scratch.status());
   model::TrainOptions o = *opts;
-  o.out_dir = scratch + "/run";
+  o.out_dir = scratch->path() + "/run";
   o.verify_against = run_dir;
   o.last_step = to;
   o.write_checkpoints = false;
@@ -153,8 +147,6 @@ int RunReplay(const std::vector<std::string>& args) {
   Status s;
   auto trainer = model::Trainer::Create(o);
   s = trainer.ok() ? (*trainer)->Run(nullptr, &result) : trainer.status();
-  std::error_code ec;
-  std::filesystem::remove_all(scratch, ec);
   const std::vector<std::string> written =
       trainer.ok() ? (*trainer)->dumps_written() : std::vector<std::string>{};
   auto was_written = [&](const std::string& path) {
@@ -190,7 +182,7 @@ int RunReplay(const std::vector<std::string>& args) {
     }
     j["dumps"] = dumps;
     if (!s.ok()) j["message"] = s.message();
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (s.ok()) {
     std::cout << "replayed steps " << first << ".." << to << " of " << run_dir
               << (*ckpt ? " from the checkpoint of step " + std::to_string((*ckpt)->first) : " from the start")

@@ -128,7 +128,7 @@ int RunRollback(const std::vector<std::string>& args) {
     }
   }
   if (vm.count("json")) {
-    std::cout << ToJson(o.run_dir, *result).dump(2) << "\n";
+    std::cout << ToJson(o.run_dir, *result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << Summary(o.run_dir, *result) << "\n";
   }

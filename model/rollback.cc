@@ -78,57 +78,25 @@ Status CutTraceAndRecordEvent(const std::string& path, uint64_t cut, uint64_t st
   return writer->Close();
 }
 
-// The newest checkpoint at or before `step` that reads and verifies, loaded;
-// nullopt when there is none. A bad one is an error unless `fallback`, which
-// passes over it (its message goes to `skipped`).
+// The newest good checkpoint at or before `step`; nullopt when there is none.
 StatusOr<std::optional<checkpoint::Checkpoint>> NewestGoodCheckpoint(
     const std::string& run_dir, uint64_t step, bool fallback, std::vector<std::string>* skipped) {
-  DGRR_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, checkpoint::ListCheckpointSteps(run_dir));
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (*it > step) continue;
-    auto loaded = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(run_dir, *it));
-    if (loaded.ok()) return std::optional<checkpoint::Checkpoint>(std::move(loaded).value());
-    if (!fallback) {
-      return loaded.status().WithPrefix("checkpoint of step " + std::to_string(*it) +
-                                        " (pass --fallback to use an older good one)");
-    }
-    skipped->push_back(loaded.status().ToString());
-  }
-  return std::optional<checkpoint::Checkpoint>();
+  auto found = checkpoint::FindNewestGoodCheckpoint(run_dir, step, fallback, skipped);
+  if (!found.ok() && found.status().IsNotFound()) return std::optional<checkpoint::Checkpoint>();
+  if (!found.ok()) return found.status();
+  return std::optional<checkpoint::Checkpoint>(std::move(found).value());
 }
 
-// Removes a directory tree when it goes out of scope.
-class ScratchDirectory {
- public:
-  static StatusOr<std::unique_ptr<ScratchDirectory>> Make(const std::string& parent) {
-    std::error_code ec;
-    const std::string base = parent.empty() ? fs::temp_directory_path(ec).string() : parent;
-    DGRR_RETURN_IF_ERROR(CreateDirectories(base));
-    std::string name = base + "/dgrr-rollback-XXXXXX";
-    if (::mkdtemp(name.data()) == nullptr) {
-      return Status::FromErrno("create scratch directory", base, errno);
-    }
-    return std::unique_ptr<ScratchDirectory>(new ScratchDirectory(name));
-  }
-  ~ScratchDirectory() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit ScratchDirectory(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 // Stage 1 by re-execution: from `from` (or the start) through `step`, in a
 // scratch run verified against `run`'s traces, checkpointing `step` there.
 StatusOr<checkpoint::Checkpoint> ReExecute(const TrainOptions& run, const RollbackOptions& options,
                                            const std::optional<checkpoint::Checkpoint>& from,
                                            RollbackResult* result) {
-  DGRR_ASSIGN_OR_RETURN(auto scratch, ScratchDirectory::Make(options.scratch_parent));
+  DGRR_ASSIGN_OR_RETURN(ScratchDirectory scratch,
+                        ScratchDirectory::Create("dgrr-rollback", options.scratch_parent));
   TrainOptions o = run;
-  o.out_dir = scratch->path() + "/run";
+  o.out_dir = scratch.path() + "/run";
   o.verify_against = options.run_dir;
   o.last_step = options.step;
   o.write_checkpoints = false;
@@ -167,12 +135,7 @@ Status RemoveLaterCheckpoints(const RollbackOptions& options, RollbackResult* re
       DGRR_RETURN_IF_ERROR(options.interrupt(RollbackStage::kCheckpointRemoved, static_cast<int64_t>(later)));
     }
   }
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename().string().find(".tmp.") == std::string::npos) continue;
-    if (fs::remove(entry.path(), ec)) ++result->removed_temporaries;
-  }
-  if (result->removed_temporaries > 0) DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
+  DGRR_ASSIGN_OR_RETURN(result->removed_temporaries, checkpoint::RemoveStaleTemporaries(options.run_dir));
   return Status::OK();
 }
 

@@ -475,7 +475,7 @@ Status Trainer::Impl::RunRankBody(int r) {
   Session& s = *rank.session;
 
   // Initialisation: every rank draws the same parameters from (init, tensor).
-  Gpt gpt = std::move(Gpt::Create(model)).value();
+  DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(model));
   gpt.Initialize([&](std::string_view, size_t tensor, float* out, size_t n) {
     rng::PhiloxStream st = rng.Stream(rng::Purpose::kInit, {static_cast<uint64_t>(tensor)});
     rng::FillNormalFloat(st, out, n);
@@ -1095,9 +1095,14 @@ Status Trainer::LoadConfigForResume() {
     }
     o.faults.push_back(f);
   }
-  auto recorded = ReadFileToString(ConfigPathFor(options_.out_dir));
-  const std::string recorded_data =
-      nlohmann::json::parse(*recorded).at("data").at("xxh3").get<std::string>();
+  // TrainOptionsFromRun has validated the file; its data digest is kept here.
+  DGRR_ASSIGN_OR_RETURN(std::string recorded, ReadFileToString(ConfigPathFor(options_.out_dir)));
+  std::string recorded_data;
+  try {
+    recorded_data = nlohmann::json::parse(recorded).at("data").at("xxh3").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(ConfigPathFor(options_.out_dir) + ": " + e.what());
+  }
   options_ = o;
   DGRR_RETURN_IF_ERROR(Validate());
   if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
@@ -1107,8 +1112,6 @@ Status Trainer::LoadConfigForResume() {
   return Status::OK();
 }
 
-// A checkpoint can only restore the run it was written by: same world size,
-// same configuration (the digest the sessions put in their trace headers).
 // The run's config without the settings that only say how the run is
 // recorded or scheduled (mode, threads, checkpoint interval): the state after
 // a step does not depend on them, so a checkpoint of an `sdc` run with 4
@@ -1120,6 +1123,8 @@ uint64_t Trainer::StateConfigDigest() const {
   return Xxh3(canonical.data(), canonical.size());
 }
 
+// A checkpoint can only restore the run it was written by: same world size,
+// same state-deciding configuration (StateConfigDigest).
 Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const {
   if (ckpt.meta.world_size != options_.ranks) {
     return Status::Corruption(ckpt.path + ": written by " + std::to_string(ckpt.meta.world_size) +
@@ -1151,19 +1156,14 @@ Status Trainer::PrepareResume() {
     return PrepareRunDirectory();
   }
   if (!found.ok()) return found.status();
-  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::ReadCheckpoint(*found));
+  checkpoint::Checkpoint ckpt = std::move(found).value();
   DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
   for (int r = 0; r < options_.ranks; ++r) {
     DGRR_RETURN_IF_ERROR(
         trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));
   }
   // A writer killed mid-checkpoint leaves only its temporary file; drop it.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(options_.out_dir + "/ckpt", ec)) {
-    if (entry.path().filename().string().find(".tmp.") != std::string::npos) {
-      std::filesystem::remove(entry.path(), ec);
-    }
-  }
+  DGRR_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(options_.out_dir).status());
   first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
   resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
   return Status::OK();
@@ -1180,13 +1180,20 @@ Status Trainer::PrepareRunDirectory() const {
     if (!options_.force) {
       return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
     }
-    // Remove only what a run writes, never anything else the user keeps there.
+    // Remove only what a run writes, never anything else the user keeps
+    // there; a leftover (a stale ckpt/ that --resume would take) is an error.
+    std::vector<fs::path> ours;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
-      const bool ours = name == "config.json" || name == "ckpt" ||
-                        (name.rfind("rank", 0) == 0 &&
-                         (EndsWith(name, ".trace") || EndsWith(name, ".env.json")));
-      if (ours) fs::remove_all(entry.path(), ec);
+      if (name == "config.json" || name == "ckpt" ||
+          (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")))) {
+        ours.push_back(entry.path());
+      }
+    }
+    if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
+    for (const fs::path& path : ours) {
+      fs::remove_all(path, ec);
+      if (ec) return Status::IOError("cannot remove " + path.string() + ": " + ec.message());
     }
   }
   return CreateDirectories(dir);
@@ -1217,10 +1224,12 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
   for (const Status& s : statuses) DGRR_RETURN_IF_ERROR(s);
 
   if (result != nullptr) {
-    result->steps = options_.steps;
+    // A replay or rollback stops after last_step, not at the run's end.
+    const int64_t end = options_.last_step >= 0 ? options_.last_step + 1 : options_.steps;
+    result->steps = end;
     result->final_loss = impl.ranks[0]->loss;
     result->seconds = std::chrono::duration<double>(Clock::now() - impl.start).count();
-    result->tokens_per_second = static_cast<double>(options_.steps - first_step_) * batch_ *
+    result->tokens_per_second = static_cast<double>(end - first_step_) * batch_ *
                                 preset_.model.seq_len / std::max(result->seconds, 1e-9);
     result->params = FingerprintBytes(impl.ranks[0]->params.data(), impl.num_params * sizeof(float));
     result->boundaries_verified = result->steps_verified = 0;

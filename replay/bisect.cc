@@ -1,7 +1,5 @@
 #include "replay/bisect.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -9,6 +7,7 @@
 #include <sstream>
 
 #include "base/coding.h"
+#include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
@@ -25,11 +24,6 @@ struct ParamsFingerprint {
 };
 // step -> the parameter fingerprint of its STEP end record, one map per rank.
 using StepMap = std::map<uint64_t, ParamsFingerprint>;
-
-bool IsDirectory(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec);
-}
 
 // Ranks 0..N-1 whose trace files exist.
 uint32_t CountTraces(const std::string& run_dir) {
@@ -82,12 +76,6 @@ bool StepAgrees(const std::vector<StepMap>& good, const std::vector<StepMap>& ba
     if (!(good[r].at(step) == bad[r].at(step))) return false;
   }
   return true;
-}
-
-StatusOr<std::vector<uint64_t>> CheckpointSteps(const std::string& run_dir) {
-  auto steps = checkpoint::ListCheckpointSteps(run_dir);
-  if (!steps.ok() && steps.status().IsNotFound()) return std::vector<uint64_t>{};
-  return steps;
 }
 
 // The binary search over the common checkpoints: state digests are read
@@ -151,45 +139,29 @@ StatusOr<std::optional<bool>> ReplayMatchesRecording(const std::vector<StepMap>&
   return checked ? std::optional<bool>(true) : std::optional<bool>();
 }
 
-// The directory the two replays go into, removed at scope exit unless kept.
+// The directory the two replays go into: a scratch directory, removed at
+// scope exit, or the user's --keep directory, which must be new.
 class ReplayDirectory {
  public:
   static StatusOr<ReplayDirectory> Create(const std::string& keep_dir) {
-    ReplayDirectory d;
     if (keep_dir.empty()) {
-      std::string tmpl = (fs::temp_directory_path() / "dgrr-bisect-XXXXXX").string();
-      if (::mkdtemp(tmpl.data()) == nullptr) {
-        return Status::FromErrno("create a scratch directory", tmpl, errno);
-      }
-      d.path_ = tmpl;
-      d.remove_ = true;
-    } else {
-      std::error_code ec;
-      if (fs::exists(keep_dir, ec)) {
-        return Status::InvalidArgument(keep_dir + " exists: --keep needs a new directory");
-      }
-      if (!fs::create_directories(keep_dir, ec)) {
-        return Status::IOError("cannot create " + keep_dir + ": " + ec.message());
-      }
-      d.path_ = keep_dir;
+      DGRR_ASSIGN_OR_RETURN(ScratchDirectory scratch, ScratchDirectory::Create("dgrr-bisect"));
+      std::string path = scratch.path();  // before the move empties it
+      return ReplayDirectory(std::move(path), std::move(scratch));
     }
-    return d;
-  }
-  ReplayDirectory(ReplayDirectory&& o) noexcept : path_(std::move(o.path_)), remove_(o.remove_) {
-    o.remove_ = false;
-  }
-  ~ReplayDirectory() {
-    if (!remove_) return;
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    if (fs::exists(keep_dir, ec)) return Status::InvalidArgument(keep_dir + " exists: --keep needs a new directory");
+    DGRR_RETURN_IF_ERROR(CreateDirectories(keep_dir));
+    return ReplayDirectory(keep_dir, std::nullopt);
   }
   const std::string& path() const { return path_; }
-  bool kept() const { return !remove_; }
+  bool kept() const { return !scratch_.has_value(); }
 
  private:
-  ReplayDirectory() = default;
+  ReplayDirectory(std::string path, std::optional<ScratchDirectory> scratch)
+      : path_(std::move(path)), scratch_(std::move(scratch)) {}
   std::string path_;
-  bool remove_ = false;
+  std::optional<ScratchDirectory> scratch_;
 };
 
 void Report(const BisectOptions& options, const std::string& line) {
@@ -240,8 +212,8 @@ StatusOr<std::optional<Interval>> FindInterval(const std::string& good, const st
     result->evidence = BisectEvidence::kCheckpointDigests;
   }
 
-  DGRR_ASSIGN_OR_RETURN(auto good_ckpts, CheckpointSteps(good));
-  DGRR_ASSIGN_OR_RETURN(auto bad_ckpts, CheckpointSteps(bad));
+  DGRR_ASSIGN_OR_RETURN(auto good_ckpts, checkpoint::ListCheckpointSteps(good));
+  DGRR_ASSIGN_OR_RETURN(auto bad_ckpts, checkpoint::ListCheckpointSteps(bad));
   std::vector<uint64_t> ckpts = Intersect(good_ckpts, bad_ckpts);
   // Only a checkpoint before the differing step can start the replay.
   if (differing) ckpts.erase(std::lower_bound(ckpts.begin(), ckpts.end(), *differing), ckpts.end());

@@ -441,12 +441,17 @@ TEST(CheckpointFile, NewestGoodCheckpointFallsBackOnlyWhenAsked) {
   const std::string newest = CheckpointPath(dir.path(), 30);
   std::string bytes = *ReadFileToString(newest);
   ASSERT_TRUE(TruncateFile(newest, bytes.size() / 2).ok());
-  StatusOr<std::string> strict = FindNewestGoodCheckpoint(dir.path(), 100, false);
+  StatusOr<Checkpoint> strict = FindNewestGoodCheckpoint(dir.path(), 100, false);
   EXPECT_TRUE(strict.status().IsCorruption()) << strict.status().ToString();
-  StatusOr<std::string> lenient = FindNewestGoodCheckpoint(dir.path(), 100, true);
+  EXPECT_NE(strict.status().message().find("--fallback"), std::string::npos) << strict.status().ToString();
+  std::vector<std::string> skipped;
+  StatusOr<Checkpoint> lenient = FindNewestGoodCheckpoint(dir.path(), 100, true, &skipped);
   ASSERT_TRUE(lenient.ok()) << lenient.status().ToString();
-  EXPECT_EQ(*lenient, CheckpointPath(dir.path(), 20));
-  EXPECT_EQ(*FindNewestGoodCheckpoint(dir.path(), 15, false), CheckpointPath(dir.path(), 10));
+  EXPECT_EQ(lenient->path, CheckpointPath(dir.path(), 20));
+  EXPECT_EQ(lenient->meta.step, 20u) << "returned loaded, not just named";
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("step-00000030.h5"), std::string::npos) << skipped[0];
+  EXPECT_EQ(FindNewestGoodCheckpoint(dir.path(), 15, false)->path, CheckpointPath(dir.path(), 10));
   EXPECT_TRUE(FindNewestGoodCheckpoint(dir.path(), 5, true).status().IsNotFound());
 }
 
