@@ -222,14 +222,18 @@ TEST_F(TrainerTest, SdcModeRecordsOnlyCollectivesAndSteps) {
   Train(o);
   auto t = trace::ReadWholeTrace(TracePathFor(o.out_dir, 0));
   ASSERT_TRUE(t.ok());
-  int steps = 0;
+  int steps = 0, collectives = 0;
   for (const auto& r : t->records) {
     if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) {
       EXPECT_EQ(b->phase, trace::Phase::kCollective);
+      ++collectives;
     }
     steps += std::holds_alternative<trace::StepRecord>(r.body);
   }
   EXPECT_EQ(steps, 6);
+  // Every step records the all-reduce of every parameter tensor, and nothing else.
+  const size_t tensors = ParameterLayout(PresetByName("tiny")->model).tensors().size();
+  EXPECT_EQ(collectives, static_cast<int>(3 * tensors));
 }
 
 TEST_F(TrainerTest, BadInputIsRefusedBeforeAnythingIsWritten) {
