@@ -6,38 +6,43 @@ namespace dgrr::replay {
 
 StatusOr<std::unique_ptr<TraceCheck>> TraceCheck::Open(const std::string& trace_path,
                                                        uint64_t first_record) {
-  std::unique_ptr<TraceCheck> check(new TraceCheck());
-  DGRR_ASSIGN_OR_RETURN(check->recorded_, trace::ReadWholeTrace(trace_path));
-  if (first_record > check->recorded_.records.size()) {
-    return Status::Corruption(trace_path + ": has " + std::to_string(check->recorded_.records.size()) +
-                              " records, the checkpoint points at record " +
-                              std::to_string(first_record));
+  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(trace_path));
+  std::unique_ptr<TraceCheck> check(new TraceCheck(std::move(reader)));
+  // Read (and so validate, and learn the names of) the records before the
+  // checkpoint's position; only the current one is kept.
+  while (check->reader_->records_read() < first_record) {
+    bool done = false;
+    DGRR_RETURN_IF_ERROR(check->reader_->Next(&check->current_, &done));
+    if (done) {
+      return Status::Corruption(trace_path + ": has " + std::to_string(check->reader_->records_read()) +
+                                " records, the checkpoint points at record " + std::to_string(first_record));
+    }
   }
-  check->next_ = first_record;
   return check;
 }
 
-const trace::Record* TraceCheck::Next() {
-  while (next_ < recorded_.records.size()) {
-    const trace::Record& r = recorded_.records[next_++];
-    if (std::holds_alternative<trace::BoundaryRecord>(r.body)) return &r;
-    if (auto* s = std::get_if<trace::StepRecord>(&r.body); s && s->kind == trace::StepKind::kEnd) {
-      return &r;
+StatusOr<const trace::Record*> TraceCheck::Next() {
+  for (;;) {
+    bool done = false;
+    DGRR_RETURN_IF_ERROR(reader_->Next(&current_, &done));
+    if (done) return nullptr;
+    if (std::holds_alternative<trace::BoundaryRecord>(current_.body)) return &current_;
+    if (auto* s = std::get_if<trace::StepRecord>(&current_.body); s && s->kind == trace::StepKind::kEnd) {
+      return &current_;
     }
   }
-  return nullptr;
 }
 
 Status TraceCheck::Fail(ReplayMismatch m, const std::string& detail) {
   mismatch_ = m;
   return Status::IntegrityFailure(
-      "replay diverges from " + recorded_.path + " at step " + std::to_string(m.step) + ", rank " +
+      "replay diverges from " + reader_->path() + " at step " + std::to_string(m.step) + ", rank " +
       std::to_string(m.rank) + ", " + m.what + " (record " + std::to_string(m.recorded_index) +
       "): " + detail);
 }
 
 Status TraceCheck::CheckBoundary(const trace::BoundaryRecord& b, std::string_view name) {
-  const trace::Record* r = Next();
+  DGRR_ASSIGN_OR_RETURN(const trace::Record* r, Next());
   ReplayMismatch m;
   m.step = b.step;
   m.rank = b.rank;
@@ -48,10 +53,11 @@ Status TraceCheck::CheckBoundary(const trace::BoundaryRecord& b, std::string_vie
   m.recorded_index = r->index;
   const auto* want = std::get_if<trace::BoundaryRecord>(&r->body);
   if (want == nullptr) return Fail(m, "the recorded trace ends the step here");
-  const std::string& want_name = recorded_.names[want->name_id];
+  const std::string* recorded_name = reader_->name(want->name_id);
+  const std::string want_name = recorded_name ? *recorded_name : "?";
   m.recorded_xor64 = want->xor64;
   m.recorded_xxh3 = want->xxh3;
-  if (want_name != name || want->step != b.step || want->phase != b.phase ||
+  if (want_name != name || want->step != b.step || want->rank != b.rank || want->phase != b.phase ||
       want->direction != b.direction || want->dtype != b.dtype || want->ndim != b.ndim ||
       want->dims != b.dims || want->byte_count != b.byte_count ||
       want->first_example != b.first_example || want->example_count != b.example_count) {
@@ -67,10 +73,10 @@ Status TraceCheck::CheckBoundary(const trace::BoundaryRecord& b, std::string_vie
 }
 
 Status TraceCheck::CheckStep(const trace::StepRecord& s) {
-  const trace::Record* r = Next();
+  DGRR_ASSIGN_OR_RETURN(const trace::Record* r, Next());
   ReplayMismatch m;
   m.step = s.step;
-  m.rank = recorded_.header.rank;
+  m.rank = reader_->header().rank;
   m.what = "step end (parameters)";
   m.replayed_xor64 = s.params_xor64;
   m.replayed_xxh3 = s.params_xxh3;

@@ -42,13 +42,16 @@ class TraceCheck final : public RecordCheck {
   const std::optional<ReplayMismatch>& mismatch() const { return mismatch_; }
 
  private:
-  TraceCheck() = default;
-  // The next recorded BOUNDARY or STEP-end record, skipping the others.
-  const trace::Record* Next();
+  explicit TraceCheck(std::unique_ptr<trace::TraceReader> reader) : reader_(std::move(reader)) {}
+  // The next recorded BOUNDARY or STEP-end record, skipping the others;
+  // null at the end of the trace. Corruption of the recorded trace is an error.
+  StatusOr<const trace::Record*> Next();
   Status Fail(ReplayMismatch m, const std::string& detail);
 
-  trace::Trace recorded_;
-  size_t next_ = 0;
+  // Streams the recorded trace: a replay of two steps from a late checkpoint
+  // must not hold a week of records in memory.
+  std::unique_ptr<trace::TraceReader> reader_;
+  trace::Record current_;
   uint64_t boundaries_verified_ = 0;
   uint64_t steps_verified_ = 0;
   std::optional<ReplayMismatch> mismatch_;
