@@ -9,6 +9,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
+#include "replay/trace_items.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 
@@ -25,12 +26,12 @@ struct ParamsFingerprint {
 // step -> the parameter fingerprint of its STEP end record, one map per rank.
 using StepMap = std::map<uint64_t, ParamsFingerprint>;
 
-// Ranks 0..N-1 whose trace files exist.
-uint32_t CountTraces(const std::string& run_dir) {
-  uint32_t n = 0;
-  std::error_code ec;
-  while (fs::exists(TracePathFor(run_dir, static_cast<int>(n)), ec)) ++n;
-  return n;
+// The run's world size from its traces, validated as compare validates them
+// (every rank's trace present, one run id); 0 when it has none (mode off).
+StatusOr<uint32_t> RecordedRanks(const std::string& run_dir) {
+  if (!PathExists(TracePathFor(run_dir, 0))) return 0u;
+  DGRR_ASSIGN_OR_RETURN(RunInput input, OpenRunInput(run_dir));
+  return input.world_size;
 }
 
 StatusOr<StepMap> ReadStepEnds(const std::string& trace_path) {
@@ -183,7 +184,9 @@ StatusOr<std::optional<Interval>> FindInterval(const std::string& good, const st
                                                const BisectOptions& options,
                                                std::vector<StepMap>* good_steps,
                                                std::vector<StepMap>* bad_steps, BisectResult* result) {
-  const uint32_t ranks = std::min(CountTraces(good), CountTraces(bad));
+  DGRR_ASSIGN_OR_RETURN(const uint32_t good_ranks, RecordedRanks(good));
+  DGRR_ASSIGN_OR_RETURN(const uint32_t bad_ranks, RecordedRanks(bad));
+  const uint32_t ranks = std::min(good_ranks, bad_ranks);
   std::vector<uint64_t> common;
   if (ranks > 0) {
     DGRR_ASSIGN_OR_RETURN(*good_steps, ReadRunStepEnds(good, ranks));

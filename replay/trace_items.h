@@ -10,7 +10,7 @@
 //   - several ranks, world sizes differ: step by step, and within a step first
 //     the per-example boundaries (example_count == 1) by example index, then
 //     the rank-level boundaries by rank; program order breaks every tie.
-// Bisect reuses OpenRunInput and BoundaryStream to read rank traces.
+// Bisect reuses OpenRunInput to find and validate the rank traces.
 #pragma once
 
 #include <cstdint>

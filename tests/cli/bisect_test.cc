@@ -217,6 +217,12 @@ TEST_F(BisectCommandTest, BadInput) {
   int usage = -1;
   Quiet([&] { usage = RunDgrr({"bisect", "--good", good}); });
   EXPECT_EQ(usage, kExitUsage);
+  // A run missing a rank's trace is refused, naming it, not bisected on fewer ranks.
+  const std::string partial = Train("partial", {});
+  fs::remove(partial + "/rank1.trace");
+  std::tie(rc, j) = Bisect(good, partial);
+  EXPECT_EQ(rc, kExitIO);
+  EXPECT_NE(last_err_.find("rank1.trace"), std::string::npos) << last_err_;
   // Nothing recorded and no checkpoints: nothing to bisect with.
   const std::string bare = Path("bare");
   Quiet([&] {
