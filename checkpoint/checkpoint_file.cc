@@ -457,10 +457,25 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
       }
     }
   }
+  // Each entry's bytes are hashed once, by PlanDataset; the per-rank state
+  // digests are built from those hashes (replicated ones shared by every rank).
+  std::map<std::string, uint64_t> replicated_xxh3;
+  for (const auto& [name, owner] : replicated) {
+    const StateEntry& e = *owner.second;
+    DGRR_ASSIGN_OR_RETURN(DatasetPlan plan, PlanDataset("/replicated", e.name, e.dtype, e.role, e.shape,
+                                                        e.data, e.bytes, options.chunk_bytes));
+    replicated_xxh3[name] = plan.xxh3;
+    datasets.push_back(std::move(plan));
+  }
   for (const RankSnapshot* r : by_rank) {
     size_t seen = 0;
+    std::vector<DigestItem> digest_items;
     for (const StateEntry& e : r->state->entries()) {
       if (e.restore != RestorePolicy::kCheckpoint) continue;
+      if (e.replicated) {
+        auto hash = replicated_xxh3.find(e.name);
+        if (hash != replicated_xxh3.end()) digest_items.push_back({&e.name, e.dtype, &e.shape, e.bytes, hash->second});
+      }
       if (!e.replicated) {
         if (replicated.count(e.name)) {
           return Status::FailedPrecondition("state entry '" + e.name + "' is replicated on rank " +
@@ -470,6 +485,7 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
         DGRR_ASSIGN_OR_RETURN(DatasetPlan plan,
                               PlanDataset("/ranks/" + std::to_string(r->rank), e.name, e.dtype, e.role,
                                           e.shape, e.data, e.bytes, options.chunk_bytes));
+        digest_items.push_back({&e.name, e.dtype, &e.shape, e.bytes, plan.xxh3});
         datasets.push_back(std::move(plan));
       } else {
         ++seen;
@@ -485,13 +501,7 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
         }
       }
     }
-    rank_plans.push_back({r->rank, r->trace_position, StateDigest(*r->state)});
-  }
-  for (const auto& [name, owner] : replicated) {
-    const StateEntry& e = *owner.second;
-    DGRR_ASSIGN_OR_RETURN(DatasetPlan plan, PlanDataset("/replicated", e.name, e.dtype, e.role, e.shape,
-                                                        e.data, e.bytes, options.chunk_bytes));
-    datasets.push_back(std::move(plan));
+    rank_plans.push_back({r->rank, r->trace_position, DigestOfItems(std::move(digest_items))});
   }
   DGRR_ASSIGN_OR_RETURN(DatasetPlan plan,
                         PlanDataset("/meta", "plan_json", DType::kU8, StateRole::kOther, {},
