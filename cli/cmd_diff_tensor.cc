@@ -22,17 +22,12 @@ std::string BitsHex(uint64_t bits, DType dtype) {
   return text;
 }
 
-bool IsSignedInteger(DType dtype) {
-  return dtype == DType::kI8 || dtype == DType::kI32 || dtype == DType::kI64;
-}
-
 // Floats: a number, or "nan", "inf", "-inf" (JSON has no such numbers).
 // Integers: the exact integer.
 Json ValueJson(DType dtype, uint64_t bits) {
   if (!replay::IsFloatDType(dtype)) {
-    if (!IsSignedInteger(dtype)) return bits;
-    const int shift = static_cast<int>(64 - 8 * DTypeSize(dtype));
-    return static_cast<int64_t>(bits << shift) >> shift;  // sign-extended, exact
+    if (!replay::IsSignedIntegerDType(dtype)) return bits;
+    return replay::SignExtend(bits, DTypeSize(dtype));  // exact
   }
   const double v = replay::ElementValue(dtype, bits);
   if (std::isnan(v)) return "nan";

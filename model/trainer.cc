@@ -34,6 +34,13 @@
 namespace dgrr::model {
 namespace {
 
+// Looks boundary names up by string_view: the workers ask for every boundary
+// of every example, and must not allocate a std::string each time.
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+};
+
 using trace::Direction;
 using trace::Phase;
 using Clock = std::chrono::steady_clock;
@@ -288,7 +295,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     if (example_count == 1 && phase != model::Phase::kOptimizer) {
-      auto it = example_index.find(std::string(name));
+      auto it = example_index.find(name);
       if (it == example_index.end()) return;  // cannot happen: names learned up front
       const bool recorded = example_handles[static_cast<size_t>(it->second)].recorded;
       const bool target = IsFlipTarget(name, first_example);
@@ -327,7 +334,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       return;
     }
     // Per batch, on the rank thread: intern lazily, record at once.
-    auto it = batch_handles.find(std::string(name));
+    auto it = batch_handles.find(name);
     if (it == batch_handles.end()) {
       auto h = session->DeclareBoundary(name, TracePhase(phase),
                                         is_output ? Direction::kOutput : Direction::kInput,
@@ -392,10 +399,10 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   AdamW adamw;
   std::vector<uint8_t> tokens;
   std::vector<std::vector<Slot>> slots;  // per local example
-  std::unordered_map<std::string, int> example_index;
+  std::unordered_map<std::string, int, NameHash, std::equal_to<>> example_index;
   std::vector<BoundaryHandle> example_handles;
   BoundaryHandle tokens_handle;
-  std::unordered_map<std::string, BoundaryHandle> batch_handles;
+  std::unordered_map<std::string, BoundaryHandle, NameHash, std::equal_to<>> batch_handles;
   std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
   uint64_t shard_first = 0;                       // global example index of the shard's first
   const FaultSpec* flip = nullptr;                // active per-example bitflip this step

@@ -35,22 +35,12 @@ std::optional<FloatFormat> FormatOf(DType dtype) {
   }
 }
 
-bool IsSigned(DType dtype) {
-  return dtype == DType::kI8 || dtype == DType::kI32 || dtype == DType::kI64;
-}
-
 // Zero-extended little-endian load of element i.
 uint64_t LoadBits(const uint8_t* data, size_t element_size, uint64_t i) {
   const uint8_t* p = data + i * element_size;
   uint64_t v = 0;
   for (size_t k = 0; k < element_size; ++k) v |= static_cast<uint64_t>(p[k]) << (8 * k);
   return v;
-}
-
-int64_t SignExtend(uint64_t bits, size_t element_size) {
-  if (element_size >= 8) return static_cast<int64_t>(bits);
-  const int shift = static_cast<int>(64 - 8 * element_size);
-  return static_cast<int64_t>(bits << shift) >> shift;
 }
 
 double HalfToDouble(uint64_t bits) {
@@ -70,7 +60,7 @@ double HalfToDouble(uint64_t bits) {
 
 // |a - b| of two integers of `dtype`, exactly, as an unsigned magnitude.
 uint64_t IntegerDistance(DType dtype, size_t element_size, uint64_t a, uint64_t b) {
-  if (IsSigned(dtype)) {
+  if (IsSignedIntegerDType(dtype)) {
     const int64_t x = SignExtend(a, element_size), y = SignExtend(b, element_size);
     return x >= y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
                   : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
@@ -79,6 +69,16 @@ uint64_t IntegerDistance(DType dtype, size_t element_size, uint64_t a, uint64_t 
 }
 
 }  // namespace
+
+bool IsSignedIntegerDType(DType dtype) {
+  return dtype == DType::kI8 || dtype == DType::kI32 || dtype == DType::kI64;
+}
+
+int64_t SignExtend(uint64_t bits, size_t element_size) {
+  if (element_size >= 8) return static_cast<int64_t>(bits);
+  const int shift = static_cast<int>(64 - 8 * element_size);
+  return static_cast<int64_t>(bits << shift) >> shift;
+}
 
 bool IsFloatDType(DType dtype) { return FormatOf(dtype).has_value(); }
 
@@ -106,7 +106,7 @@ double ElementValue(DType dtype, uint64_t bits) {
     default: break;
   }
   const size_t size = std::max<size_t>(DTypeSize(dtype), 1);
-  if (IsSigned(dtype)) return static_cast<double>(SignExtend(bits, size));
+  if (IsSignedIntegerDType(dtype)) return static_cast<double>(SignExtend(bits, size));
   return static_cast<double>(bits);
 }
 

@@ -32,6 +32,9 @@ std::optional<uint64_t> UlpDistance(DType dtype, uint64_t a_bits, uint64_t b_bit
 // The element's value as a double (integers may round beyond 2^53).
 double ElementValue(DType dtype, uint64_t bits);
 bool IsFloatDType(DType dtype);
+bool IsSignedIntegerDType(DType dtype);
+// The integer an element of `element_size` bytes holds, sign-extended.
+int64_t SignExtend(uint64_t bits, size_t element_size);
 // The multi-dimensional row-major index of flat element `flat` of `shape`.
 std::vector<int64_t> UnravelIndex(uint64_t flat, const std::vector<int64_t>& shape);
 
