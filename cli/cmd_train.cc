@@ -159,6 +159,8 @@ int RunTrain(const std::vector<std::string>& args) {
 
   auto trainer = model::Trainer::Create(o);
   if (!trainer.ok()) return ReportError("train", trainer.status());
+  // Before the first byte of output: a second writer is refused having written nothing.
+  if (Status locked = (*trainer)->LockRunDirectory(); !locked.ok()) return ReportError("train", locked);
   const bool quiet = vm.count("quiet") > 0;
   if (!quiet && o.resume) {
     std::fprintf(stderr, "dgrr train: resuming %s\n", o.out_dir.c_str());

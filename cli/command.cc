@@ -26,7 +26,7 @@ const char* ExitCodeHelp() {
   return "Exit codes:\n"
          "  0  success\n"
          "  1  usage error (bad arguments or options)\n"
-         "  2  I/O error (a file could not be read or written)\n"
+         "  2  I/O error (a file could not be read or written), or the run is in use by another writer\n"
          "  3  invalid trace or checkpoint (validation failed)\n"
          "  4  divergence found\n"
          "  5  replay integrity failure (a replay did not reproduce the record)\n";

@@ -7,7 +7,11 @@
 #include <chrono>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "base/file.h"
+#include "base/kill_point.h"
+#include "base/run_lock.h"
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
@@ -60,9 +64,10 @@ uint64_t NowUnixNs() {
 }
 
 // Stage 3 for one rank: keep records [0, cut), then the EVENT, durably.
-Status CutTraceAndRecordEvent(const std::string& path, uint64_t cut, uint64_t step,
+Status CutTraceAndRecordEvent(const std::string& path, int rank, uint64_t cut, uint64_t step,
                               const std::string& payload) {
   DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(path, cut));
+  KillPoint("rollback-cut", rank);
   DGRR_ASSIGN_OR_RETURN(auto writer, trace::TraceWriter::OpenForAppend(path));
   if (writer->records_written() != cut) {
     return Status::Internal(path + ": reopened with " + std::to_string(writer->records_written()) +
@@ -75,7 +80,25 @@ Status CutTraceAndRecordEvent(const std::string& path, uint64_t cut, uint64_t st
   event.payload = payload;
   DGRR_RETURN_IF_ERROR(writer->AppendEvent(event));
   DGRR_RETURN_IF_ERROR(writer->Sync());
-  return writer->Close();
+  DGRR_RETURN_IF_ERROR(writer->Close());
+  KillPoint("rollback-event", rank);
+  return Status::OK();
+}
+
+std::string PendingPath(const std::string& run_dir) { return run_dir + "/" + kPendingRollbackFile; }
+
+// Durably, before RUN_DIR's first change: what resume must finish.
+Status WritePendingMarker(const std::string& run_dir, int64_t step) {
+  nlohmann::json marker;
+  marker["schema"] = "dgrr.rollback-pending/1";
+  marker["step"] = step;
+  return WriteFileAtomically(PendingPath(run_dir), marker.dump() + "\n");
+}
+
+Status RemovePendingMarker(const std::string& run_dir) {
+  const std::string path = PendingPath(run_dir);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("remove", path, errno);
+  return SyncDirectory(run_dir);
 }
 
 // The newest good checkpoint at or before `step`; nullopt when there is none.
@@ -131,6 +154,7 @@ Status RemoveLaterCheckpoints(const RollbackOptions& options, RollbackResult* re
     }
     DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
     result->removed_checkpoints.push_back(later);
+    KillPoint("rollback-remove", static_cast<int64_t>(later));
     if (options.interrupt) {
       DGRR_RETURN_IF_ERROR(options.interrupt(RollbackStage::kCheckpointRemoved, static_cast<int64_t>(later)));
     }
@@ -141,9 +165,31 @@ Status RemoveLaterCheckpoints(const RollbackOptions& options, RollbackResult* re
 
 }  // namespace
 
+StatusOr<std::optional<int64_t>> PendingRollback(const std::string& run_dir) {
+  const std::string path = PendingPath(run_dir);
+  if (::access(path.c_str(), F_OK) != 0) {
+    if (errno == ENOENT) return std::optional<int64_t>();
+    return Status::FromErrno("access", path, errno);
+  }
+  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  nlohmann::json marker = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!marker.is_object() || !marker.contains("step") || !marker["step"].is_number_integer() ||
+      marker["step"].get<int64_t>() < 0) {
+    return Status::Corruption(path + ": not a rollback marker (expected {\"step\": S})");
+  }
+  return std::optional<int64_t>(marker["step"].get<int64_t>());
+}
+
 StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
   if (options.step < 0) {
     return Status::InvalidArgument("--step must not be negative, got " + std::to_string(options.step));
+  }
+  // Before anything else: a second writer must change nothing.
+  // (Not in a directory that is no run: TrainOptionsFromRun says why.)
+  std::optional<RunLock> lock;
+  if (!options.run_dir_locked && ::access(ConfigPathFor(options.run_dir).c_str(), F_OK) == 0) {
+    DGRR_ASSIGN_OR_RETURN(RunLock held, RunLock::Acquire(options.run_dir));
+    lock.emplace(std::move(held));
   }
   DGRR_ASSIGN_OR_RETURN(TrainOptions run, TrainOptionsFromRun(options.run_dir));
   if (run.mode == RecordMode::kOff) {
@@ -195,6 +241,8 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
   // rollback EVENT will) and is left alone.
   std::vector<uint64_t> positions;
   for (const TraceScan& scan : scans) positions.push_back(*scan.step_end + 2);
+  DGRR_RETURN_IF_ERROR(WritePendingMarker(options.run_dir, options.step));
+  KillPoint("rollback-begun", options.step);
   checkpoint::CheckpointMeta meta = state.meta;
   meta.run_id_hex = RunIdHex(scans[0].run_id);
   bool fits = state.path == result.checkpoint_path;
@@ -203,6 +251,7 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
     DGRR_RETURN_IF_ERROR(checkpoint::RewriteCheckpoint(state, result.checkpoint_path, meta, positions));
     result.checkpoint_written = true;
   }
+  KillPoint("rollback-ckpt", options.step);
   if (options.interrupt) DGRR_RETURN_IF_ERROR(options.interrupt(RollbackStage::kCheckpointWritten, 0));
 
   // Stage 3: cut every trace after step S's end and record the rollback.
@@ -218,7 +267,7 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
       // Drop a torn tail an interrupted append may have left after the EVENT.
       if (scan.torn_tail_bytes > 0) DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(path, rank.cut_at + 1));
     } else {
-      DGRR_RETURN_IF_ERROR(CutTraceAndRecordEvent(path, rank.cut_at, step, payload));
+      DGRR_RETURN_IF_ERROR(CutTraceAndRecordEvent(path, r, rank.cut_at, step, payload));
     }
     result.ranks.push_back(rank);
     if (options.interrupt) DGRR_RETURN_IF_ERROR(options.interrupt(RollbackStage::kTraceCut, r));
@@ -226,6 +275,7 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
 
   // Stage 4: only now may the later checkpoints go.
   DGRR_RETURN_IF_ERROR(RemoveLaterCheckpoints(options, &result));
+  DGRR_RETURN_IF_ERROR(RemovePendingMarker(options.run_dir));
   return result;
 }
 

@@ -13,6 +13,9 @@
 //   3. cut each rank's trace right after step S's STEP end record and append
 //      an EVENT kRolledBack, durably;
 //   4. only then remove the checkpoints of later steps and stale temporaries.
+// From stage 2 until stage 4 is done, RUN_DIR/rollback-pending.json names S,
+// so that `train --resume` finishes an interrupted rollback before resuming.
+// The whole rollback holds RUN_DIR's writer lock (base/run_lock.h).
 // Nothing in RUN_DIR changes before stage 2, so a failed re-execution (a
 // replay mismatch, say) leaves the run as it was. Every stage notices when an
 // interrupted earlier rollback already did it, so running the same rollback
@@ -51,7 +54,17 @@ struct RollbackOptions {
   // Test hook standing in for a kill: called after each durable point; a
   // non-OK result stops the rollback there and is returned.
   std::function<Status(RollbackStage stage, int64_t index)> interrupt;
+  // The caller already holds run_dir's RunLock (train --resume finishing an
+  // interrupted rollback); otherwise Rollback takes it.
+  bool run_dir_locked = false;
 };
+
+// The marker an unfinished rollback leaves in its run directory.
+inline constexpr const char* kPendingRollbackFile = "rollback-pending.json";
+
+// The step an interrupted rollback of `run_dir` was rolling back to; nullopt
+// when none is pending. Corruption for an unreadable marker.
+StatusOr<std::optional<int64_t>> PendingRollback(const std::string& run_dir);
 
 struct RollbackRankResult {
   int rank = 0;
@@ -76,7 +89,7 @@ struct RollbackResult {
 };
 
 // Rolls the run in `options.run_dir` back to just after `options.step`.
-// Errors: InvalidArgument for a negative step or one past the last step every
+// Errors: IOError when another writer holds the run (exit 2); InvalidArgument for a negative step or one past the last step every
 // rank recorded (exit 1); FailedPrecondition for a run recorded in mode `off`
 // (no STEP records to cut at); NotFound when run_dir is not a dgrr run
 // (exit 2); Corruption for a damaged trace or checkpoint (exit 3);

@@ -17,11 +17,13 @@
 
 #include "base/coding.h"
 #include "base/file.h"
+#include "base/kill_point.h"
 #include "checkpoint/tensor_file.h"
 #include "model/adamw.h"
 #include "model/batch.h"
 #include "model/data_order.h"
 #include "model/gpt.h"
+#include "model/rollback.h"
 #include "model/schedule.h"
 #include "model/training_program.h"
 #include "replay/trace_check.h"
@@ -639,6 +641,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
+  KillPoint("step", step, rank.r);
   DGRR_RETURN_IF_ERROR(WriteDumps(rank));
   const bool periodic = t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
                         (step + 1) % t.options_.ckpt_every == 0;
@@ -681,8 +684,15 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
     for (const auto& other : ranks) {
       snapshots.push_back({other->r, &other->session->state(), other->session->trace_position()});
     }
+    checkpoint::CheckpointWriteOptions write;
+    write.fault_hook = [step](const char*) {
+      KillPoint("ckpt-temp", step);
+      return Status::OK();
+    };
     DGRR_RETURN_IF_ERROR(checkpoint::WriteCheckpoint(
-        checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots));
+        checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots,
+        write));
+    KillPoint("ckpt-commit", step);
   }
   return barrier.Wait();
 }
@@ -1154,9 +1164,93 @@ Status Trainer::PrepareRestore() {
   return Status::OK();
 }
 
-// Finds the checkpoint to resume from and cuts every rank's trace back to it.
+namespace {
+
+// Where a rank's trace ends, and the EVENT records a checkpoint may point
+// just past (index -> the step they were recorded in).
+struct TraceEnd {
+  uint64_t records = 0;
+  std::map<uint64_t, uint64_t> events;
+};
+
+StatusOr<TraceEnd> ScanTraceEnd(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(path));
+  TraceEnd end;
+  trace::Record record;
+  for (;;) {
+    bool done = false;
+    DGRR_RETURN_IF_ERROR(reader->Next(&record, &done));
+    if (done) break;
+    if (const auto* e = std::get_if<trace::EventRecord>(&record.body)) end.events[record.index] = e->step;
+  }
+  end.records = reader->records_read();
+  return end;
+}
+
+// Why the traces do not reach `ckpt` ("" when they do): each rank's recorded
+// position must lie within its trace, just past an EVENT of the checkpoint's
+// step (the CHECKPOINT event, or a rollback's ROLLED_BACK event). A trace cut
+// shorter since (an interrupted rollback, a user's truncation) fails this.
+std::string Unreachable(const checkpoint::Checkpoint& ckpt, const std::vector<TraceEnd>& ends) {
+  for (size_t r = 0; r < ends.size() && r < ckpt.ranks.size(); ++r) {
+    const uint64_t p = ckpt.ranks[r].trace_position;
+    if (p == 0) continue;  // mode off: nothing recorded
+    auto it = ends[r].events.find(p - 1);
+    if (p <= ends[r].records && it != ends[r].events.end() && it->second == ckpt.meta.step) continue;
+    return ckpt.path + " records trace position " + std::to_string(p) + " for rank " +
+           std::to_string(r) + ", which the trace (" + std::to_string(ends[r].records) +
+           " records) does not reach";
+  }
+  return "";
+}
+
+}  // namespace
+
+// The newest good checkpoint whose trace positions the traces still reach.
+// Without --fallback, a damaged or unreachable newest checkpoint is refused
+// (Corruption); with it, older ones are tried. NotFound: none at all.
+StatusOr<checkpoint::Checkpoint> Trainer::FindResumeCheckpoint() const {
+  std::vector<TraceEnd> ends;
+  for (int r = 0; r < options_.ranks; ++r) {
+    DGRR_ASSIGN_OR_RETURN(TraceEnd end, ScanTraceEnd(TracePathFor(options_.out_dir, r)));
+    ends.push_back(std::move(end));
+  }
+  uint64_t bound = ~0ull;
+  for (;;) {
+    DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
+                          checkpoint::FindNewestGoodCheckpoint(options_.out_dir, bound, options_.fallback));
+    const std::string why = Unreachable(ckpt, ends);
+    if (why.empty()) return ckpt;
+    if (!options_.fallback) {
+      return Status::Corruption(why + " (pass --fallback to resume from an older checkpoint)");
+    }
+    if (ckpt.meta.step == 0) {
+      return Status::NotFound(options_.out_dir + ": no checkpoint the traces reach (" + why + ")");
+    }
+    bound = ckpt.meta.step - 1;
+  }
+}
+
+// Finishes an interrupted rollback, then finds the checkpoint to resume from
+// and cuts every rank's trace back to it.
 Status Trainer::PrepareResume() {
-  auto found = checkpoint::FindNewestGoodCheckpoint(options_.out_dir, ~0ull, options_.fallback);
+  DGRR_ASSIGN_OR_RETURN(std::optional<int64_t> pending, PendingRollback(options_.out_dir));
+  if (pending) {
+    // The rollback's stages are re-runnable and this process holds the lock.
+    RollbackOptions finish;
+    finish.run_dir = options_.out_dir;
+    finish.step = *pending;
+    finish.fallback = options_.fallback;
+    finish.run_dir_locked = true;
+    auto finished = Rollback(finish);
+    if (!finished.ok()) {
+      return finished.status().WithPrefix(
+          "finishing the interrupted rollback to step " + std::to_string(*pending) +
+          " (run 'dgrr rollback " + options_.out_dir + " --step " + std::to_string(*pending) +
+          "' to see it through)");
+    }
+  }
+  auto found = FindResumeCheckpoint();
   if (!found.ok() && found.status().IsNotFound()) {
     // Killed before the first checkpoint: start over in the same directory.
     options_.force = true;
@@ -1168,11 +1262,26 @@ Status Trainer::PrepareResume() {
   for (int r = 0; r < options_.ranks; ++r) {
     DGRR_RETURN_IF_ERROR(
         trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));
+    KillPoint("resume-cut", r);
   }
   // A writer killed mid-checkpoint leaves only its temporary file; drop it.
   DGRR_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(options_.out_dir).status());
   first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
   resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
+  return Status::OK();
+}
+
+Status Trainer::LockRunDirectory() {
+  if (lock_) return Status::OK();
+  namespace fs = std::filesystem;
+  const std::string& dir = options_.out_dir;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    return Status::InvalidArgument(dir + " exists and is not a directory");
+  }
+  DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
+  DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(dir));
+  lock_.emplace(std::move(lock));
   return Status::OK();
 }
 
@@ -1183,7 +1292,12 @@ Status Trainer::PrepareRunDirectory() const {
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
     return Status::InvalidArgument(dir + " exists and is not a directory");
   }
-  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+  // The lock file (held by this process) does not make a directory a run.
+  bool empty = true;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != RunLock::kFileName) empty = false;
+  }
+  if (!empty) {
     if (!options_.force) {
       return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
     }
@@ -1192,7 +1306,7 @@ Status Trainer::PrepareRunDirectory() const {
     std::vector<fs::path> ours;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
-      if (name == "config.json" || name == "ckpt" ||
+      if (name == "config.json" || name == "ckpt" || name == kPendingRollbackFile ||
           (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")))) {
         ours.push_back(entry.path());
       }
@@ -1207,6 +1321,12 @@ Status Trainer::PrepareRunDirectory() const {
 }
 
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
+  // The lock goes when Run returns, whatever it returns.
+  struct Release {
+    std::optional<RunLock>& lock;
+    ~Release() { lock.reset(); }
+  } release{lock_};
+  DGRR_RETURN_IF_ERROR(LockRunDirectory());
   DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
   if (!options_.restore_checkpoint.empty()) DGRR_RETURN_IF_ERROR(PrepareRestore());
   for (const DumpRequest& d : options_.dumps) {

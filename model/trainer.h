@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "base/run_lock.h"
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
 #include "model/config.h"
@@ -118,6 +119,12 @@ class Trainer {
   static StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options);
   ~Trainer();
 
+  // Takes the run directory's writer lock (base/run_lock.h), creating the
+  // directory when it does not exist; Run takes it when this was not called.
+  // A front end calls it before it prints anything, so that a second writer
+  // is refused having written nothing. IOError when another writer holds it.
+  Status LockRunDirectory();
+
   // Trains, writing the run directory. `progress` is called from rank 0's
   // thread after every step.
   Status Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
@@ -141,6 +148,7 @@ class Trainer {
   Status LoadConfigForResume();
   Status PrepareRunDirectory() const;
   Status PrepareResume();
+  StatusOr<checkpoint::Checkpoint> FindResumeCheckpoint() const;
   Status PrepareRestore();
   Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
   Status ValidateDumps() const;
@@ -158,6 +166,7 @@ class Trainer {
   std::unique_ptr<checkpoint::Checkpoint> resume_from_;  // set by PrepareResume
   int64_t first_step_ = 0;
   std::unique_ptr<Impl> impl_;
+  std::optional<RunLock> lock_;  // from LockRunDirectory (or Run) until destroyed
 };
 
 // The names of every per-example boundary of `config`, in the order one

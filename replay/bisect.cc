@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/coding.h"
@@ -26,10 +27,21 @@ struct ParamsFingerprint {
 // step -> the parameter fingerprint of its STEP end record, one map per rank.
 using StepMap = std::map<uint64_t, ParamsFingerprint>;
 
+// Whether the run's config.json says it was recorded in mode off (no traces
+// written); false when the config is missing or unreadable.
+bool RecordedInModeOff(const std::string& run_dir) {
+  auto text = ReadFileToString(ConfigPathFor(run_dir));
+  if (!text.ok()) return false;
+  const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return config.is_object() && config.contains("mode") && config["mode"] == "off";
+}
+
 // The run's world size from its traces, validated as compare validates them
-// (every rank's trace present, one run id); 0 when it has none (mode off).
+// (every rank's trace present, one run id); 0 only for a run recorded in mode
+// off. A run whose traces are missing is refused (OpenRunInput names the
+// file), never taken for one with nothing to compare.
 StatusOr<uint32_t> RecordedRanks(const std::string& run_dir) {
-  if (!PathExists(TracePathFor(run_dir, 0))) return 0u;
+  if (!PathExists(TracePathFor(run_dir, 0)) && RecordedInModeOff(run_dir)) return 0u;
   DGRR_ASSIGN_OR_RETURN(RunInput input, OpenRunInput(run_dir));
   return input.world_size;
 }

@@ -223,6 +223,15 @@ TEST_F(BisectCommandTest, BadInput) {
   std::tie(rc, j) = Bisect(good, partial);
   EXPECT_EQ(rc, kExitIO);
   EXPECT_NE(last_err_.find("rank1.trace"), std::string::npos) << last_err_;
+  // Every trace of a run gone: refused as compare refuses it, never "agree".
+  const std::string traceless = Train("traceless", {});
+  fs::remove(traceless + "/rank0.trace");
+  fs::remove(traceless + "/rank1.trace");
+  std::tie(rc, j) = Bisect(good, traceless);
+  EXPECT_EQ(rc, kExitIO) << last_err_;
+  EXPECT_NE(last_err_.find("rank0.trace"), std::string::npos) << last_err_;
+  std::tie(rc, j) = Bisect(traceless, good);
+  EXPECT_EQ(rc, kExitIO) << last_err_;
   // Nothing recorded and no checkpoints: nothing to bisect with.
   const std::string bare = Path("bare");
   Quiet([&] {

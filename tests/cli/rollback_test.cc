@@ -3,14 +3,20 @@
 // refusal.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "base/run_lock.h"
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
+#include "model/rollback.h"
+#include "trace_format/reader.h"
 #include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -116,6 +122,80 @@ TEST_F(RollbackCommandTest, RefusalsHaveTheirExitCodes) {
   EXPECT_EQ(rc_, 0);
   EXPECT_NE(out.find("dgrr rollback RUN_DIR --step S"), std::string::npos) << out;
   EXPECT_NE(out.find("--resume"), std::string::npos) << out;
+}
+
+// Every file under `dir` with its bytes.
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    auto bytes = ReadFileToString(e.path().string());
+    files[e.path().string()] = bytes.ok() ? *bytes : "<unreadable>";
+  }
+  return files;
+}
+
+TEST_F(RollbackCommandTest, ASecondWriterIsRefusedHavingWrittenNothing) {
+  const std::string pid = std::to_string(::getpid());
+  {
+    // This process holds the run as a live `dgrr train` would.
+    auto held = RunLock::Acquire(run_);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    const auto before = Snapshot(run_);
+    for (const std::vector<std::string>& writer :
+         {std::vector<std::string>{"train", "--out", run_, "--resume"},
+          std::vector<std::string>{"train", "--out", run_, "--steps", "2", "--force"},
+          std::vector<std::string>{"rollback", run_, "--step", "4"}}) {
+      auto [out, err] = Run(writer);
+      EXPECT_EQ(rc_, kExitIO) << writer[0] << ": " << err;
+      EXPECT_EQ(err, "dgrr " + writer[0] + ": " + run_ + " is in use by another dgrr writer (pid " +
+                         pid + ", lock " + run_ + "/lock); wait for it to finish\n");
+      EXPECT_TRUE(out.empty()) << out;
+      EXPECT_TRUE(Snapshot(run_) == before) << writer[0] << " changed the run";
+    }
+    // Readers take no lock.
+    Run({"replay", run_, "--from", "6"});
+    EXPECT_EQ(rc_, 0);
+  }
+  // Released: the next writer goes ahead.
+  auto [out, err] = Run({"rollback", run_, "--step", "4"});
+  EXPECT_EQ(rc_, 0) << err;
+}
+
+TEST_F(RollbackCommandTest, ResumeFinishesAnInterruptedRollback) {
+  // A rollback to step 4 stopped after cutting the traces, before removing the
+  // later checkpoints (5): the state that made resume fail with "cannot keep".
+  model::RollbackOptions o;
+  o.run_dir = run_;
+  o.step = 4;
+  o.interrupt = [](model::RollbackStage stage, int64_t) {
+    return stage == model::RollbackStage::kTraceCut ? Status::Internal("killed") : Status::OK();
+  };
+  ASSERT_FALSE(model::Rollback(o).ok());
+  ASSERT_TRUE(fs::exists(checkpoint::CheckpointPath(run_, 5)));
+  ASSERT_TRUE(fs::exists(run_ + "/rollback-pending.json"));
+  auto [out, err] = Run({"train", "--out", run_, "--resume", "--quiet"});
+  ASSERT_EQ(rc_, 0) << err;
+  EXPECT_EQ(ParamsXxh3(out), full_params_);
+  EXPECT_FALSE(fs::exists(run_ + "/rollback-pending.json"));
+}
+
+TEST_F(RollbackCommandTest, FallbackSkipsACheckpointTheTracesNoLongerReach) {
+  // Rank 0's trace cut back to the end of step 4: the checkpoint of step 5
+  // points past it, that of step 2 does not.
+  auto ckpt = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(run_, 5));
+  ASSERT_TRUE(ckpt.ok());
+  auto two = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(run_, 2));
+  ASSERT_TRUE(two.ok());
+  ASSERT_TRUE(trace::TruncateTraceAt(run_ + "/rank0.trace", ckpt->ranks[0].trace_position - 3).ok());
+  auto [out, err] = Run({"train", "--out", run_, "--resume", "--quiet"});
+  EXPECT_EQ(rc_, kExitInvalidData) << err;
+  EXPECT_NE(err.find("step-00000005.h5"), std::string::npos) << err;
+  EXPECT_NE(err.find("--fallback"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+  std::tie(out, err) = Run({"train", "--out", run_, "--resume", "--fallback", "--quiet"});
+  ASSERT_EQ(rc_, 0) << err;
+  EXPECT_EQ(ParamsXxh3(out), full_params_);
 }
 
 }  // namespace

@@ -1,15 +1,21 @@
-// SIGKILL `dgrr train` at 20 pseudo-random moments, each followed by
-// --resume. Asserts only what must hold whatever the timing: no checkpoint
-// file on disk is ever half-written, and the run finally ends with the
-// parameters of an uninterrupted run.
+// SIGKILL `dgrr train`, `train --resume`, `rollback` and `replay` at named
+// points of their progress (the DGRR_TEST_KILL_AT hook, base/kill_point.h),
+// each followed by the command a user would run next. Nothing here depends on
+// timing: every kill happens at a stage and step, so every round is known to
+// be interrupted (the child must end by SIGKILL), and the assertions are
+// about correctness only: every checkpoint on disk reads back valid after
+// every kill, and the run ends with the BOUNDARY and STEP records (times
+// aside) and parameters of the uninterrupted run.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <thread>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
@@ -20,85 +26,189 @@ namespace {
 
 namespace fs = std::filesystem;
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  pid_t pid = ::fork();
+// Runs dgrr with `args`, killing itself at `kill_at` when that is not empty.
+// Returns the exit code, or -signal.
+int RunDgrr(const std::vector<std::string>& args, const std::string& kill_at = "") {
+  const pid_t pid = ::fork();
   if (pid == 0) {
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(DGRR_BIN));
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::freopen("/dev/null", "w", stdout);
-    ::freopen("/dev/null", "w", stderr);
+    if (kill_at.empty()) {
+      ::unsetenv("DGRR_TEST_KILL_AT");
+    } else {
+      ::setenv("DGRR_TEST_KILL_AT", kill_at.c_str(), 1);
+    }
+    if (!::freopen("/dev/null", "w", stdout) || !::freopen("/dev/null", "w", stderr)) ::_exit(126);
     ::execv(DGRR_BIN, argv.data());
     ::_exit(127);
   }
-  return pid;
-}
-
-int Wait(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
-std::vector<std::string> TrainArgs(const std::string& dir, bool resume) {
-  if (resume) return {"train", "--out", dir, "--resume", "--quiet"};
-  return {"train", "--out", dir, "--steps", "40", "--ranks", "2", "--ckpt-every", "4",
-          "--quiet", "--force"};
+constexpr int kSteps = 8;
+
+std::vector<std::string> Fresh(const std::string& dir) {
+  return {"train", "--out", dir, "--steps", std::to_string(kSteps), "--ranks", "2",
+          "--ckpt-every", "2", "--quiet", "--force"};
+}
+std::vector<std::string> Resume(const std::string& dir) {
+  return {"train", "--out", dir, "--resume", "--quiet"};
+}
+std::vector<std::string> RollBack(const std::string& dir, int step) {
+  return {"rollback", dir, "--step", std::to_string(step), "--quiet"};
 }
 
-// The parameter fingerprint of the last STEP end record of rank 0.
-std::pair<uint64_t, uint64_t> FinalParams(const std::string& dir) {
-  auto t = trace::ReadWholeTrace(TracePathFor(dir, 0));
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  std::pair<uint64_t, uint64_t> fp{0, 0};
-  if (!t.ok()) return fp;
-  for (const auto& r : t->records) {
-    if (auto* s = std::get_if<trace::StepRecord>(&r.body); s && s->kind == trace::StepKind::kEnd) {
-      fp = {s->params_xor64, s->params_xxh3};
+// Every rank's BOUNDARY and STEP records, host times zeroed: what must equal
+// the uninterrupted run's (EVENT records say where the run was interrupted).
+std::vector<std::vector<trace::Record>> TimelessRecords(const std::string& dir) {
+  std::vector<std::vector<trace::Record>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto t = trace::ReadWholeTrace(TracePathFor(dir, r));
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    ranks.emplace_back();
+    if (!t.ok()) continue;
+    for (trace::Record rec : t->records) {
+      if (auto* b = std::get_if<trace::BoundaryRecord>(&rec.body)) {
+        b->host_time_ns = 0;
+      } else if (auto* s = std::get_if<trace::StepRecord>(&rec.body)) {
+        s->host_time_ns = 0;
+      } else {
+        continue;
+      }
+      rec.index = 0;  // EVENTs in between shift the indices
+      ranks.back().push_back(rec);
     }
   }
-  return fp;
+  return ranks;
 }
 
-TEST(KillAndResume, TwentyKillsEndWithTheUninterruptedParameters) {
-  const fs::path root = fs::temp_directory_path() / ("dgrr_kill_test_" + std::to_string(::getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root);
-  const std::string clean = (root / "clean").string(), killed = (root / "killed").string();
-  ASSERT_EQ(Wait(Spawn(TrainArgs(clean, false))), 0);
-  const auto expected = FinalParams(clean);
+// Only BOUNDARY and STEP bodies are compared (EventRecord has no ==).
+bool SameBody(const trace::RecordBody& a, const trace::RecordBody& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* x = std::get_if<trace::BoundaryRecord>(&a)) return *x == std::get<trace::BoundaryRecord>(b);
+  if (const auto* x = std::get_if<trace::StepRecord>(&a)) return *x == std::get<trace::StepRecord>(b);
+  return false;
+}
 
-  uint64_t lcg = 20261122;  // fixed seed: the same moments every run
-  int kills_landed = 0;
-  for (int i = 0; i < 20; ++i) {
-    // Until the run has a config, there is nothing to resume: start it afresh.
-    const bool resume = fs::exists(killed + "/config.json");
-    const pid_t pid = Spawn(TrainArgs(killed, resume));
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + (lcg >> 33) % 400));
-    ::kill(pid, SIGKILL);  // succeeds on a finished but unreaped child too
-    const int rc = Wait(pid);
-    ASSERT_TRUE(rc == -SIGKILL || rc == 0) << "kill " << i << ": dgrr exited with " << rc;
-    if (rc == -SIGKILL) ++kills_landed;  // the signal, not the exit, ended the run
-    // Whatever the moment, every checkpoint on disk is complete and valid.
-    auto steps = checkpoint::ListCheckpointSteps(killed);
-    if (steps.ok()) {
-      for (uint64_t step : *steps) {
-        auto c = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(killed, step));
-        EXPECT_TRUE(c.ok()) << "after kill " << i << ": " << c.status().ToString();
+bool SameRecords(const std::vector<std::vector<trace::Record>>& a,
+                 const std::vector<std::vector<trace::Record>>& b, std::string* why) {
+  for (size_t r = 0; r < a.size(); ++r) {
+    if (a[r].size() != b[r].size()) {
+      *why = "rank " + std::to_string(r) + ": " + std::to_string(a[r].size()) + " vs " +
+             std::to_string(b[r].size()) + " records";
+      return false;
+    }
+    for (size_t i = 0; i < a[r].size(); ++i) {
+      if (!SameBody(a[r][i].body, b[r][i].body)) {
+        *why = "rank " + std::to_string(r) + ": record " + std::to_string(i) + " differs";
+        return false;
       }
     }
   }
-  EXPECT_GT(kills_landed, 10) << "most kills must land while the run is training";
-  // Finish the run.
-  int rc = Wait(Spawn(TrainArgs(killed, fs::exists(killed + "/config.json"))));
-  ASSERT_EQ(rc, 0);
-  EXPECT_EQ(FinalParams(killed), expected);
-  trace::VerifySummary summary;
-  EXPECT_TRUE(trace::VerifyTrace(TracePathFor(killed, 1), &summary).ok());
-  EXPECT_EQ(summary.last_step, 39u);
-  fs::remove_all(root);
+  return true;
+}
+
+// Every checkpoint on disk must read back valid, whatever was killed where.
+void ExpectEveryCheckpointValid(const std::string& dir, const std::string& when) {
+  auto steps = checkpoint::ListCheckpointSteps(dir);
+  if (!steps.ok()) return;  // no ckpt/ yet
+  for (uint64_t step : *steps) {
+    auto c = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(dir, step));
+    EXPECT_TRUE(c.ok()) << when << ": " << c.status().ToString();
+  }
+}
+
+// Every file under `dir` with its bytes (the lock file aside: a reader never
+// touches it, and a killed writer's pid in it is no change to the run).
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().filename() == "lock") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    files[fs::relative(e.path(), dir).string()] = bytes.str();
+  }
+  return files;
+}
+
+class KillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("dgrr_kill_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    clean_ = (root_ / "clean").string();
+    run_ = (root_ / "killed").string();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // One interrupted round: the command must die at exactly `kill_at`.
+  void Kill(const std::vector<std::string>& args, const std::string& kill_at) {
+    const std::string what = args[0] + (args.size() > 3 && args[3] == "--resume" ? " --resume" : "") +
+                             " killed at " + kill_at;
+    ASSERT_EQ(RunDgrr(args, kill_at), -SIGKILL) << what << ": the kill did not land";
+    ExpectEveryCheckpointValid(run_, "after " + what);
+  }
+
+  fs::path root_;
+  std::string clean_, run_;
+};
+
+TEST_F(KillTest, KillsAtEveryStageEndWithTheUninterruptedRun) {
+  ASSERT_EQ(RunDgrr(Fresh(clean_)), 0);
+  const auto expected = TimelessRecords(clean_);
+  ASSERT_FALSE(expected[0].empty());
+
+  // train and train --resume, at each stage (checkpoints after steps 1, 3, 5, 7).
+  Kill(Fresh(run_), "step:0:1");        // before any checkpoint: resume starts over
+  Kill(Resume(run_), "ckpt-temp:1");    // the temporary written, not renamed
+  Kill(Resume(run_), "ckpt-commit:1");  // the first checkpoint in place
+  Kill(Resume(run_), "resume-cut:0");   // rank 0's trace cut back, rank 1's not yet
+  Kill(Resume(run_), "step:2:0");
+  Kill(Resume(run_), "ckpt-temp:3");
+  Kill(Resume(run_), "ckpt-commit:3");
+  Kill(Resume(run_), "step:6:1");
+  Kill(Resume(run_), "ckpt-commit:7");  // the last checkpoint: the run is complete
+  std::string why;
+  EXPECT_TRUE(SameRecords(TimelessRecords(run_), expected, &why)) << why;
+
+  // rollback of the complete run, at each durable stage; then what the user
+  // runs next: the same rollback again, or train --resume, which finishes it.
+  Kill(RollBack(run_, 4), "rollback-begun:4");  // marker written, step-4.h5 not yet
+  Kill(RollBack(run_, 4), "rollback-ckpt:4");   // step-4.h5 written, traces whole
+  Kill(RollBack(run_, 4), "rollback-cut:1");    // rank 0 done, rank 1 cut without its EVENT
+  Kill(Resume(run_), "step:5:0");               // resume finished the rollback, then trained
+  ASSERT_EQ(RunDgrr(Resume(run_)), 0);
+  EXPECT_TRUE(SameRecords(TimelessRecords(run_), expected, &why)) << why;
+
+  Kill(RollBack(run_, 2), "rollback-event:0");   // rank 0 cut with its EVENT, rank 1 whole
+  Kill(Resume(run_), "rollback-remove:3");       // killed inside resume's finishing of it
+  Kill(RollBack(run_, 2), "rollback-remove:5");  // the same rollback again, killed in stage 4
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointPath(run_, 4)));
+  EXPECT_TRUE(fs::exists(checkpoint::CheckpointPath(run_, 7)));
+  ASSERT_EQ(RunDgrr(Resume(run_)), 0);  // finishes the rollback, trains steps 3..7
+  EXPECT_FALSE(fs::exists(run_ + "/rollback-pending.json"));
+  EXPECT_TRUE(SameRecords(TimelessRecords(run_), expected, &why)) << why;
+
+  // replay writes only into a scratch directory: killed, the run is untouched
+  // and a second replay succeeds.
+  const auto before = Snapshot(run_);
+  Kill({"replay", run_}, "step:3:0");
+  Kill({"replay", run_, "--from", "4"}, "step:6:1");
+  EXPECT_TRUE(Snapshot(run_) == before) << "a killed replay changed the run";
+  EXPECT_EQ(RunDgrr({"replay", run_}), 0);
+
+  EXPECT_TRUE(SameRecords(TimelessRecords(run_), expected, &why)) << why;
+  for (int r = 0; r < 2; ++r) {
+    trace::VerifySummary summary;
+    EXPECT_TRUE(trace::VerifyTrace(TracePathFor(run_, r), &summary).ok());
+    EXPECT_EQ(summary.last_step, static_cast<uint64_t>(kSteps - 1));
+  }
 }
 
 }  // namespace

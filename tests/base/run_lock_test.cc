@@ -1,0 +1,82 @@
+// RunLock: one holder at a time, refused at once with the holder's pid, and
+// never blocked by a holder that was killed.
+#include "base/run_lock.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace dgrr {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("dgrr_run_lock_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(RunLockTest, OneHolderAtATimeAndTheSecondIsToldWho) {
+  auto first = RunLock::Acquire(dir_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = RunLock::Acquire(dir_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(second.status().IsIOError()) << second.status().ToString();
+  EXPECT_NE(second.status().message().find(dir_), std::string::npos);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())), std::string::npos)
+      << second.status().message();
+  // Moving keeps it held; destroying releases it.
+  RunLock moved = std::move(first).value();
+  EXPECT_FALSE(RunLock::Acquire(dir_).ok());
+  { RunLock gone = std::move(moved); }
+  EXPECT_TRUE(RunLock::Acquire(dir_).ok());
+}
+
+TEST_F(RunLockTest, AHolderKilledBySigkillDoesNotBlock) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto held = RunLock::Acquire(dir_);
+    const char c = held.ok() ? 'y' : 'n';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    ::pause();  // holds the lock until killed
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  auto refused = RunLock::Acquire(dir_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("pid " + std::to_string(child)), std::string::npos)
+      << refused.status().message();
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  // The file (with the dead holder's pid) is still there; the lock is not.
+  EXPECT_TRUE(fs::exists(dir_ + "/lock"));
+  auto after = RunLock::Acquire(dir_);
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST_F(RunLockTest, AMissingDirectoryIsAnError) {
+  auto lock = RunLock::Acquire(dir_ + "/absent");
+  EXPECT_FALSE(lock.ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/absent"));
+}
+
+}  // namespace
+}  // namespace dgrr
