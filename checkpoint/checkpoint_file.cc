@@ -343,14 +343,14 @@ Status CreateDataset(hid_t file, const DatasetPlan& ds, int level, H5Handle& out
     const unsigned cd_level = static_cast<unsigned>(level);
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(ds.chunk.size()), ds.chunk.data()) < 0 ||
         H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &cd_level) < 0) {
-      return Status::IOError("HDF5: chunk/filter settings for " + what);
+      return Status::IOError(WithHdf5Cause("HDF5: chunk/filter settings for " + what));
     }
   }
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
   H5Pset_obj_track_times(dcpl.get(), false);  // same state, same bytes
   out = H5Handle(H5Dcreate2(file, ds.Path().c_str(), Hdf5TypeFor(ds.dtype), space.get(),
                             H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  if (!out.valid()) return Status::IOError("HDF5: creating " + what);
+  if (!out.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating " + what));
   return WriteDatasetAttributes(out.get(), ds);
 }
 
@@ -378,7 +378,7 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
     return Status::Internal("HDF5: file property lists rejected");
   }
   H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Status::IOError("HDF5: cannot create " + tmp_path);
+  if (!file.valid()) return Status::IOError(WithHdf5Cause("HDF5: cannot create the file"));
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kFormatName, "/"));
   DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kCheckpointFormatVersion, "/"));
@@ -395,7 +395,7 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   H5Pset_obj_track_times(gcpl.get(), false);
   for (const std::string& g : groups) {
     H5Handle group(H5Gcreate2(f, g.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
-    if (!group.valid()) return Status::IOError("HDF5: creating group " + g);
+    if (!group.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating group " + g));
   }
   for (const RankPlan& r : ranks) {
     const std::string g = "/ranks/" + std::to_string(r.rank);
@@ -410,11 +410,11 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   for (const ChunkJob& job : chunks) {
     if (H5Dwrite_chunk(handles[job.dataset].get(), H5P_DEFAULT, job.filter_mask, job.offset.data(),
                        job.size(), job.bytes()) < 0) {
-      return Status::IOError("HDF5: writing a chunk of dataset " + datasets[job.dataset].Path());
+      return Status::IOError(WithHdf5Cause("HDF5: writing a chunk of dataset " + datasets[job.dataset].Path()));
     }
   }
   handles.clear();
-  if (H5Fclose(file.Release()) < 0) return Status::IOError("HDF5: writing " + tmp_path + " failed on close");
+  if (H5Fclose(file.Release()) < 0) return Status::IOError(WithHdf5Cause("HDF5: failed on close"));
   return Status::OK();
 }
 
@@ -701,8 +701,12 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
   const uint64_t state_digest = CombineStateDigests(digests);
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
-    DGRR_RETURN_IF_ERROR(
-        WriteHdf5File(tmp, meta, state_digest, rank_plans, datasets, chunks, options.zstd_level));
+    // Every HDF5 failure is named with the file it was writing.
+    if (Status s = WriteHdf5File(tmp, meta, state_digest, rank_plans, datasets, chunks,
+                                 options.zstd_level);
+        !s.ok()) {
+      return s.WithPrefix(tmp);
+    }
     if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
     return StampHeader(tmp, meta.step, state_digest);
   });

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "runtime/json_input.h"
+
 namespace dgrr::checkpoint {
 namespace {
 
@@ -441,8 +443,13 @@ std::string PlansToJson(const std::vector<FastForwardPlan>& plans) {
 }
 
 StatusOr<std::vector<FastForwardPlan>> PlansFromJson(std::string_view text, std::string_view source) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return JsonError(source, "$", "not valid JSON");
+  auto parsed = ParseJson(text, source);
+  if (!parsed.ok()) {
+    // ParseJson's message starts with "SOURCE: "; the reason follows it.
+    const std::string& m = parsed.status().message();
+    return JsonError(source, "$", m.substr(std::min(m.size(), source.size() + 2)));
+  }
+  nlohmann::json doc = std::move(parsed).value();
   DGRR_RETURN_IF_ERROR(ExpectKeys(doc, {"schema", "checkpoints"}, source, "$"));
   if (doc["schema"] != kSchema) {
     return JsonError(source, "$.schema", "expected \"" + std::string(kSchema) + "\", found " + doc["schema"].dump());

@@ -35,7 +35,48 @@ void H5Handle::Reset() {
 
 std::unique_lock<std::recursive_mutex> LockHdf5() {
   static std::recursive_mutex mutex;
-  return std::unique_lock<std::recursive_mutex>(mutex);
+  std::unique_lock<std::recursive_mutex> lock(mutex);
+  thread_local const bool silenced = H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0;
+  (void)silenced;
+  return lock;
+}
+
+namespace {
+
+// H5Ewalk2 callback: keeps the first (with H5E_WALK_UPWARD, the innermost)
+// error's description.
+herr_t KeepInnermost(unsigned n, const H5E_error2_t* error, void* out) {
+  if (n == 0 && error != nullptr && error->desc != nullptr) {
+    *static_cast<std::string*>(out) = error->desc;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string Hdf5Cause() {
+  auto lock = LockHdf5();
+  std::string desc;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, KeepInnermost, &desc);
+  H5Eclear2(H5E_DEFAULT);
+  // The sec2 driver's failures embed strerror: "..., errno = 28, error
+  // message = 'No space left on device', ...".
+  const std::string marker = "error message = '";
+  if (const size_t at = desc.find(marker); at != std::string::npos) {
+    const size_t begin = at + marker.size();
+    const size_t end = desc.find('\'', begin);
+    if (end != std::string::npos) return desc.substr(begin, end - begin);
+  }
+  for (char& c : desc) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (desc.size() > 200) desc = desc.substr(0, 197) + "...";
+  return desc;
+}
+
+std::string WithHdf5Cause(const std::string& message) {
+  const std::string cause = Hdf5Cause();
+  return cause.empty() ? message : message + ": " + cause;
 }
 
 Status InitHdf5() {
@@ -78,7 +119,7 @@ Status WriteU64Attribute(hid_t obj, const char* name, uint64_t value, const std:
   H5Handle space(H5Screate(H5S_SCALAR));
   H5Handle attr(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value) < 0) {
-    return Status::IOError("HDF5: writing attribute '" + std::string(name) + "' of " + what);
+    return Status::IOError(WithHdf5Cause("HDF5: writing attribute '" + std::string(name) + "' of " + what));
   }
   return Status::OK();
 }
@@ -93,7 +134,7 @@ Status WriteStringAttribute(hid_t obj, const char* name, const std::string& valu
   H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
   std::string padded = value.empty() ? std::string(1, '\0') : value;
   if (!attr.valid() || H5Awrite(attr.get(), type.get(), padded.data()) < 0) {
-    return Status::IOError("HDF5: writing attribute '" + std::string(name) + "' of " + what);
+    return Status::IOError(WithHdf5Cause("HDF5: writing attribute '" + std::string(name) + "' of " + what));
   }
   return Status::OK();
 }

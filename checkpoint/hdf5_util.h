@@ -41,8 +41,21 @@ class H5Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// Held around every use of libhdf5 in dgrr.
+// Held around every use of libhdf5 in dgrr. The first time a thread takes
+// it, HDF5's automatic error printing is turned off for that thread: in the
+// thread-safe build Debian ships, the error stack and its printing setting
+// are per thread, so silencing it once at initialisation left a checkpoint
+// written from a rank thread printing libhdf5's whole stack (some 25 lines)
+// on failure. Errors reach the user as Status, through Hdf5Cause.
 std::unique_lock<std::recursive_mutex> LockHdf5();
+
+// The cause of the last HDF5 failure on this thread, as one short phrase,
+// and clears the thread's error stack: the operating system's message where
+// HDF5 recorded one (a failed write's "No space left on device"), otherwise
+// the innermost error's description; "" when HDF5 recorded nothing.
+std::string Hdf5Cause();
+// `message` followed by ": " and Hdf5Cause() when there is one.
+std::string WithHdf5Cause(const std::string& message);
 
 // Once per process: silences HDF5's automatic error printing (errors become
 // Status) and registers the zstd filter (id 32015) with H5Zregister.

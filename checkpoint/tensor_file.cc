@@ -171,16 +171,16 @@ Status WriteTensor(hid_t group, const DumpedTensor& t, int zstd_level) {
     const unsigned level = static_cast<unsigned>(zstd_level);
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
         H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &level) < 0) {
-      return Status::IOError("HDF5: chunk/filter settings for " + what);
+      return Status::IOError(WithHdf5Cause("HDF5: chunk/filter settings for " + what));
     }
   }
   H5Pset_obj_track_times(dcpl.get(), false);
   H5Handle dset(H5Dcreate2(group, t.name.c_str(), Hdf5TypeFor(t.dtype), space.get(), H5P_DEFAULT,
                            dcpl.get(), H5P_DEFAULT));
-  if (!dset.valid()) return Status::IOError("HDF5: creating dataset " + what);
+  if (!dset.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating dataset " + what));
   if (!t.data.empty() && H5Dwrite(dset.get(), Hdf5TypeFor(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                   t.data.data()) < 0) {
-    return Status::IOError("HDF5: writing dataset " + what);
+    return Status::IOError(WithHdf5Cause("HDF5: writing dataset " + what));
   }
   const hid_t d = dset.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(d, "dtype", std::string(DTypeName(t.dtype)), what));
@@ -206,7 +206,7 @@ Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_l
     return Status::Internal("HDF5: file property lists rejected");
   }
   H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Status::IOError("HDF5: cannot create " + tmp_path);
+  if (!file.valid()) return Status::IOError(WithHdf5Cause("HDF5: cannot create the file"));
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kTensorDumpFormatName, "/"));
   DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kTensorDumpFormatVersion, "/"));
@@ -218,10 +218,10 @@ Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_l
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl.get(), false);
   H5Handle group(H5Gcreate2(f, kTensorsGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
-  if (!group.valid()) return Status::IOError("HDF5: creating group /tensors");
+  if (!group.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating group /tensors"));
   for (const DumpedTensor& t : dump.tensors) DGRR_RETURN_IF_ERROR(WriteTensor(group.get(), t, zstd_level));
   group.Reset();
-  if (H5Fclose(file.Release()) < 0) return Status::IOError("HDF5: writing " + tmp_path + " failed on close");
+  if (H5Fclose(file.Release()) < 0) return Status::IOError(WithHdf5Cause("HDF5: failed on close"));
   return Status::OK();
 }
 
@@ -336,7 +336,8 @@ Status WriteTensorDump(const std::string& path, const TensorDump& dump, int zstd
   if (dump.rank < 0) return Status::InvalidArgument("tensor dump: negative rank");
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
-    DGRR_RETURN_IF_ERROR(WriteHdf5(tmp, dump, zstd_level));
+    // Every HDF5 failure is named with the file it was writing.
+    if (Status s = WriteHdf5(tmp, dump, zstd_level); !s.ok()) return s.WithPrefix(tmp);
     return StampHeader(tmp);
   });
 }

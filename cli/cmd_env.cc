@@ -5,6 +5,7 @@
 #include "base/coding.h"
 #include "base/version.h"
 #include "cli/command.h"
+#include "model/trainer.h"
 #include "runtime/environment.h"
 
 namespace dgrr::cli {
@@ -61,6 +62,11 @@ int RunEnv(const std::vector<std::string>& args) {
 
   DeterminismOptions opts;
   opts.threads = vm["threads"].as<int>();
+  if (opts.threads < 1 || opts.threads > model::kMaxThreads) {
+    return ReportError("env", Status::InvalidArgument("--threads must be in [1, " +
+                                                      std::to_string(model::kMaxThreads) + "], got " +
+                                                      std::to_string(opts.threads)));
+  }
   opts.gpu = DGRR_HAVE_CUDA_BUILD != 0;
   auto controls = DeterminismControls::Apply(opts, RealProcessEnvironment());
   if (!controls.ok()) return ReportError("env", controls.status());

@@ -1,7 +1,11 @@
 #include "cli/command.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <iostream>
+#include <typeinfo>
 
 namespace dgrr::cli {
 
@@ -10,6 +14,39 @@ std::vector<Command>& Registry() {
   static std::vector<Command> commands;
   return commands;
 }
+bool IsUnsignedType(const std::type_info& t) {
+  return t == typeid(unsigned char) || t == typeid(unsigned short) || t == typeid(unsigned int) ||
+         t == typeid(unsigned long) || t == typeid(unsigned long long);
+}
+
+bool IsFloatType(const std::type_info& t) {
+  return t == typeid(float) || t == typeid(double) || t == typeid(long double);
+}
+
+// Checks every option's tokens against its declared C++ type, for what
+// boost's conversion lets through: it reads "-1" into an unsigned option as
+// a huge number, and "inf" or "nan" into a floating-point one. Throws the
+// po::error ParseCommandLine reports as a usage error (exit 1).
+void CheckNumericTokens(const po::parsed_options& parsed, const po::options_description& options) {
+  for (const po::option& opt : parsed.options) {
+    if (opt.unregistered) continue;
+    const po::option_description* d = options.find_nothrow(opt.string_key, false);
+    if (d == nullptr) continue;
+    const auto* typed = dynamic_cast<const po::typed_value_base*>(d->semantic().get());
+    if (typed == nullptr) continue;
+    const std::type_info& type = typed->value_type();
+    for (const std::string& token : opt.value) {
+      const size_t first = token.find_first_not_of(" \t\n\r\f\v");
+      if (IsUnsignedType(type) && first != std::string::npos && token[first] == '-') {
+        throw po::error("--" + opt.string_key + " must not be negative, got '" + token + "'");
+      }
+      if (IsFloatType(type) && !std::isfinite(std::strtod(token.c_str(), nullptr))) {
+        throw po::error("--" + opt.string_key + " must be a finite number, got '" + token + "'");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool RegisterCommand(Command command) {
@@ -25,9 +62,11 @@ const std::vector<Command>& AllCommands() { return Registry(); }
 const char* ExitCodeHelp() {
   return "Exit codes:\n"
          "  0  success\n"
-         "  1  usage error (bad arguments or options)\n"
-         "  2  I/O error (a file could not be read or written), or the run is in use by another writer\n"
-         "  3  invalid trace or checkpoint (validation failed)\n"
+         "  1  usage error (bad arguments or options, named)\n"
+         "  2  I/O or system error (a file could not be read or written; the run is in use by\n"
+         "     another dgrr writer; out of memory; the system refused a thread; any failure\n"
+         "     the command did not expect)\n"
+         "  3  invalid trace, checkpoint or run file (validation failed; file and key named)\n"
          "  4  divergence found\n"
          "  5  replay integrity failure (a replay did not reproduce the record)\n";
 }
@@ -38,7 +77,10 @@ int ParseCommandLine(const std::string& name, const std::string& usage,
                      const std::vector<std::string>& args, po::variables_map& vm) {
   options.add_options()("help,h", "show this help and exit");
   try {
-    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    const po::parsed_options parsed =
+        po::command_line_parser(args).options(options).positional(positional).run();
+    CheckNumericTokens(parsed, options);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << description << "\n\n"
                 << options << "\n" << ExitCodeHelp();

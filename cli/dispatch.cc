@@ -1,6 +1,9 @@
 // Top-level dispatch: --help, --version, then the subcommand named by args[0].
 #include <algorithm>
+#include <exception>
 #include <iostream>
+#include <new>
+#include <system_error>
 
 #include "base/version.h"
 #include "cli/command.h"
@@ -21,6 +24,26 @@ void PrintTopLevelHelp() {
   std::cout << "\nRun 'dgrr COMMAND --help' for a command's options.\n\n" << ExitCodeHelp();
 }
 
+// Runs one command so that nothing escapes it: library code returns Status,
+// but allocation failure, the system refusing a thread or a bug can still
+// throw, and an uncaught exception would end the process on SIGABRT. Each is
+// one line and exit code 2 (documented in ExitCodeHelp and the README).
+int RunGuarded(const Command& command, const std::vector<std::string>& args) {
+  const std::string prefix = "dgrr " + command.name + ": ";
+  try {
+    return command.run(args);
+  } catch (const std::bad_alloc&) {
+    std::cerr << prefix << "out of memory\n";
+  } catch (const std::system_error& e) {
+    std::cerr << prefix << "system error: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << prefix << "unexpected error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << prefix << "unexpected error of unknown type\n";
+  }
+  return kExitIO;
+}
+
 }  // namespace
 
 int RunDgrr(const std::vector<std::string>& args) {
@@ -39,7 +62,7 @@ int RunDgrr(const std::vector<std::string>& args) {
     return kExitOk;
   }
   for (const auto& c : AllCommands()) {
-    if (c.name == first) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (c.name == first) return RunGuarded(c, std::vector<std::string>(args.begin() + 1, args.end()));
   }
   std::cerr << "dgrr: unknown command '" << first << "' (see 'dgrr --help')\n";
   return kExitUsage;

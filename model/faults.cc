@@ -1,7 +1,9 @@
 #include "model/faults.h"
 
 #include <charconv>
+#include <climits>
 #include <map>
+#include <set>
 
 namespace dgrr::model {
 namespace {
@@ -53,6 +55,9 @@ StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
   }
   spec.kind = it->second;
   bool have_step = false;
+  // "step=1,step=2" would silently keep one of them: which the user meant is
+  // unknowable, so it is refused.
+  std::set<std::string_view> seen_keys;
   size_t pos = 0;
   while (pos < rest.size()) {
     size_t comma = rest.find(',', pos);
@@ -64,11 +69,16 @@ StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
       return Status::InvalidArgument("inject: field '" + std::string(field) + "' is not key=value");
     }
     const std::string_view key = field.substr(0, eq), value = field.substr(eq + 1);
+    if (!seen_keys.insert(key).second) {
+      return Status::InvalidArgument("inject: '" + std::string(text) + "' gives " + std::string(key) +
+                                     " twice");
+    }
     if (key == "step") {
       DGRR_ASSIGN_OR_RETURN(spec.step, ParseUnsigned(key, value));
       have_step = true;
     } else if (key == "rank") {
       DGRR_ASSIGN_OR_RETURN(uint64_t r, ParseUnsigned(key, value));
+      if (r > INT_MAX) return Status::InvalidArgument("inject: rank=" + std::string(value) + " is out of range");
       spec.rank = static_cast<int>(r);
     } else if (key == "at") {
       spec.at = std::string(value);

@@ -4,13 +4,17 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <mutex>
+#include <new>
 #include <random>
 #include <span>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -31,6 +35,7 @@
 #include "model/tree_reduce.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
+#include "runtime/json_input.h"
 #include "runtime/session.h"
 
 namespace dgrr::model {
@@ -452,7 +457,19 @@ const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) 
 
 // Whatever makes a rank fail, the others must not wait for it at a barrier.
 Status Trainer::Impl::RunRank(int r) {
-  Status s = RunRankBody(r);
+  Status s;
+  // Exceptions end here, on the rank's own thread, where an escaping one
+  // would terminate the process: running out of memory for a large model or
+  // batch is an error like any other.
+  try {
+    s = RunRankBody(r);
+  } catch (const std::bad_alloc&) {
+    s = Status::IOError("rank " + std::to_string(r) + ": out of memory");
+  } catch (const std::system_error& e) {
+    s = Status::IOError("rank " + std::to_string(r) + ": " + e.what());
+  } catch (const std::exception& e) {
+    s = Status::Internal("rank " + std::to_string(r) + ": unexpected error: " + e.what());
+  }
   if (!s.ok()) {
     barrier.Abort(s);
     group.Abort(s);
@@ -835,16 +852,22 @@ Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
   std::random_device entropy;
   std::vector<unsigned> jitter_seeds(static_cast<size_t>(std::max(2, t.options_.threads)));
   for (unsigned& s : jitter_seeds) s = entropy();
+  auto race_worker = [&](unsigned seed) {
+    std::minstd_rand jitter(seed);
+    for (size_t e; (e = next.fetch_add(1)) < example_grads.size();) {
+      std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t k = 0; k < racy->size; ++k) acc[k] += example_grads[e][ra + k];
+    }
+  };
   for (unsigned seed : jitter_seeds) {
-    racers.emplace_back([&, seed] {
-      std::minstd_rand jitter(seed);
-      for (size_t e; (e = next.fetch_add(1)) < example_grads.size();) {
-        std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
-        std::lock_guard<std::mutex> lock(mu);
-        for (size_t k = 0; k < racy->size; ++k) acc[k] += example_grads[e][ra + k];
-      }
-    });
+    try {
+      racers.emplace_back(race_worker, seed);
+    } catch (const std::system_error&) {
+      break;  // fewer racers still race; this thread joins in below
+    }
   }
+  race_worker(jitter_seeds[0]);
   for (auto& th : racers) th.join();
   std::memcpy(example_grads[0] + ra, acc.data(), racy->size * sizeof(float));
   return Status::OK();
@@ -889,10 +912,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) 
 Status Trainer::Validate() {
   const TrainOptions& o = options_;
   if (o.out_dir.empty()) return Status::InvalidArgument("--out RUN_DIR is required");
-  if (o.steps <= 0) return Status::InvalidArgument("--steps must be positive, got " + std::to_string(o.steps));
-  if (o.ranks < 1) return Status::InvalidArgument("--ranks must be at least 1");
-  if (o.threads < 1) return Status::InvalidArgument("--threads must be at least 1");
-  if (o.ckpt_every < 0) return Status::InvalidArgument("--ckpt-every must not be negative");
+  auto out_of_range = [](const char* flag, auto value, auto min, auto max) {
+    return Status::InvalidArgument(std::string(flag) + " must be in [" + std::to_string(min) + ", " +
+                                   std::to_string(max) + "], got " + std::to_string(value));
+  };
+  if (o.steps < 1 || o.steps > kMaxSteps) return out_of_range("--steps", o.steps, 1, kMaxSteps);
+  if (o.ranks < 1 || o.ranks > kMaxRanks) return out_of_range("--ranks", o.ranks, 1, kMaxRanks);
+  if (o.threads < 1 || o.threads > kMaxThreads) return out_of_range("--threads", o.threads, 1, kMaxThreads);
+  if (o.ckpt_every < 0 || o.ckpt_every > kMaxSteps) {
+    return out_of_range("--ckpt-every", o.ckpt_every, 0, kMaxSteps);
+  }
   DGRR_ASSIGN_OR_RETURN(preset_, PresetByName(o.preset));
   if (o.layers) preset_.model.num_layers = *o.layers;
   if (o.dim) preset_.model.channels = *o.dim;
@@ -900,13 +929,20 @@ Status Trainer::Validate() {
   if (o.seq) preset_.model.seq_len = *o.seq;
   DGRR_RETURN_IF_ERROR(preset_.model.Validate());
   batch_ = o.batch.value_or(preset_.train.batch_size);
-  if (batch_ <= 0) return Status::InvalidArgument("--batch must be positive, got " + std::to_string(batch_));
+  if (batch_ < 1 || batch_ > kMaxBatch) return out_of_range("--batch", batch_, 1, kMaxBatch);
   if (batch_ % o.ranks != 0) {
     return Status::InvalidArgument("--batch " + std::to_string(batch_) +
                                    " is not divisible by --ranks " + std::to_string(o.ranks));
   }
   lr_ = o.lr.value_or(preset_.train.learning_rate);
-  if (!(lr_ > 0)) return Status::InvalidArgument("--lr must be positive");
+  // Written to config.json, where a NaN or infinity would become null and
+  // leave a run that can never be resumed or replayed.
+  if (!(std::isfinite(lr_) && lr_ > 0 && lr_ <= kMaxLearningRate)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", static_cast<double>(lr_));
+    return Status::InvalidArgument("--lr must be a finite number in (0, " +
+                                   std::to_string(static_cast<int>(kMaxLearningRate)) + "], got " + got);
+  }
 
   std::string data_source = "embedded";
   if (o.data_file.empty()) {
@@ -1057,45 +1093,80 @@ std::vector<std::string> Trainer::dumps_written() const {
   return impl_->dumps_written;
 }
 
+// The checks Trainer::Validate makes across fields, phrased for the file.
+static Status CheckRunShape(const TrainOptions& o, const JsonObjectReader& c) {
+  auto preset = PresetByName(o.preset);
+  if (!preset.ok()) return c.Error("model.preset", preset.status().message());
+  GptConfig model = preset->model;
+  model.num_layers = *o.layers;
+  model.channels = *o.dim;
+  model.num_heads = *o.heads;
+  model.seq_len = *o.seq;
+  if (Status s = model.Validate(); !s.ok()) return c.Error("model", s.message());
+  if (*o.batch % o.ranks != 0) {
+    return c.Error("batch", std::to_string(*o.batch) + " is not divisible by ranks " + std::to_string(o.ranks));
+  }
+  return Status::OK();
+}
+
+// Every field is checked for presence, type and range against the same
+// limits Trainer::Validate applies to command-line values, so that a damaged
+// or hand-edited config.json is reported as the run's file (Corruption, exit
+// 3, naming key and file) and never as if it were a flag the user passed.
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
   const std::string path = ConfigPathFor(run_dir);
   auto text = ReadFileToString(path);
   if (!text.ok()) return text.status().WithPrefix("not a dgrr run");
-  try {
-    const nlohmann::json c = nlohmann::json::parse(*text);
-    if (c.value("schema", "") != kRunConfigSchema) {
-      return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
-    }
-    TrainOptions o;
-    o.out_dir = run_dir;
-    o.steps = c.at("steps").get<int64_t>();
-    o.seed = c.at("seed").get<uint64_t>();
-    const auto& m = c.at("model");
-    o.preset = m.at("preset").get<std::string>();
-    o.layers = m.at("layers").get<int>();
-    o.dim = m.at("dim").get<int>();
-    o.heads = m.at("heads").get<int>();
-    o.seq = m.at("seq").get<int>();
-    if (c.at("data").at("source").get<std::string>() == "file") {
-      o.data_file = c.at("data").at("path").get<std::string>();
-    }
-    o.ranks = c.at("ranks").get<int>();
-    o.threads = c.at("threads").get<int>();
-    o.batch = c.at("batch").get<int>();
-    o.lr = c.at("optimizer").at("lr").get<float>();
-    auto mode = ParseRecordMode(c.at("mode").get<std::string>());
-    if (!mode) return Status::Corruption(path + ": unknown mode");
-    o.mode = *mode;
-    o.ckpt_every = c.at("ckpt_every").get<int64_t>();
-    for (const auto& f : c.at("inject")) {
-      auto spec = ParseFaultSpec(f.get<std::string>());
-      if (!spec.ok()) return spec.status().WithPrefix(path);
-      o.faults.push_back(*spec);
-    }
-    return o;
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Corruption(path + ": " + e.what());
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJson(*text, path));
+  const JsonObjectReader c(doc, path);
+  auto schema = c.String("schema");
+  if (!schema.ok() || *schema != kRunConfigSchema) {
+    return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
   }
+  TrainOptions o;
+  o.out_dir = run_dir;
+  DGRR_ASSIGN_OR_RETURN(o.steps, c.Int("steps", 1, kMaxSteps));
+  DGRR_ASSIGN_OR_RETURN(o.seed, c.Uint64("seed"));
+  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader m, c.Object("model"));
+  DGRR_ASSIGN_OR_RETURN(o.preset, m.String("preset"));
+  // GptConfig::Validate below checks the shape itself; these bounds only
+  // keep each value an int.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  DGRR_ASSIGN_OR_RETURN(o.layers, m.Int("layers", 1, kIntMax));
+  DGRR_ASSIGN_OR_RETURN(o.dim, m.Int("dim", 1, kIntMax));
+  DGRR_ASSIGN_OR_RETURN(o.heads, m.Int("heads", 1, kIntMax));
+  DGRR_ASSIGN_OR_RETURN(o.seq, m.Int("seq", 1, kIntMax));
+  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader data, c.Object("data"));
+  DGRR_ASSIGN_OR_RETURN(const std::string source, data.String("source"));
+  if (source == "file") {
+    DGRR_ASSIGN_OR_RETURN(o.data_file, data.String("path"));
+  } else if (source != "embedded") {
+    return data.Error("source", "expected \"file\" or \"embedded\", got \"" + source + "\"");
+  }
+  DGRR_ASSIGN_OR_RETURN(o.ranks, c.Int("ranks", 1, kMaxRanks));
+  DGRR_ASSIGN_OR_RETURN(o.threads, c.Int("threads", 1, kMaxThreads));
+  DGRR_ASSIGN_OR_RETURN(o.batch, c.Int("batch", 1, kMaxBatch));
+  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader optimizer, c.Object("optimizer"));
+  // Written from a float: the smallest positive float is the lower bound.
+  DGRR_ASSIGN_OR_RETURN(const double lr, optimizer.Double("lr", std::numeric_limits<float>::denorm_min(),
+                                                          kMaxLearningRate));
+  o.lr = static_cast<float>(lr);
+  DGRR_ASSIGN_OR_RETURN(const std::string mode_name, c.String("mode"));
+  auto mode = ParseRecordMode(mode_name);
+  if (!mode) return c.Error("mode", "unknown mode \"" + mode_name + "\"");
+  o.mode = *mode;
+  DGRR_ASSIGN_OR_RETURN(o.ckpt_every, c.Int("ckpt_every", 0, kMaxSteps));
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json* inject, c.Array("inject"));
+  for (size_t i = 0; i < inject->size(); ++i) {
+    const std::string key = "inject[" + std::to_string(i) + "]";
+    const nlohmann::json& f = (*inject)[i];
+    if (!f.is_string()) return c.Error(key, "expected a fault spec string");
+    auto spec = ParseFaultSpec(f.get<std::string>());
+    if (!spec.ok()) return c.Error(key, spec.status().message());
+    o.faults.push_back(*spec);
+  }
+  DGRR_RETURN_IF_ERROR(CheckRunShape(o, c));
+  return o;
 }
 
 // --resume: the run's own config decides everything but the resume-time
@@ -1113,13 +1184,11 @@ Status Trainer::LoadConfigForResume() {
     o.faults.push_back(f);
   }
   // TrainOptionsFromRun has validated the file; its data digest is kept here.
-  DGRR_ASSIGN_OR_RETURN(std::string recorded, ReadFileToString(ConfigPathFor(options_.out_dir)));
-  std::string recorded_data;
-  try {
-    recorded_data = nlohmann::json::parse(recorded).at("data").at("xxh3").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Corruption(ConfigPathFor(options_.out_dir) + ": " + e.what());
-  }
+  const std::string config_path = ConfigPathFor(options_.out_dir);
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json recorded, ReadJsonFile(config_path));
+  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader recorded_data_section,
+                        JsonObjectReader(recorded, config_path).Object("data"));
+  DGRR_ASSIGN_OR_RETURN(const std::string recorded_data, recorded_data_section.String("xxh3"));
   options_ = o;
   DGRR_RETURN_IF_ERROR(Validate());
   if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
@@ -1343,10 +1412,22 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
   impl.start = Clock::now();
   std::vector<Status> statuses(static_cast<size_t>(options_.ranks));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(options_.ranks));
+  Status spawn;
   for (int r = 0; r < options_.ranks; ++r) {
-    threads.emplace_back([&, r] { statuses[static_cast<size_t>(r)] = impl.RunRank(r); });
+    try {
+      threads.emplace_back([&, r] { statuses[static_cast<size_t>(r)] = impl.RunRank(r); });
+    } catch (const std::system_error& e) {
+      // The ranks already started would wait for this one at the barrier.
+      spawn = Status::IOError("cannot start the thread of rank " + std::to_string(r) + " of " +
+                              std::to_string(options_.ranks) + ": " + e.what());
+      impl.barrier.Abort(spawn);
+      impl.group.Abort(spawn);
+      break;
+    }
   }
   for (auto& th : threads) th.join();
+  DGRR_RETURN_IF_ERROR(spawn);
   // A failing rank aborts the others with its own status, so any is the cause.
   for (const Status& s : statuses) DGRR_RETURN_IF_ERROR(s);
 

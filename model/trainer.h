@@ -40,6 +40,18 @@ namespace dgrr::model {
 
 inline constexpr const char* kRunConfigSchema = "dgrr.run-config/1";
 
+// Limits every run keeps, checked on command-line values (exit 1) and on a
+// run's own config.json (exit 3). They are fixed rather than taken from this
+// machine so that a run recorded here resumes and replays on any machine.
+// Each rank is a thread running up to `threads` workers: 256 x 256 is within
+// what Linux grants a process by default, and a thread the system refuses
+// anyway becomes a Status, not an abort.
+inline constexpr int kMaxRanks = 256;
+inline constexpr int kMaxThreads = 256;
+inline constexpr int kMaxBatch = 1 << 16;
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+inline constexpr double kMaxLearningRate = 1000;
+
 // A request to capture the full tensor at one boundary (dgrr replay --dump):
 // every occurrence of `boundary` recorded at `step` on the rank(s) is written
 // to one tensor dump file (docs/tensor-dump.md) once that step is done.

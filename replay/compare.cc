@@ -6,6 +6,7 @@
 
 #include "base/coding.h"
 #include "base/file.h"
+#include "runtime/json_input.h"
 
 namespace dgrr::replay {
 namespace {
@@ -13,24 +14,25 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-StatusOr<json> ReadJsonFile(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return Status::Corruption(path + ": not valid JSON");
-  return parsed;
-}
-
-void Flatten(const json& value, const std::string& prefix, std::map<std::string, std::string>* out) {
-  if (value.is_object() && !value.empty()) {
-    for (auto it = value.begin(); it != value.end(); ++it) {
-      Flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+// Walks with an explicit stack rather than a recursion per nesting level:
+// DiffJson is public and takes documents from anywhere, not only from
+// ParseJson's depth-capped files.
+void Flatten(const json& root, std::map<std::string, std::string>* out) {
+  std::vector<std::pair<const json*, std::string>> pending = {{&root, ""}};
+  while (!pending.empty()) {
+    auto [value, prefix] = std::move(pending.back());
+    pending.pop_back();
+    if (value->is_object() && !value->empty()) {
+      for (auto it = value->begin(); it != value->end(); ++it) {
+        pending.emplace_back(&it.value(), prefix.empty() ? it.key() : prefix + "." + it.key());
+      }
+    } else if (value->is_array() && !value->empty()) {
+      for (size_t i = 0; i < value->size(); ++i) {
+        pending.emplace_back(&(*value)[i], prefix + "[" + std::to_string(i) + "]");
+      }
+    } else {
+      (*out)[prefix.empty() ? "(root)" : prefix] = value->dump();
     }
-  } else if (value.is_array() && !value.empty()) {
-    for (size_t i = 0; i < value.size(); ++i) {
-      Flatten(value[i], prefix + "[" + std::to_string(i) + "]", out);
-    }
-  } else {
-    (*out)[prefix.empty() ? "(root)" : prefix] = value.dump();
   }
 }
 
@@ -168,8 +170,8 @@ StatusOr<bool> TryLockstep(BoundaryStream& sa, BoundaryStream& sb, bool compare_
 
 std::vector<KeyDifference> DiffJson(const json& a, const json& b) {
   std::map<std::string, std::string> flat_a, flat_b;
-  Flatten(a, "", &flat_a);
-  Flatten(b, "", &flat_b);
+  Flatten(a, &flat_a);
+  Flatten(b, &flat_b);
   DropEmptyContainersTheOtherSideFills(&flat_a, flat_b);
   DropEmptyContainersTheOtherSideFills(&flat_b, flat_a);
   std::vector<KeyDifference> out;

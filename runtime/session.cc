@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/version.h"
 #include "runtime/environment.h"
+#include "runtime/json_input.h"
 #include "trace_format/writer.h"
 
 namespace dgrr {
@@ -109,12 +110,10 @@ Status Session::Init() {
   std::unique_lock<std::mutex> environment_lock(environment_mutex);
   DGRR_ASSIGN_OR_RETURN(controls_, DeterminismControls::Apply(det, env));
 
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(options_.config_json);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(std::string("session config is not valid JSON: ") + e.what());
-  }
+  // The caller's argument, not a file: a bad one is a usage error.
+  auto parsed = ParseJson(options_.config_json, "session config");
+  if (!parsed.ok()) return Status::InvalidArgument(parsed.status().message());
+  const nlohmann::json config = std::move(parsed).value();
   const std::string canonical_config = config.dump();
   config_digest_ = Xxh3(canonical_config.data(), canonical_config.size());
 
