@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -373,6 +377,49 @@ TEST(FingerprinterTest, CopiesAreIndependent) {
   Fingerprinter moved = std::move(c);
   EXPECT_EQ(moved.bytes(), 901u);
 }
+
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// XINUSE (xgetbv with ecx = 1) says which register state components are not
+// in their initial configuration; bit 2 is the upper halves of the YMM
+// registers. While it is set, legacy-SSE code that runs next (the optimizer)
+// pays the SSE/AVX transition penalty on every vector instruction.
+bool CpuReportsXinuse() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+  if (!__get_cpuid_count(0xd, 1, &a, &b, &c, &d)) return false;
+  return (a & (1u << 2)) != 0;
+}
+
+uint32_t Xinuse() {
+  uint32_t lo, hi;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+  return lo;
+}
+
+constexpr uint32_t kUpperYmmInUse = 1u << 2;
+
+TEST(FingerprintTest, LeavesTheUpperVectorStateClean) {
+  if (!CpuReportsXinuse()) GTEST_SKIP() << "this CPU cannot report XINUSE (xgetbv with ecx=1)";
+  std::vector<uint8_t> data(3 << 20);
+  std::mt19937_64 rng(17);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  // Every path: the one-shot hash below 8 KiB (libxxhash's dispatched
+  // kernels), the fused single pass above, and the chunked streaming state.
+  for (size_t n : {size_t{1}, size_t{64}, size_t{240}, size_t{1000}, size_t{4096}, size_t{8191},
+                   size_t{8192}, size_t{1} << 20, data.size()}) {
+    (void)FingerprintBytes(data.data(), n);
+    const uint32_t after_fingerprint = Xinuse();
+    (void)Xxh3(data.data(), n);
+    const uint32_t after_xxh3 = Xinuse();
+    (void)fingerprint_internal::FingerprintBytesChunked(data.data(), n, 64 * 1024);
+    const uint32_t after_chunked = Xinuse();
+    EXPECT_EQ(after_fingerprint & kUpperYmmInUse, 0u) << "FingerprintBytes, n=" << n;
+    EXPECT_EQ(after_xxh3 & kUpperYmmInUse, 0u) << "Xxh3, n=" << n;
+    EXPECT_EQ(after_chunked & kUpperYmmInUse, 0u) << "FingerprintBytesChunked, n=" << n;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace dgrr
