@@ -77,7 +77,7 @@ int RunReplay(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()("run", po::value(&run_dir)->required(), "run directory (positional)")(
       "from", po::value(&from)->default_value(0), "first step to check")(
-      "to", po::value(&to), "last step to check (default: the run's last)")(
+      "to", po::value(&to), "last step to check (default: the last step every rank's trace completed)")(
       "dump", po::value(&dump_texts)->composing(),
       "NAME@STEP[:RANK]: write the full tensor(s) of boundary NAME at STEP on RANK (default: every "
       "rank) to DUMP_DIR/NAME@STEP.rankR.h5; repeatable")(
@@ -109,7 +109,16 @@ int RunReplay(const std::vector<std::string>& args) {
   }
   auto opts = model::TrainOptionsFromRun(run_dir);
   if (!opts.ok()) return ReportError("replay", opts.status());
-  if (!vm.count("to")) to = opts->steps - 1;
+  // A run stopped early (killed, or rolled back) has recorded fewer steps
+  // than its config names: replay what every rank recorded, not past it.
+  auto recorded = replay::LastStepCompletedByEveryRank(run_dir, opts->ranks);
+  if (!recorded.ok()) return ReportError("replay", recorded.status());
+  const int64_t last_recorded = std::min<int64_t>(*recorded, opts->steps - 1);
+  if (last_recorded < 0) {
+    return ReportError("replay", Status::FailedPrecondition(
+                                     run_dir + " has no completed step on every rank: nothing to replay"));
+  }
+  if (!vm.count("to")) to = last_recorded;
   if (!specs.empty() && vm["from"].defaulted() && !vm.count("to")) {
     // Just the steps the dumps need.
     from = to = specs[0].step;
@@ -118,10 +127,12 @@ int RunReplay(const std::vector<std::string>& args) {
       to = std::max(to, d.step);
     }
   }
-  if (from < 0 || to < from || to >= opts->steps) {
+  if (from < 0 || to < from || to > last_recorded) {
     return ReportError("replay", Status::InvalidArgument(
-                                     "need 0 <= --from <= --to < " + std::to_string(opts->steps) +
-                                     " (the run's steps)"));
+                                     "need 0 <= --from <= --to <= " + std::to_string(last_recorded) +
+                                     (last_recorded < opts->steps - 1
+                                          ? " (the last step every rank's trace completed; the run stopped early)"
+                                          : " (the run's last step)")));
   }
   auto ckpt = CheckpointBefore(run_dir, static_cast<uint64_t>(from));
   if (!ckpt.ok()) return ReportError("replay", ckpt.status());

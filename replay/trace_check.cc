@@ -1,5 +1,8 @@
 #include "replay/trace_check.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "base/coding.h"
 
 namespace dgrr::replay {
@@ -94,6 +97,25 @@ Status TraceCheck::CheckStep(const trace::StepRecord& s) {
   }
   ++steps_verified_;
   return Status::OK();
+}
+
+StatusOr<int64_t> LastStepCompletedByEveryRank(const std::string& run_dir, int ranks) {
+  int64_t common = INT64_MAX;
+  for (int rank = 0; rank < ranks; ++rank) {
+    DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(TracePathFor(run_dir, rank)));
+    int64_t last = -1;
+    trace::Record record;
+    for (;;) {
+      bool done = false;
+      DGRR_RETURN_IF_ERROR(reader->Next(&record, &done));
+      if (done) break;
+      if (const auto* s = std::get_if<trace::StepRecord>(&record.body); s && s->kind == trace::StepKind::kEnd) {
+        last = std::max(last, static_cast<int64_t>(s->step));
+      }
+    }
+    common = std::min(common, last);
+  }
+  return ranks > 0 ? common : int64_t{-1};
 }
 
 }  // namespace dgrr::replay

@@ -57,4 +57,9 @@ class TraceCheck final : public RecordCheck {
   std::optional<ReplayMismatch> mismatch_;
 };
 
+// The highest step whose STEP end record every one of the run's `ranks`
+// traces holds: how far a run that may have been stopped early got. -1 when
+// some rank completed no step. A trace's corruption is an error.
+StatusOr<int64_t> LastStepCompletedByEveryRank(const std::string& run_dir, int ranks);
+
 }  // namespace dgrr::replay

@@ -74,6 +74,24 @@ TEST_F(ReplayCommandTest, AForgottenRestoreIsCaughtAtTheFirstBoundaryThatNeedsIt
   EXPECT_NE(err.find("recorded xor64"), std::string::npos) << err;
 }
 
+TEST_F(ReplayCommandTest, ARunStoppedEarlyReplaysWhatEveryRankRecorded) {
+  // Rolled back to step 6: the config still names 12 steps, the traces end at 6.
+  int rc = -1;
+  auto [out, err] = Quiet([&] { rc = RunDgrr({"rollback", run_, "--step", "6", "--quiet"}); });
+  ASSERT_EQ(rc, 0) << err;
+  std::tie(out, err) = Quiet([&] { rc = RunDgrr({"replay", run_, "--json"}); });
+  ASSERT_EQ(rc, 0) << err;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j.at("result"), "verified");
+  EXPECT_EQ(j.at("last_step"), 6);
+  EXPECT_EQ(j.at("steps_verified"), 14) << "steps 0..6 on each of 2 ranks";
+  // Asking for steps the traces never recorded is a usage error naming the limit.
+  std::tie(out, err) = Quiet([&] { rc = RunDgrr({"replay", run_, "--to", "9"}); });
+  EXPECT_EQ(rc, kExitUsage);
+  EXPECT_NE(err.find("--to <= 6"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped early"), std::string::npos) << err;
+}
+
 TEST_F(ReplayCommandTest, BadInput) {
   int rc = -1;
   auto [out, err] = Quiet([&] { rc = RunDgrr({"replay", run_, "--from", "5", "--to", "3"}); });
