@@ -63,6 +63,11 @@ StatusOr<std::string> ReadFileToString(const std::string& path);
 // Opens an existing regular file for reading at any offset.
 StatusOr<std::unique_ptr<RandomAccessFile>> OpenRandomAccessFile(const std::string& path);
 StatusOr<uint64_t> FileSize(const std::string& path);
+// For readers that need the descriptor itself (to fstat the very file they
+// verified): opens `path` read-only with O_NONBLOCK, refusing anything but a
+// regular file, as every read through the file layer does. The caller owns
+// the descriptor. Not routed through FileSystem::Default().
+StatusOr<int> OpenRegularFileDescriptor(const std::string& path);
 // Renames `from` over `to` (no directory sync).
 Status RenameFile(const std::string& from, const std::string& to);
 // Removes a file; a missing file is OK.

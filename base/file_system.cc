@@ -405,6 +405,11 @@ const char* FileOpName(FileOp op) {
   return "?";
 }
 
+StatusOr<int> OpenRegularFileDescriptor(const std::string& path) {
+  uint64_t size = 0;
+  return OpenRegularForReading(path, &size);
+}
+
 FileSystem* FileSystem::Posix() {
   static PosixFileSystem posix;
   return &posix;
