@@ -521,6 +521,16 @@ std::vector<std::string> FaultInjectingFileSystem::log() const {
   return log_;
 }
 
+FileOp FaultInjectingFileSystem::injected_op() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return injected_op_;
+}
+
+std::string FaultInjectingFileSystem::injected_path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return injected_path_;
+}
+
 int FaultInjectingFileSystem::Intercept(FileOp op, const std::string& path, bool* short_write) {
   std::lock_guard<std::mutex> lock(mu_);
   ++per_op_[static_cast<int>(op)];
@@ -532,6 +542,8 @@ int FaultInjectingFileSystem::Intercept(FileOp op, const std::string& path, bool
   ++matching_;
   if (spec_.nth != 0 && matching_ != spec_.nth) return 0;
   ++injected_;
+  injected_op_ = op;
+  injected_path_ = path;
   *short_write = spec_.short_write && (op == FileOp::kAppend || op == FileOp::kWriteAt);
   return spec_.error;
 }

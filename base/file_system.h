@@ -159,6 +159,9 @@ class FaultInjectingFileSystem final : public FileSystem {
   uint64_t injected() const;
   // "op path" of every call since the last ResetCounts, in order.
   std::vector<std::string> log() const;
+  // The operation and path of the last call failed on purpose.
+  FileOp injected_op() const;
+  std::string injected_path() const;
 
   // Decides whether this call fails: returns the errno to report, 0 if not.
   // (Public for the wrapped files; not for callers.)
@@ -185,6 +188,8 @@ class FaultInjectingFileSystem final : public FileSystem {
   FaultSpec spec_;
   uint64_t matching_ = 0;
   uint64_t injected_ = 0;
+  FileOp injected_op_ = FileOp::kAppend;
+  std::string injected_path_;
   uint64_t per_op_[kFileOpCount] = {};
   std::vector<std::string> log_;
 };
