@@ -1049,7 +1049,7 @@ std::vector<std::string> Trainer::dumps_written() const {
 
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
   const std::string path = ConfigPathFor(run_dir);
-  auto text = ReadFileToString(path);
+  auto text = ReadFileToString(path, kMaxJsonFileBytes);
   if (!text.ok()) return text.status().WithPrefix("not a dgrr run");
   try {
     const nlohmann::json c = nlohmann::json::parse(*text);
@@ -1103,7 +1103,7 @@ Status Trainer::LoadConfigForResume() {
     o.faults.push_back(f);
   }
   // TrainOptionsFromRun has validated the file; its data digest is kept here.
-  DGRR_ASSIGN_OR_RETURN(std::string recorded, ReadFileToString(ConfigPathFor(options_.out_dir)));
+  DGRR_ASSIGN_OR_RETURN(std::string recorded, ReadFileToString(ConfigPathFor(options_.out_dir), kMaxJsonFileBytes));
   std::string recorded_data;
   try {
     recorded_data = nlohmann::json::parse(recorded).at("data").at("xxh3").get<std::string>();

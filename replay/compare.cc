@@ -14,7 +14,7 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 StatusOr<json> ReadJsonFile(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxJsonFileBytes));
   json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Status::Corruption(path + ": not valid JSON");
   return parsed;

@@ -186,6 +186,39 @@ TEST_F(FaultInjectionTest, TraceWrite) {
   EXPECT_GE(tried, 20u);
 }
 
+// The trace reader reads bytes from memory exactly as from disk, and a cut
+// copy ends at its last whole record (the fuzz targets' entry point).
+TEST_F(FaultInjectionTest, TraceReaderReadsFromMemory) {
+  const std::string path = Path("rank0.trace");
+  ASSERT_TRUE(WriteTrace(path, 10).ok());
+  const std::string bytes = ReadBytes(path);
+  auto from_disk = trace::ReadWholeTrace(path);
+  ASSERT_TRUE(from_disk.ok());
+  auto reader = trace::TraceReader::Open(NewMemoryFile("mem.trace", bytes));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_EQ((*reader)->header(), from_disk->header);
+  size_t n = 0;
+  for (;;) {
+    trace::Record record;
+    bool done = false;
+    ASSERT_TRUE((*reader)->Next(&record, &done).ok());
+    if (done) break;
+    ASSERT_LT(n, from_disk->records.size());
+    EXPECT_EQ(record.body, from_disk->records[n].body);
+    ++n;
+  }
+  EXPECT_EQ(n, from_disk->records.size());
+  EXPECT_EQ(*(*reader)->CountRecordsInFile(), n);
+
+  auto cut = trace::TraceReader::Open(NewMemoryFile("cut.trace", bytes.substr(0, bytes.size() - 5)));
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(*(*cut)->CountRecordsInFile(), n - 1);
+  auto header_only = trace::TraceReader::Open(NewMemoryFile("h.trace", bytes.substr(0, 10)));
+  ASSERT_FALSE(header_only.ok());
+  EXPECT_TRUE(header_only.status().IsCorruption());
+  EXPECT_NE(header_only.status().message().find("h.trace: header"), std::string::npos);
+}
+
 // A small two-entry checkpoint state (random bytes compress poorly, so the
 // file has a real body).
 struct SmallState {

@@ -1,0 +1,92 @@
+// `dgrr train` with a fault injected into its checkpoint write: one line
+// naming the file and the cause, exit 2, and the run still resumes to the
+// same result as a run that never failed. Once in-process (the fault
+// injector installed directly) and once as a real process through the
+// DGRR_TEST_FAULT test hook.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "base/file_system.h"
+#include "tests/cli/run_captured.h"
+#include "tests/support/temp_dir_test.h"
+
+namespace dgrr::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTrain = {"--steps", "6", "--ckpt-every", "2", "--quiet"};
+
+std::vector<std::string> TrainArgs(const std::string& out) {
+  std::vector<std::string> args = {"train", "--out", out};
+  args.insert(args.end(), kTrain.begin(), kTrain.end());
+  return args;
+}
+
+size_t Lines(const std::string& text) {
+  return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+class FileFaultCli : public test_support::TempDirTest, public CapturedCommands {
+ protected:
+  // The failed run resumes and ends where an untroubled run ends.
+  void ExpectResumesToTheCleanResult(const std::string& run) {
+    ASSERT_EQ(RunCommand({"train", "--out", run, "--resume", "--quiet"}), 0) << err_;
+    EXPECT_EQ(RunCommand({"verify", run + "/rank0.trace"}), 0) << out_ << err_;
+    const std::string clean = Path("clean");
+    ASSERT_EQ(RunCommand(TrainArgs(clean)), 0) << err_;
+    EXPECT_EQ(RunCommand({"compare", run, clean}), 0) << out_ << err_;
+    for (const auto& e : fs::directory_iterator(run + "/ckpt")) {
+      EXPECT_FALSE(IsTemporaryName(e.path().filename().string())) << e.path();
+    }
+  }
+};
+
+TEST_F(FileFaultCli, CheckpointRenameFailureInProcess) {
+  const std::string run = Path("run");
+  {
+    FaultInjectingFileSystem injector;
+    auto spec = FaultSpec::Parse("rename:2:ENOSPC:/ckpt/");
+    ASSERT_TRUE(spec.ok());
+    injector.SetFault(*spec);
+    ScopedFileSystemOverride use(&injector);
+    EXPECT_EQ(RunCommand(TrainArgs(run)), 2) << err_;
+    EXPECT_EQ(injector.injected(), 1u);
+  }
+  EXPECT_EQ(Lines(err_), 1u) << err_;
+  EXPECT_NE(err_.find(run + "/ckpt/step-00000003.h5"), std::string::npos) << err_;
+  EXPECT_NE(err_.find(std::strerror(ENOSPC)), std::string::npos) << err_;
+  EXPECT_FALSE(fs::exists(run + "/ckpt/step-00000003.h5"));
+  ExpectResumesToTheCleanResult(run);
+}
+
+TEST_F(FileFaultCli, CheckpointShortWriteThroughTheTestHook) {
+  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
+  ASSERT_TRUE(fs::exists(dgrr)) << dgrr << " must be built before cli_test runs";
+  const std::string run = Path("run");
+  const std::string err_file = Path("stderr.txt");
+  // The second write-at under ckpt/ stamps the header of the second checkpoint (step 3).
+  std::string command = "DGRR_TEST_FAULT='write-at+short:2:ENOSPC:/ckpt/' '" + dgrr + "' train --out '" + run + "'";
+  for (const std::string& a : kTrain) command += " " + a;
+  command += " 2> '" + err_file + "' > /dev/null";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "dgrr ended on a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string err = ReadBytes(err_file);
+  EXPECT_EQ(Lines(err), 1u) << err;
+  EXPECT_NE(err.find(run + "/ckpt/step-00000003.h5"), std::string::npos) << err;
+  EXPECT_NE(err.find(std::strerror(ENOSPC)), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(run + "/ckpt/step-00000003.h5"));
+  ExpectResumesToTheCleanResult(run);
+}
+
+}  // namespace
+}  // namespace dgrr::cli
