@@ -59,10 +59,11 @@ StatusOr<Dataset> Dataset::FromText(std::string text, int seq_len) {
 
 StatusOr<Dataset> Dataset::FromFile(const std::string& path, int seq_len) {
   // Read whole, so capped (kMaxCorpusFileBytes, docs/files.md): `--data
-  // /dev/zero` or a FIFO is refused up front, like any bad --data value.
+  // /dev/zero` or a FIFO is refused up front, like any bad --data value
+  // (exit 1), not as a damaged run file.
   StatusOr<std::string> read = ReadFileToString(path, kMaxCorpusFileBytes);
   if (!read.ok()) {
-    if (read.status().IsCorruption()) return Status::InvalidArgument("--data " + read.status().message());
+    if (read.status().IsCorruption()) return Status::InvalidArgument(read.status().message());
     return read.status();
   }
   std::string text = std::move(read).value();

@@ -4,6 +4,7 @@
 // injector installed directly) and once as a real process through the
 // DGRR_TEST_FAULT test hook.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -86,6 +87,50 @@ TEST_F(FileFaultCli, CheckpointShortWriteThroughTheTestHook) {
   EXPECT_NE(err.find(std::strerror(ENOSPC)), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(run + "/ckpt/step-00000003.h5"));
   ExpectResumesToTheCleanResult(run);
+}
+
+// Bounded input: a run file that is a FIFO or a link to /dev/zero is one
+// line and exit 3; `--data /dev/zero` is one line and exit 1. Nothing hangs
+// (a blocking open of the FIFO would hang this test) or reads without end.
+TEST_F(FileFaultCli, NonRegularInputsAreOneLineNeverAHang) {
+  const std::string run = Path("run");
+  ASSERT_EQ(RunCommand(TrainArgs(run)), 0) << err_;
+  const std::string zero_run = Path("zero"), fifo_run = Path("fifo");
+  fs::copy(run, zero_run, fs::copy_options::recursive);
+  fs::copy(run, fifo_run, fs::copy_options::recursive);
+  fs::remove(zero_run + "/config.json");
+  fs::create_symlink("/dev/zero", zero_run + "/config.json");
+  fs::remove(fifo_run + "/config.json");
+  ASSERT_EQ(::mkfifo((fifo_run + "/config.json").c_str(), 0644), 0);
+  fs::remove(fifo_run + "/rank0.env.json");
+  ASSERT_EQ(::mkfifo((fifo_run + "/rank0.env.json").c_str(), 0644), 0);
+  const std::string fifo_trace = Path("rank0.trace");
+  ASSERT_EQ(::mkfifo(fifo_trace.c_str(), 0644), 0);
+
+  struct Case {
+    std::vector<std::string> args;
+    int rc;
+    std::string names;
+  };
+  const std::vector<Case> cases = {
+      {{"train", "--out", zero_run, "--resume", "--quiet"}, 3, zero_run + "/config.json: a character device"},
+      {{"train", "--out", fifo_run, "--resume", "--quiet"}, 3, fifo_run + "/config.json: a FIFO"},
+      {{"plan", fifo_run}, 3, fifo_run + "/config.json: a FIFO"},
+      {{"compare", run, fifo_run}, 3, fifo_run + "/"},
+      {{"verify", fifo_trace}, 3, fifo_trace + ": a FIFO"},
+      {{"inspect", fifo_trace}, 3, fifo_trace + ": a FIFO"},
+      {{"train", "--out", Path("new"), "--data", "/dev/zero", "--steps", "2", "--quiet"}, 1,
+       "/dev/zero: a character device"},
+      {{"train", "--out", Path("new2"), "--data", fifo_trace, "--steps", "2", "--quiet"}, 1, fifo_trace + ": a FIFO"},
+  };
+  for (const Case& c : cases) {
+    std::string line;
+    for (const std::string& a : c.args) line += a + " ";
+    SCOPED_TRACE(line);
+    EXPECT_EQ(RunCommand(c.args), c.rc) << err_;
+    EXPECT_EQ(Lines(err_), 1u) << err_;
+    EXPECT_NE(err_.find(c.names), std::string::npos) << err_;
+  }
 }
 
 }  // namespace
