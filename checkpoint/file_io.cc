@@ -24,6 +24,19 @@ struct Cause {
   std::string innermost;
 };
 
+// libhdf5 1.10 keeps the ID of a file whose close failed (a flush that hit a
+// full disk) after freeing the file, and its exit handler, closing every
+// open ID, then dereferences the freed file: a write failure turned into a
+// crash at exit (upstream CVE-2020-10812, fixed in 1.14). dgrr closes every
+// file it opens itself, so it has nothing for that handler to do; this asks
+// libhdf5 not to install it. It must run before the library initialises,
+// hence a static initialiser here, in the object every checkpoint and
+// tensor-dump write links.
+const bool kNoHdf5ExitHandler = [] {
+  H5dont_atexit();
+  return true;
+}();
+
 herr_t Visit(unsigned n, const H5E_error2_t* e, void* data) {
   auto* cause = static_cast<Cause*>(data);
   if (n == 0 && e->desc != nullptr) cause->innermost = e->desc;

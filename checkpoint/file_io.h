@@ -20,6 +20,8 @@ StatusOr<uint64_t> HashFileBody(RandomAccessFile& file, uint64_t from, uint64_t*
 // "FILE: WHAT: CAUSE", where CAUSE is the errno text the innermost failure
 // recorded (e.g. "No space left on device"), or else libhdf5's innermost
 // description of the failure. One line, never the whole stack.
+// (Linking this file also stops libhdf5 from installing its exit handler,
+// which crashes after a failed close; see file_io.cc.)
 Status Hdf5WriteFailure(const std::string& file, const std::string& what);
 
 }  // namespace dgrr::checkpoint

@@ -4,13 +4,19 @@
 // injector installed directly) and once as a real process through the
 // DGRR_TEST_FAULT test hook.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -30,6 +36,54 @@ std::vector<std::string> TrainArgs(const std::string& out) {
   std::vector<std::string> args = {"train", "--out", out};
   args.insert(args.end(), kTrain.begin(), kTrain.end());
   return args;
+}
+
+struct ProcessResult {
+  bool exited = false;  // false: it ended on a signal
+  int rc = -1;
+  std::string err;
+};
+
+// Runs the real dgrr binary with `args`, optionally with DGRR_TEST_FAULT set
+// and a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored), and its stderr kept.
+ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const std::string& fault,
+                             rlim_t max_file_bytes, const std::string& err_file) {
+  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
+  ProcessResult result;
+  if (!fs::exists(dgrr)) {
+    ADD_FAILURE() << dgrr << " must be built before cli_test runs";
+    return result;
+  }
+  std::vector<std::string> argv_storage = {dgrr};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (err_fd < 0 || null_fd < 0) ::_exit(100);
+    ::dup2(err_fd, 2);
+    ::dup2(null_fd, 1);
+    if (!fault.empty()) ::setenv("DGRR_TEST_FAULT", fault.c_str(), 1);
+    if (max_file_bytes != RLIM_INFINITY) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit limit;
+      ::getrlimit(RLIMIT_FSIZE, &limit);
+      limit.rlim_cur = max_file_bytes;
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+    }
+    ::execv(dgrr.c_str(), argv.data());
+    ::_exit(101);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exited = WIFEXITED(status);
+  result.rc = result.exited ? WEXITSTATUS(status) : -WTERMSIG(status);
+  std::ifstream in(err_file, std::ios::binary);
+  result.err.assign(std::istreambuf_iterator<char>(in), {});
+  return result;
 }
 
 size_t Lines(const std::string& text) {
@@ -70,22 +124,33 @@ TEST_F(FileFaultCli, CheckpointRenameFailureInProcess) {
 }
 
 TEST_F(FileFaultCli, CheckpointShortWriteThroughTheTestHook) {
-  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
-  ASSERT_TRUE(fs::exists(dgrr)) << dgrr << " must be built before cli_test runs";
   const std::string run = Path("run");
-  const std::string err_file = Path("stderr.txt");
+  std::vector<std::string> args = TrainArgs(run);
   // The second write-at under ckpt/ stamps the header of the second checkpoint (step 3).
-  std::string command = "DGRR_TEST_FAULT='write-at+short:2:ENOSPC:/ckpt/' '" + dgrr + "' train --out '" + run + "'";
-  for (const std::string& a : kTrain) command += " " + a;
-  command += " 2> '" + err_file + "' > /dev/null";
-  const int status = std::system(command.c_str());
-  ASSERT_TRUE(WIFEXITED(status)) << "dgrr ended on a signal";
-  EXPECT_EQ(WEXITSTATUS(status), 2);
-  const std::string err = ReadBytes(err_file);
-  EXPECT_EQ(Lines(err), 1u) << err;
-  EXPECT_NE(err.find(run + "/ckpt/step-00000003.h5"), std::string::npos) << err;
-  EXPECT_NE(err.find(std::strerror(ENOSPC)), std::string::npos) << err;
+  ProcessResult r = RunDgrrProcess(args, "write-at+short:2:ENOSPC:/ckpt/", RLIM_INFINITY, Path("stderr.txt"));
+  ASSERT_TRUE(r.exited) << "dgrr ended on signal " << -r.rc;
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(run + "/ckpt/step-00000003.h5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(std::strerror(ENOSPC)), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(run + "/ckpt/step-00000003.h5"));
+  ExpectResumesToTheCleanResult(run);
+}
+
+// libhdf5's own write of the checkpoint body fails (the kernel refuses to
+// grow a file past RLIMIT_FSIZE, as a full disk would): one line naming the
+// checkpoint and the cause, exit 2, no crash at exit, and the run resumes.
+TEST_F(FileFaultCli, CheckpointFailingInsideLibhdf5) {
+  const std::string run = Path("run");
+  // The tiny model's first checkpoint holds ~1.4 MB of incompressible
+  // floats; the traces, config and environment stay well below the limit.
+  ProcessResult r = RunDgrrProcess(TrainArgs(run), "", 700 * 1024, Path("stderr.txt"));
+  ASSERT_TRUE(r.exited) << "dgrr ended on signal " << -r.rc << ": " << r.err;
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(run + "/ckpt/step-00000001.h5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(std::strerror(EFBIG)), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(run + "/ckpt/step-00000001.h5"));
   ExpectResumesToTheCleanResult(run);
 }
 
