@@ -186,6 +186,49 @@ TEST_F(FaultInjectionTest, TraceWrite) {
   EXPECT_GE(tried, 20u);
 }
 
+// Going on with a trace after a cut (resume): the reads, the size check, the
+// truncation of a torn tail and the appends.
+TEST_F(FaultInjectionTest, TraceReopenAndAppend) {
+  const std::string path = Path("rank0.trace");
+  constexpr int kFirst = 12;
+  size_t tried = ForEveryFault(
+      [&] {
+        fs::remove(path);
+        ASSERT_TRUE(WriteTrace(path, kFirst).ok());
+        const std::string torn = ReadBytes(path) + std::string(17, '\x5a');  // a partial record
+        WriteBytes(path, torn);
+      },
+      [&]() -> Status {
+        trace::TraceWriterOptions options;
+        options.buffer_bytes = 4 * trace::kRecordSize;
+        DGRR_ASSIGN_OR_RETURN(auto writer, trace::TraceWriter::OpenForAppend(path, options));
+        Status first;
+        for (int i = 0; i < 10 && first.ok(); ++i) {
+          trace::BoundaryRecord b;
+          b.seq = writer->next_seq();
+          b.step = 3;
+          b.name_id = 0;
+          b.dtype = DType::kF32;
+          b.xxh3 = 1000 + b.seq;
+          first = writer->AppendBoundary(b);
+        }
+        Status closed = writer->Close();
+        return first.ok() ? closed : first;
+      },
+      [&](const Fault&) {
+        auto whole = trace::ReadWholeTrace(path);
+        ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+        ASSERT_GE(whole->records.size(), static_cast<size_t>(kFirst + 1)) << "records were lost";
+        for (size_t i = 1; i < whole->records.size(); ++i) {
+          const auto* b = std::get_if<trace::BoundaryRecord>(&whole->records[i].body);
+          ASSERT_NE(b, nullptr);
+          EXPECT_EQ(b->seq, i - 1);
+          EXPECT_EQ(b->xxh3, 1000 + (i - 1));
+        }
+      });
+  EXPECT_GE(tried, 20u);
+}
+
 // The trace reader reads bytes from memory exactly as from disk, and a cut
 // copy ends at its last whole record (the fuzz targets' entry point).
 TEST_F(FaultInjectionTest, TraceReaderReadsFromMemory) {
