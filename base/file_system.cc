@@ -154,13 +154,18 @@ class PosixFileSystem final : public FileSystem {
     DGRR_ASSIGN_OR_RETURN(int fd, OpenRegularForReading(path, &size));
     PosixRandomAccessFile file(path, fd);
     if (size > max_bytes) return TooLarge(path, size, max_bytes);
-    // Read one byte past the cap: a file growing while read is still refused.
+    // Read to the end, but never past one byte over the cap: a file that
+    // grows while read is still refused, and one whose size fstat does not
+    // know (procfs says 0) is still read whole.
     std::string out(static_cast<size_t>(std::min<uint64_t>(size, max_bytes) + 1), '\0');
     uint64_t got = 0;
     for (;;) {
       DGRR_ASSIGN_OR_RETURN(size_t n, file.Read(got, out.size() - got, out.data() + got));
       got += n;
-      if (n == 0 || got == out.size()) break;
+      if (n == 0 || got > max_bytes) break;
+      if (got == out.size()) {
+        out.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes + 1, 2 * out.size() + 4096)));
+      }
     }
     if (got > max_bytes) return TooLarge(path, got, max_bytes);
     out.resize(static_cast<size_t>(got));

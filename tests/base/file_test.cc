@@ -105,6 +105,14 @@ TEST_F(FileTest, ReadCapRefusesLargerFiles) {
   EXPECT_EQ(kDefaultReadCapBytes, kMaxJsonFileBytes);
 }
 
+TEST_F(FileTest, FilesWhoseSizeIsUnknownAreReadWhole) {
+  auto status = ReadFileToString("/proc/self/status");  // fstat says 0 bytes
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_NE(status->find("Name:"), std::string::npos);
+  EXPECT_NE(status->find("VmRSS:"), std::string::npos) << "read past the first buffer";
+  EXPECT_TRUE(ReadFileToString("/proc/self/status", 16).status().IsCorruption());
+}
+
 TEST_F(FileTest, ListRenameRemove) {
   ASSERT_TRUE(WriteFileAtomically(Path("b"), "1").ok());
   ASSERT_TRUE(WriteFileAtomically(Path("a"), "2").ok());
