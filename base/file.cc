@@ -1,66 +1,16 @@
 #include "base/file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
 
 namespace dgrr {
-namespace {
-
-class PosixWritableFile final : public WritableFile {
- public:
-  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixWritableFile() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  PosixWritableFile(const PosixWritableFile&) = delete;
-  PosixWritableFile& operator=(const PosixWritableFile&) = delete;
-
-  Status Append(const void* data, size_t n) override {
-    if (fd_ < 0) return Status::IOError(path_ + ": append after close");
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      ssize_t w = ::write(fd_, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Status::FromErrno("write", path_, errno);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return Status::OK();
-  }
-  Status Flush() override { return Status::OK(); }
-  Status Sync() override {
-    if (fd_ < 0) return Status::IOError(path_ + ": sync after close");
-    if (::fsync(fd_) != 0) return Status::FromErrno("fsync", path_, errno);
-    return Status::OK();
-  }
-  Status Close() override {
-    if (fd_ < 0) return Status::OK();
-    int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) return Status::FromErrno("close", path_, errno);
-    return Status::OK();
-  }
-  const std::string& path() const override { return path_; }
-
- private:
-  std::string path_;
-  int fd_;
-};
-
-}  // namespace
 
 StatusOr<std::unique_ptr<WritableFile>> OpenWritableFile(const std::string& path, bool truncate) {
-  int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0);
-  int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) return Status::FromErrno("open for writing", path, errno);
-  return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  return FileSystem::Default()->NewWritableFile(path, truncate);
 }
 
 std::string DirName(const std::string& path) {
@@ -94,103 +44,74 @@ ScratchDirectory::~ScratchDirectory() {
 
 bool IsTemporaryName(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
 
-Status SyncDirectory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open directory", dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::FromErrno("fsync directory", dir, err);
-  return Status::OK();
-}
+Status SyncDirectory(const std::string& dir) { return FileSystem::Default()->SyncDirectory(dir); }
 
 Status CommitFileAtomically(const std::string& path,
                             const std::function<Status(const std::string& tmp_path)>& fill) {
+  FileSystem* fs = FileSystem::Default();
   const std::string tmp = TemporaryPathFor(path);
   Status s = fill(tmp);
-  if (s.ok()) {
-    // fill() may have closed its handle; fsync through a fresh descriptor.
-    int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      s = Status::FromErrno("open for fsync", tmp, errno);
-    } else {
-      if (::fsync(fd) != 0) s = Status::FromErrno("fsync", tmp, errno);
-      ::close(fd);
-    }
-  }
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Status::FromErrno("rename into place", path, errno);
-  }
+  // fill() may have closed its handle; fsync through a fresh descriptor.
+  if (s.ok()) s = fs->SyncFile(tmp);
+  if (s.ok()) s = fs->Rename(tmp, path);
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
+    // Best effort: the first error is the one worth reporting, and a
+    // leftover temporary is ignored by every reader and removed by the next
+    // writer's RemoveStaleTemporaries.
+    (void)fs->Remove(tmp);
     return s;
   }
-  return SyncDirectory(DirName(path));
+  return fs->SyncDirectory(DirName(path));
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view data) {
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
-    auto file = OpenWritableFile(tmp, /*truncate=*/true);
-    if (!file.ok()) return file.status();
-    DGRR_RETURN_IF_ERROR((*file)->Append(data.data(), data.size()));
-    return (*file)->Close();
+    DGRR_ASSIGN_OR_RETURN(auto file, OpenWritableFile(tmp, /*truncate=*/true));
+    DGRR_RETURN_IF_ERROR(file->Append(data.data(), data.size()));
+    return file->Close();
   });
 }
 
-StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno("read", path, err);
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
+StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
+  return FileSystem::Default()->ReadFile(path, max_bytes);
 }
 
-StatusOr<uint64_t> FileSize(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno("stat", path, errno);
-  return static_cast<uint64_t>(st.st_size);
+StatusOr<std::string> ReadFileToString(const std::string& path) {
+  return ReadFileToString(path, kDefaultReadCapBytes);
+}
+
+StatusOr<std::unique_ptr<RandomAccessFile>> OpenRandomAccessFile(const std::string& path) {
+  return FileSystem::Default()->NewRandomAccessFile(path);
+}
+
+StatusOr<uint64_t> FileSize(const std::string& path) { return FileSystem::Default()->FileSize(path); }
+
+Status RenameFile(const std::string& from, const std::string& to) {
+  return FileSystem::Default()->Rename(from, to);
+}
+
+Status RemoveFile(const std::string& path) { return FileSystem::Default()->Remove(path); }
+
+StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) {
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, FileSystem::Default()->ListDirectory(dir));
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 bool PathExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
 }
 
 bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
 }
 
-Status CreateDirectories(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IOError(dir + ": create directory: " + ec.message());
-  return Status::OK();
-}
+Status CreateDirectories(const std::string& dir) { return FileSystem::Default()->CreateDirectories(dir); }
 
 Status TruncateFile(const std::string& path, uint64_t size) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for truncation", path, errno);
-  Status s;
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    s = Status::FromErrno("truncate", path, errno);
-  } else if (::fsync(fd) != 0) {
-    s = Status::FromErrno("fsync", path, errno);
-  }
-  ::close(fd);
-  return s;
+  return FileSystem::Default()->Truncate(path, size);
 }
 
 }  // namespace dgrr

@@ -1,5 +1,9 @@
 // File I/O behind small interfaces, so tests can inject faults and so every
 // durable write in dgrr follows one discipline: write, fsync, rename, fsync dir.
+//
+// Every function here is a thin wrapper over FileSystem::Default()
+// (base/file_system.h), so a test that installs a FaultInjectingFileSystem
+// reaches every call site in dgrr that uses them.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file_system.h"
 #include "base/status.h"
 
 namespace dgrr {
@@ -43,8 +48,32 @@ Status CommitFileAtomically(const std::string& path,
 // fsync of a directory, so a rename or create within it is durable.
 Status SyncDirectory(const std::string& dir);
 
+// Size caps for reading a file whole (docs/files.md). A file over its cap,
+// or not a regular file (a directory, FIFO, device), is refused with
+// Corruption before any byte is read, so an endless file cannot exhaust
+// memory and a FIFO cannot hang the reader.
+constexpr uint64_t kMaxJsonFileBytes = uint64_t{64} << 20;     // config.json, env.json, plans
+constexpr uint64_t kMaxCorpusFileBytes = uint64_t{1} << 30;    // --data FILE
+constexpr uint64_t kDefaultReadCapBytes = kMaxJsonFileBytes;
+
+// The whole of a regular file of at most `max_bytes` bytes.
+StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes);
+// Same, with kDefaultReadCapBytes.
 StatusOr<std::string> ReadFileToString(const std::string& path);
+// Opens an existing regular file for reading at any offset.
+StatusOr<std::unique_ptr<RandomAccessFile>> OpenRandomAccessFile(const std::string& path);
 StatusOr<uint64_t> FileSize(const std::string& path);
+// For readers that need the descriptor itself (to fstat the very file they
+// verified): opens `path` read-only with O_NONBLOCK, refusing anything but a
+// regular file, as every read through the file layer does. The caller owns
+// the descriptor. Not routed through FileSystem::Default().
+StatusOr<int> OpenRegularFileDescriptor(const std::string& path);
+// Renames `from` over `to` (no directory sync).
+Status RenameFile(const std::string& from, const std::string& to);
+// Removes a file; a missing file is OK.
+Status RemoveFile(const std::string& path);
+// Names in `dir` without "." and "..", sorted.
+StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 // Creates `dir` and its parents if missing.

@@ -19,6 +19,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/version.h"
+#include "checkpoint/file_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/zstd_filter.h"
 
@@ -335,7 +336,8 @@ Status WriteDatasetAttributes(hid_t dset, const DatasetPlan& ds) {
   return WriteU64Attribute(dset, "has_shape", ds.has_shape ? 1 : 0, what);
 }
 
-Status CreateDataset(hid_t file, const DatasetPlan& ds, int level, H5Handle& out) {
+Status CreateDataset(hid_t file, const std::string& file_path, const DatasetPlan& ds, int level,
+                     H5Handle& out) {
   const std::string what = "dataset " + ds.Path();
   H5Handle space(H5Screate_simple(static_cast<int>(ds.dims.size()), ds.dims.data(), nullptr));
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
@@ -343,14 +345,14 @@ Status CreateDataset(hid_t file, const DatasetPlan& ds, int level, H5Handle& out
     const unsigned cd_level = static_cast<unsigned>(level);
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(ds.chunk.size()), ds.chunk.data()) < 0 ||
         H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &cd_level) < 0) {
-      return Status::IOError(WithHdf5Cause("HDF5: chunk/filter settings for " + what));
+      return Hdf5WriteFailure(file_path, "chunk/filter settings for " + what);
     }
   }
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
   H5Pset_obj_track_times(dcpl.get(), false);  // same state, same bytes
   out = H5Handle(H5Dcreate2(file, ds.Path().c_str(), Hdf5TypeFor(ds.dtype), space.get(),
                             H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  if (!out.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating " + what));
+  if (!out.valid()) return Hdf5WriteFailure(file_path, "creating " + what);
   return WriteDatasetAttributes(out.get(), ds);
 }
 
@@ -378,7 +380,7 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
     return Status::Internal("HDF5: file property lists rejected");
   }
   H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Status::IOError(WithHdf5Cause("HDF5: cannot create the file"));
+  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kFormatName, "/"));
   DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kCheckpointFormatVersion, "/"));
@@ -395,7 +397,7 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   H5Pset_obj_track_times(gcpl.get(), false);
   for (const std::string& g : groups) {
     H5Handle group(H5Gcreate2(f, g.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
-    if (!group.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating group " + g));
+    if (!group.valid()) return Hdf5WriteFailure(tmp_path, "creating group " + g);
   }
   for (const RankPlan& r : ranks) {
     const std::string g = "/ranks/" + std::to_string(r.rank);
@@ -405,16 +407,16 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   }
   std::vector<H5Handle> handles(datasets.size());
   for (size_t d = 0; d < datasets.size(); ++d) {
-    DGRR_RETURN_IF_ERROR(CreateDataset(f, datasets[d], level, handles[d]));
+    DGRR_RETURN_IF_ERROR(CreateDataset(f, tmp_path, datasets[d], level, handles[d]));
   }
   for (const ChunkJob& job : chunks) {
     if (H5Dwrite_chunk(handles[job.dataset].get(), H5P_DEFAULT, job.filter_mask, job.offset.data(),
                        job.size(), job.bytes()) < 0) {
-      return Status::IOError(WithHdf5Cause("HDF5: writing a chunk of dataset " + datasets[job.dataset].Path()));
+      return Hdf5WriteFailure(tmp_path, "writing a chunk of dataset " + datasets[job.dataset].Path());
     }
   }
   handles.clear();
-  if (H5Fclose(file.Release()) < 0) return Status::IOError(WithHdf5Cause("HDF5: failed on close"));
+  if (H5Fclose(file.Release()) < 0) return Hdf5WriteFailure(tmp_path, "write (on close)");
   return Status::OK();
 }
 
@@ -513,24 +515,17 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
 // Hashes bytes [512, end) of the file HDF5 wrote, streaming through a small
 // buffer, and writes the header into its user block.
 Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_digest) {
-  const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
   uint64_t offset = kCheckpointUserBlockBytes;
-  StatusOr<uint64_t> payload = HashFileFrom(fd, tmp_path, kCheckpointUserBlockBytes, &offset);
-  Status status = payload.status();
-  const uint64_t payload_hash = payload.ok() ? *payload : 0;
-  if (status.ok() && offset == kCheckpointUserBlockBytes) {
-    status = Status::Internal("HDF5 wrote no file body to " + tmp_path);
+  uint64_t payload_hash = 0;
+  {
+    DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(tmp_path));
+    DGRR_ASSIGN_OR_RETURN(payload_hash, HashFileBody(*file, kCheckpointUserBlockBytes, &offset));
   }
-  if (status.ok()) {
-    uint8_t block[kCheckpointUserBlockBytes];
-    EncodeHeader(block, offset, payload_hash, step, state_digest);
-    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block)) {
-      status = Status::FromErrno("write header", tmp_path, errno);
-    }
-  }
-  ::close(fd);
-  return status;
+  if (offset == kCheckpointUserBlockBytes) return Status::Internal("HDF5 wrote no file body to " + tmp_path);
+  uint8_t block[kCheckpointUserBlockBytes];
+  EncodeHeader(block, offset, payload_hash, step, state_digest);
+  return FileSystem::Default()->WriteAt(tmp_path, 0,
+                                        std::string_view(reinterpret_cast<const char*>(block), sizeof block));
 }
 
 // ---------------------------------------------------------------------------
@@ -751,14 +746,11 @@ Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
 }
 
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(path));
+  DGRR_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   uint8_t block[kCheckpointUserBlockBytes];
-  const ssize_t n = ::pread(fd, block, sizeof block, 0);
-  ::close(fd);
-  if (n < 0) return Status::FromErrno("read", path, errno);
-  return DecodeHeader(path, block, static_cast<size_t>(n), size);
+  DGRR_ASSIGN_OR_RETURN(size_t n, file->Read(0, sizeof block, block));
+  return DecodeHeader(path, block, n, size);
 }
 
 namespace {
@@ -782,8 +774,7 @@ FileIdentity IdentityOf(const struct stat& st) {
 // through a small buffer (big fresh buffers cost page faults), and returns the
 // identity of the file it verified.
 StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader& header) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  DGRR_ASSIGN_OR_RETURN(const int fd, OpenRegularFileDescriptor(path));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -910,18 +901,15 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
 StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir) {
   const std::string dir = run_dir + "/ckpt";
   std::vector<std::string> stale;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return 0;
-    return Status::FromErrno("list", dir, errno);
+  StatusOr<std::vector<std::string>> names = ListDirectory(dir);
+  if (!names.ok()) {
+    if (names.status().IsNotFound()) return 0;
+    return names.status();
   }
-  while (const dirent* e = ::readdir(d)) {
-    if (IsTemporaryName(e->d_name)) stale.push_back(dir + "/" + e->d_name);
+  for (const std::string& name : *names) {
+    if (IsTemporaryName(name)) stale.push_back(dir + "/" + name);
   }
-  ::closedir(d);
-  for (const std::string& path : stale) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("remove", path, errno);
-  }
+  for (const std::string& path : stale) DGRR_RETURN_IF_ERROR(RemoveFile(path));
   if (!stale.empty()) DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
   return static_cast<int>(stale.size());
 }
@@ -929,13 +917,12 @@ StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir) {
 StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) {
   const std::string dir = run_dir + "/ckpt";
   std::vector<uint64_t> steps;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return steps;
-    return Status::FromErrno("open directory", dir, errno);
+  StatusOr<std::vector<std::string>> names = ListDirectory(dir);
+  if (!names.ok()) {
+    if (names.status().IsNotFound()) return steps;
+    return names.status();
   }
-  while (const dirent* ent = ::readdir(d)) {
-    const std::string name = ent->d_name;
+  for (const std::string& name : *names) {
     if (name.size() < 9 || name.rfind("step-", 0) != 0 || name.substr(name.size() - 3) != ".h5") continue;
     const std::string digits = name.substr(5, name.size() - 8);
     if (digits.empty() || digits.size() > 19 ||
@@ -944,7 +931,6 @@ StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) 
     }
     steps.push_back(std::stoull(digits));
   }
-  ::closedir(d);
   std::sort(steps.begin(), steps.end());
   return steps;
 }

@@ -15,6 +15,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/version.h"
+#include "checkpoint/file_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/zstd_filter.h"
 
@@ -36,31 +37,26 @@ constexpr size_t kOffVersion = 8, kOffFileLength = 16, kOffPayloadHash = 24, kOf
 
 // Writes the header into the user block of the file libhdf5 has just closed.
 Status StampHeader(const std::string& tmp_path) {
-  const int fd = ::open(tmp_path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for the header", tmp_path, errno);
   uint64_t length = 0;
-  StatusOr<uint64_t> payload = HashFileFrom(fd, tmp_path, kUserBlockBytes, &length);
-  Status status = payload.status();
-  if (status.ok()) {
-    uint8_t block[kUserBlockBytes] = {};
-    std::memcpy(block, kMagic, sizeof kMagic);
-    EncodeFixed32(block + kOffVersion, static_cast<uint32_t>(kTensorDumpFormatVersion));
-    EncodeFixed32(block + kOffVersion + 4, static_cast<uint32_t>(kHeaderBytes));
-    EncodeFixed64(block + kOffFileLength, length);
-    EncodeFixed64(block + kOffPayloadHash, *payload);
-    EncodeFixed64(block + kOffHeaderHash, XXH3_64bits(block, kOffHeaderHash));
-    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block)) {
-      status = Status::FromErrno("write the header", tmp_path, errno);
-    }
+  uint64_t payload = 0;
+  {
+    DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(tmp_path));
+    DGRR_ASSIGN_OR_RETURN(payload, HashFileBody(*file, kUserBlockBytes, &length));
   }
-  ::close(fd);
-  return status;
+  uint8_t block[kUserBlockBytes] = {};
+  std::memcpy(block, kMagic, sizeof kMagic);
+  EncodeFixed32(block + kOffVersion, static_cast<uint32_t>(kTensorDumpFormatVersion));
+  EncodeFixed32(block + kOffVersion + 4, static_cast<uint32_t>(kHeaderBytes));
+  EncodeFixed64(block + kOffFileLength, length);
+  EncodeFixed64(block + kOffPayloadHash, payload);
+  EncodeFixed64(block + kOffHeaderHash, XXH3_64bits(block, kOffHeaderHash));
+  return FileSystem::Default()->WriteAt(tmp_path, 0,
+                                        std::string_view(reinterpret_cast<const char*>(block), sizeof block));
 }
 
 // Checks the header and the hash of every byte after it.
 Status VerifyWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  DGRR_ASSIGN_OR_RETURN(const int fd, OpenRegularFileDescriptor(path));
   auto bad = [&](uint64_t offset, const std::string& why) {
     ::close(fd);
     return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
@@ -160,7 +156,7 @@ std::vector<hsize_t> ChunkShape(const std::vector<hsize_t>& dims, size_t element
   return chunk;
 }
 
-Status WriteTensor(hid_t group, const DumpedTensor& t, int zstd_level) {
+Status WriteTensor(hid_t group, const std::string& file_path, const DumpedTensor& t, int zstd_level) {
   const std::string what = std::string(kTensorsGroup) + "/" + t.name;
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   H5Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
@@ -171,16 +167,16 @@ Status WriteTensor(hid_t group, const DumpedTensor& t, int zstd_level) {
     const unsigned level = static_cast<unsigned>(zstd_level);
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
         H5Pset_filter(dcpl.get(), kZstdFilterId, H5Z_FLAG_OPTIONAL, 1, &level) < 0) {
-      return Status::IOError(WithHdf5Cause("HDF5: chunk/filter settings for " + what));
+      return Hdf5WriteFailure(file_path, "chunk/filter settings for " + what);
     }
   }
   H5Pset_obj_track_times(dcpl.get(), false);
   H5Handle dset(H5Dcreate2(group, t.name.c_str(), Hdf5TypeFor(t.dtype), space.get(), H5P_DEFAULT,
                            dcpl.get(), H5P_DEFAULT));
-  if (!dset.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating dataset " + what));
+  if (!dset.valid()) return Hdf5WriteFailure(file_path, "creating dataset " + what);
   if (!t.data.empty() && H5Dwrite(dset.get(), Hdf5TypeFor(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                   t.data.data()) < 0) {
-    return Status::IOError(WithHdf5Cause("HDF5: writing dataset " + what));
+    return Hdf5WriteFailure(file_path, "writing dataset " + what);
   }
   const hid_t d = dset.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(d, "dtype", std::string(DTypeName(t.dtype)), what));
@@ -206,7 +202,7 @@ Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_l
     return Status::Internal("HDF5: file property lists rejected");
   }
   H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Status::IOError(WithHdf5Cause("HDF5: cannot create the file"));
+  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kTensorDumpFormatName, "/"));
   DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kTensorDumpFormatVersion, "/"));
@@ -218,10 +214,10 @@ Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_l
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl.get(), false);
   H5Handle group(H5Gcreate2(f, kTensorsGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
-  if (!group.valid()) return Status::IOError(WithHdf5Cause("HDF5: creating group /tensors"));
-  for (const DumpedTensor& t : dump.tensors) DGRR_RETURN_IF_ERROR(WriteTensor(group.get(), t, zstd_level));
+  if (!group.valid()) return Hdf5WriteFailure(tmp_path, "creating group /tensors");
+  for (const DumpedTensor& t : dump.tensors) DGRR_RETURN_IF_ERROR(WriteTensor(group.get(), tmp_path, t, zstd_level));
   group.Reset();
-  if (H5Fclose(file.Release()) < 0) return Status::IOError(WithHdf5Cause("HDF5: failed on close"));
+  if (H5Fclose(file.Release()) < 0) return Hdf5WriteFailure(tmp_path, "write (on close)");
   return Status::OK();
 }
 

@@ -58,7 +58,15 @@ StatusOr<Dataset> Dataset::FromText(std::string text, int seq_len) {
 }
 
 StatusOr<Dataset> Dataset::FromFile(const std::string& path, int seq_len) {
-  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  // Read whole, so capped (kMaxCorpusFileBytes, docs/files.md): `--data
+  // /dev/zero` or a FIFO is refused up front, like any bad --data value
+  // (exit 1), not as a damaged run file.
+  StatusOr<std::string> read = ReadFileToString(path, kMaxCorpusFileBytes);
+  if (!read.ok()) {
+    if (read.status().IsCorruption()) return Status::InvalidArgument(read.status().message());
+    return read.status();
+  }
+  std::string text = std::move(read).value();
   StatusOr<Dataset> dataset = FromText(std::move(text), seq_len);
   if (!dataset.ok()) return dataset.status().WithPrefix(path);
   return dataset;

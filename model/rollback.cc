@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "base/kill_point.h"
 #include "base/run_lock.h"
 #include "checkpoint/checkpoint_file.h"
+#include "runtime/json_input.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
@@ -171,13 +173,11 @@ StatusOr<std::optional<int64_t>> PendingRollback(const std::string& run_dir) {
     if (errno == ENOENT) return std::optional<int64_t>();
     return Status::FromErrno("access", path, errno);
   }
-  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  nlohmann::json marker = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!marker.is_object() || !marker.contains("step") || !marker["step"].is_number_integer() ||
-      marker["step"].get<int64_t>() < 0) {
-    return Status::Corruption(path + ": not a rollback marker (expected {\"step\": S})");
-  }
-  return std::optional<int64_t>(marker["step"].get<int64_t>());
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json marker, ReadJsonFile(path));
+  if (!marker.is_object()) return Status::Corruption(path + ": not a rollback marker (expected {\"step\": S})");
+  DGRR_ASSIGN_OR_RETURN(const int64_t step,
+                        JsonObjectReader(marker, path).Int("step", 0, std::numeric_limits<int64_t>::max()));
+  return std::optional<int64_t>(step);
 }
 
 StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {

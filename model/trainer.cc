@@ -1115,7 +1115,7 @@ static Status CheckRunShape(const TrainOptions& o, const JsonObjectReader& c) {
 // 3, naming key and file) and never as if it were a flag the user passed.
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
   const std::string path = ConfigPathFor(run_dir);
-  auto text = ReadFileToString(path);
+  auto text = ReadFileToString(path, kMaxJsonFileBytes);
   if (!text.ok()) return text.status().WithPrefix("not a dgrr run");
   DGRR_ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJson(*text, path));
   const JsonObjectReader c(doc, path);

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
 #include "replay/trace_items.h"
+#include "runtime/json_input.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 
@@ -30,10 +31,8 @@ using StepMap = std::map<uint64_t, ParamsFingerprint>;
 // Whether the run's config.json says it was recorded in mode off (no traces
 // written); false when the config is missing or unreadable.
 bool RecordedInModeOff(const std::string& run_dir) {
-  auto text = ReadFileToString(ConfigPathFor(run_dir));
-  if (!text.ok()) return false;
-  const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  return config.is_object() && config.contains("mode") && config["mode"] == "off";
+  auto config = ReadJsonFile(ConfigPathFor(run_dir));
+  return config.ok() && config->is_object() && config->contains("mode") && (*config)["mode"] == "off";
 }
 
 // The run's world size from its traces, validated as compare validates them

@@ -103,7 +103,7 @@ StatusOr<json> ParseJson(std::string_view text, std::string_view source) {
 }
 
 StatusOr<json> ReadJsonFile(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxJsonFileBytes));
   return ParseJson(text, path);
 }
 

@@ -18,20 +18,9 @@ constexpr size_t kFirstReadBufferBytes = 8 * 1024;
 constexpr size_t kMaxReadBufferBytes = 1 << 20;
 static_assert(kFirstReadBufferBytes % kRecordSize == 0 && kMaxReadBufferBytes % kRecordSize == 0);
 
-// pread until `n` bytes or end of file; returns the bytes read.
-StatusOr<size_t> PreadFully(int fd, const std::string& path, uint8_t* dst, size_t n,
-                            uint64_t offset) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::pread(fd, dst + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("read", path, errno);
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return got;
+// Up to `n` bytes at `offset`; fewer only at end of file.
+StatusOr<size_t> PreadFully(RandomAccessFile& file, uint8_t* dst, size_t n, uint64_t offset) {
+  return file.Read(offset, n, dst);
 }
 
 bool AllZero(const uint8_t* p, size_t n) {
@@ -67,32 +56,32 @@ StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path
 
 StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path,
                                                          TraceError* error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open for reading", path, errno);
+  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(path));
+  return Open(std::move(file), error);
+}
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(std::unique_ptr<RandomAccessFile> file,
+                                                         TraceError* error) {
+  const std::string& path = file->path();
   uint8_t bytes[kHeaderSize];
-  auto got = PreadFully(fd, path, bytes, kHeaderSize, 0);
-  if (!got.ok()) {
-    ::close(fd);
-    return got.status();
-  }
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file, bytes, kHeaderSize, 0));
   TraceHeader header;
   size_t bad_offset = 0;
-  Status s = DecodeHeader(bytes, *got, &header, &bad_offset);
+  Status s = DecodeHeader(bytes, got, &header, &bad_offset);
   if (!s.ok()) {
-    ::close(fd);
-    *error = TraceError{true, 0, bad_offset, s.message()};
+    if (error != nullptr) *error = TraceError{true, 0, bad_offset, s.message()};
     return Status::Corruption(path + ": header at offset " + std::to_string(bad_offset) + ": " +
                               s.message());
   }
-  return std::unique_ptr<TraceReader>(new TraceReader(path, fd, header));
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(file), header));
 }
 
-TraceReader::TraceReader(std::string path, int fd, const TraceHeader& header)
-    : path_(std::move(path)), fd_(fd), header_(header), capacity_(kFirstReadBufferBytes),
+TraceReader::TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header)
+    : path_(file->path()), file_(std::move(file)), header_(header), capacity_(kFirstReadBufferBytes),
       buffer_(new uint8_t[capacity_]),
       crcs_(new uint32_t[capacity_ / kRecordSize]) {}
 
-TraceReader::~TraceReader() { ::close(fd_); }
+TraceReader::~TraceReader() = default;
 
 Status TraceReader::Fail(uint64_t index, std::string reason) {
   error_ = TraceError{false, index, RecordOffset(index), reason};
@@ -121,7 +110,7 @@ Status TraceReader::Fill(bool* have_record) {
   }
   pos_ = 0;
   end_ = partial;
-  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, buffer_.get() + end_, capacity_ - end_,
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_,
                                                RecordOffset(next_index_) + end_));
   end_ += got;
   // Checksum every whole record now, all at once: independent CRC chains run
@@ -136,7 +125,7 @@ StatusOr<bool> TraceReader::RestOfFileIsZero(uint64_t from_offset) {
   std::vector<uint8_t> chunk(1 << 16);
   uint64_t offset = from_offset;
   for (;;) {
-    DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, chunk.data(), chunk.size(), offset));
+    DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, chunk.data(), chunk.size(), offset));
     if (got == 0) break;
     if (!AllZero(chunk.data(), got)) return false;
     offset += got;
@@ -226,7 +215,7 @@ Status TraceReader::Next(Record* record, bool* done) {
 
 Status TraceReader::ReadRecordAt(uint64_t index, Record* record) {
   uint8_t bytes[kRecordSize];
-  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(fd_, path_, bytes, kRecordSize, RecordOffset(index)));
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, bytes, kRecordSize, RecordOffset(index)));
   if (got < kRecordSize) {
     return Status::NotFound(path_ + ": no whole record " + std::to_string(index) + " in the file");
   }
@@ -240,9 +229,7 @@ Status TraceReader::ReadRecordAt(uint64_t index, Record* record) {
 }
 
 StatusOr<uint64_t> TraceReader::CountRecordsInFile() {
-  struct stat st;
-  if (::fstat(fd_, &st) != 0) return Status::FromErrno("stat", path_, errno);
-  auto size = static_cast<uint64_t>(st.st_size);
+  DGRR_ASSIGN_OR_RETURN(uint64_t size, file_->Size());
   return size < kHeaderSize ? 0 : (size - kHeaderSize) / kRecordSize;
 }
 

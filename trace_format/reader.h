@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_system.h"
 #include "base/status.h"
 #include "trace_format/record.h"
 
@@ -43,6 +44,15 @@ class TraceReader {
   static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path);
   // Same, filling *error on corruption of the header.
   static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path, TraceError* error);
+  // Reads the trace from `file` (taken over), which names it by file->path():
+  // the entry point for bytes that are not on disk, e.g. a fuzz target's
+  // input through NewMemoryFile(name, bytes) (base/file_system.h). The paths
+  // above open the file through FileSystem::Default(), which refuses a
+  // directory, FIFO or device before reading a byte. Nothing is read beyond
+  // what the file holds: records are streamed through a buffer of at most
+  // 1 MiB, whatever the file's length. `error` may be null.
+  static StatusOr<std::unique_ptr<TraceReader>> Open(std::unique_ptr<RandomAccessFile> file,
+                                                     TraceError* error = nullptr);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -80,7 +90,7 @@ class TraceReader {
   const TraceError& last_error() const { return error_; }
 
  private:
-  TraceReader(std::string path, int fd, const TraceHeader& header);
+  TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header);
   // Makes at least one whole record available at buffer_[pos_]; false at end.
   Status Fill(bool* have_record);
   Status CheckSequence(const RecordBody& body);
@@ -88,7 +98,7 @@ class TraceReader {
   StatusOr<bool> RestOfFileIsZero(uint64_t from_offset);
 
   const std::string path_;
-  int fd_;
+  std::unique_ptr<RandomAccessFile> file_;
   const TraceHeader header_;
 
   // Starts small (a short trace costs little to open) and grows while reads

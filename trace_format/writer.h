@@ -35,7 +35,10 @@ struct TraceWriterOptions {
   // Size of each of the two buffers; rounded down to whole records (min 1).
   size_t buffer_bytes = 1 << 20;
   // Opens the trace for appending after its header exists on disk. Tests
-  // substitute a WritableFile that fails on demand. Default: OpenWritableFile.
+  // substitute a WritableFile that fails on demand. Default: OpenWritableFile,
+  // i.e. FileSystem::Default() (base/file_system.h), through which the header
+  // write, the reads, the size check and the truncation of OpenForAppend go
+  // as well, so a FaultInjectingFileSystem reaches every call.
   std::function<StatusOr<std::unique_ptr<WritableFile>>(const std::string& path)> open_file = {};
 };
 

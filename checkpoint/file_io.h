@@ -1,0 +1,27 @@
+// The checkpoint code's own I/O around the files libhdf5 writes: hashing a
+// file's body through the file layer (base/file_system.h), and turning a
+// libhdf5 write failure into one line that names the file and the cause.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/file_system.h"
+#include "base/status.h"
+
+namespace dgrr::checkpoint {
+
+// XXH3-64 (seed 0) of bytes [from, end of file) of `file`, read through a
+// 1 MiB buffer; *end receives the offset the read stopped at (the length).
+StatusOr<uint64_t> HashFileBody(RandomAccessFile& file, uint64_t from, uint64_t* end);
+
+// Call at once after a libhdf5 call on `file` failed, before any other HDF5
+// call (the next one clears the error stack). An IOError
+// "FILE: WHAT: CAUSE", where CAUSE is the errno text the innermost failure
+// recorded (e.g. "No space left on device"), or else libhdf5's innermost
+// description of the failure. One line, never the whole stack.
+// (Linking this file also stops libhdf5 from installing its exit handler,
+// which crashes after a failed close; see file_io.cc.)
+Status Hdf5WriteFailure(const std::string& file, const std::string& what);
+
+}  // namespace dgrr::checkpoint
