@@ -99,7 +99,7 @@ Status WritePendingMarker(const std::string& run_dir, int64_t step) {
 
 Status RemovePendingMarker(const std::string& run_dir) {
   const std::string path = PendingPath(run_dir);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("remove", path, errno);
+  DGRR_RETURN_IF_ERROR(RemoveFile(path));
   return SyncDirectory(run_dir);
 }
 
@@ -151,9 +151,7 @@ Status RemoveLaterCheckpoints(const RollbackOptions& options, RollbackResult* re
   for (uint64_t later : steps) {
     if (later <= static_cast<uint64_t>(options.step)) continue;
     const std::string path = checkpoint::CheckpointPath(options.run_dir, later);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Status::FromErrno("remove", path, errno);
-    }
+    DGRR_RETURN_IF_ERROR(RemoveFile(path));
     DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
     result->removed_checkpoints.push_back(later);
     KillPoint("rollback-remove", static_cast<int64_t>(later));

@@ -1342,12 +1342,8 @@ Status Trainer::PrepareResume() {
 
 Status Trainer::LockRunDirectory() {
   if (lock_) return Status::OK();
-  namespace fs = std::filesystem;
   const std::string& dir = options_.out_dir;
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
-    return Status::InvalidArgument(dir + " exists and is not a directory");
-  }
+  if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
   DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
   DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(dir));
   lock_.emplace(std::move(lock));
@@ -1355,38 +1351,32 @@ Status Trainer::LockRunDirectory() {
 }
 
 Status Trainer::PrepareRunDirectory() const {
-  namespace fs = std::filesystem;
   const std::string& dir = options_.out_dir;
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
-    return Status::InvalidArgument(dir + " exists and is not a directory");
-  }
+  if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
+  DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
   // The lock file (held by this process) does not make a directory a run.
-  bool empty = true;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename() != RunLock::kFileName) empty = false;
+  const bool empty = std::all_of(names.begin(), names.end(),
+                                 [](const std::string& name) { return name == RunLock::kFileName; });
+  if (empty) return Status::OK();
+  if (!options_.force) {
+    return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
   }
-  if (!empty) {
-    if (!options_.force) {
-      return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
-    }
-    // Remove only what a run writes, never anything else the user keeps
-    // there; a leftover (a stale ckpt/ that --resume would take) is an error.
-    std::vector<fs::path> ours;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name == "config.json" || name == "ckpt" || name == kPendingRollbackFile ||
-          (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")))) {
-        ours.push_back(entry.path());
-      }
-    }
-    if (ec) return Status::IOError("cannot list " + dir + ": " + ec.message());
-    for (const fs::path& path : ours) {
-      fs::remove_all(path, ec);
-      if (ec) return Status::IOError("cannot remove " + path.string() + ": " + ec.message());
+  // Remove only what a run writes, never anything else the user keeps
+  // there; a leftover (a stale ckpt/ that --resume would take) is an error.
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    if (name == "ckpt") {
+      DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> files, ListDirectory(path));
+      for (const std::string& file : files) DGRR_RETURN_IF_ERROR(RemoveFile(path + "/" + file));
+      std::error_code ec;
+      std::filesystem::remove(path, ec);  // now empty
+      if (ec) return Status::IOError(path + ": remove directory: " + ec.message());
+    } else if (name == "config.json" || name == kPendingRollbackFile ||
+               (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")))) {
+      DGRR_RETURN_IF_ERROR(RemoveFile(path));
     }
   }
-  return CreateDirectories(dir);
+  return SyncDirectory(dir);
 }
 
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
