@@ -3,6 +3,7 @@
 #include "trace_format/record.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 
@@ -232,6 +233,25 @@ TEST(Record, WorkedExampleOfTheSpec) {
       "0000000000000000000000000000000000000000000000000000000000000000"
       "00000000000000000000000000000000000000000000000000000000000f2c67";
   EXPECT_EQ(Hex(bytes, sizeof bytes), expected);
+}
+
+// docs/trace-format.md §3.2: the digest of a shape of more than six
+// dimensions is XXH3-64 with seed 0 of the dims as consecutive little-endian
+// u64, stored little-endian in the last slot.
+TEST(Record, LongShapeDigestIsXxh3OfTheLittleEndianDims) {
+  const uint64_t dims[] = {2, 1, 1, 1, 1, 1, 3};
+  uint8_t bytes[8 * 7] = {};
+  for (size_t i = 0; i < 7; ++i) bytes[8 * i] = static_cast<uint8_t>(dims[i]);  // each < 256
+  EXPECT_EQ(ShapeDigest(dims, 7), XXH3_64bits_withSeed(bytes, sizeof bytes, 0));
+  EXPECT_EQ(ShapeDigest(dims, 7), 0x95e3d315106f4114ull);  // pinned: the spec's worked example 2
+  BoundaryRecord r;
+  ASSERT_TRUE(SetShape(&r, dims, 7).ok());
+  EXPECT_EQ(r.ndim, 7);
+  EXPECT_EQ(r.dims[4], 1u);
+  EXPECT_EQ(r.dims[5], ShapeDigest(dims, 7));
+  uint8_t record[kRecordSize];
+  EncodeBoundary(r, record);
+  EXPECT_EQ(DecodeFixed64(record + 76 + 40), r.dims[5]);  // slot 5 at offset 116
 }
 
 TEST(Record, Names) {
