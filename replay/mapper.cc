@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
-#include <limits>
 
 #include "rng/stream_id.h"
 
