@@ -1,5 +1,5 @@
 // dgrr compare A B: where two runs provably agree and where they first differ
-// (docs/compare.md; JSON schema dgrr.compare/1, docs/json/compare.md).
+// (docs/compare.md; JSON schema dgrr.compare/2, docs/json/compare.md).
 #include <iostream>
 
 #include "cli/command.h"
@@ -16,12 +16,12 @@ int RunCompare(const std::vector<std::string>& args) {
   options.add_options()
       ("a", po::value<std::string>()->required(), "run A: a trace file or a run directory")
       ("b", po::value<std::string>()->required(), "run B: a trace file or a run directory")
-      ("json", po::bool_switch(), "print the dgrr.compare/1 JSON document instead of the report")
+      ("json", po::bool_switch(), "print the dgrr.compare/2 JSON document instead of the report")
       ("context", po::value<uint32_t>()->default_value(3), "aligned pairs shown before and after "
                                                            "the first divergence")
       ("ignore", po::value<std::vector<std::string>>()->composing(),
        "drop boundaries whose name matches GLOB from both runs (repeatable)")
-      ("band", po::value<uint32_t>()->default_value(32), "half-width of the tolerant mapper's DP band")
+      ("band", po::value<uint32_t>()->default_value(64), "reach of the tolerant mapper: how far a repeated key's counterpart is searched")
       ("perfetto", po::value<std::string>(), "also write a Chrome trace-event JSON view to OUT.json "
                                              "(open it in ui.perfetto.dev)");
   po::positional_options_description positional;

@@ -25,15 +25,32 @@ CertifyWalker::CertifyWalker(const CertifyOptions& options) : options_(options) 
   if (options_.isolation_window == 0) options_.isolation_window = 1;
 }
 
+void CertifyWalker::StopPrefixAt(std::optional<uint64_t> first_uncompared_a,
+                                 std::optional<uint64_t> first_uncompared_b) {
+  stop_a_ = first_uncompared_a;
+  stop_b_ = first_uncompared_b;
+}
+
 void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a,
                         const BoundaryItem& b) {
   const bool equal = FingerprintsEqual(a, b);
   const uint64_t ordinal = report_.pairs++;
+  if (!diverged_ && !prefix_closed_ &&
+      ((stop_a_ && index_a > *stop_a_) || (stop_b_ && index_b > *stop_b_))) {
+    // An uncompared boundary lies before this pair: nothing from here on is
+    // certified, though divergences are still found and reported. The step
+    // the stop cuts is not certified.
+    prefix_closed_ = true;
+    report_.stopped_at_uncompared = true;
+    report_.certified_steps = step_runs_ > 0 && a.step == last_step_ ? step_runs_ - 1 : step_runs_;
+  }
   if (!diverged_) {
     if (equal) {
-      ++report_.certified_pairs;
-      if (step_runs_ == 0 || a.step != last_step_) ++step_runs_;
-      last_step_ = a.step;
+      if (!prefix_closed_) {
+        ++report_.certified_pairs;
+        if (step_runs_ == 0 || a.step != last_step_) ++step_runs_;
+        last_step_ = a.step;
+      }
       if (options_.context > 0) {
         if (recent_.size() == options_.context) recent_.pop_front();
         recent_.push_back({ordinal, index_a, index_b, a, b, PairStatus::kEqual});
@@ -47,7 +64,7 @@ void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& 
     recent_.clear();
     // The divergent pair's step is not certified even if it began in the prefix.
     const bool cuts_last_run = step_runs_ > 0 && a.step == last_step_;
-    report_.certified_steps = cuts_last_run ? step_runs_ - 1 : step_runs_;
+    if (!prefix_closed_) report_.certified_steps = cuts_last_run ? step_runs_ - 1 : step_runs_;
     return;
   }
   if (!equal) {
@@ -67,7 +84,7 @@ void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& 
 void CertifyWalker::AddEqualLockstepRun(uint64_t first, std::span<const BoundaryItem> a,
                                         std::span<const BoundaryItem> b) {
   const size_t n = a.size();
-  if (diverged_) {
+  if (diverged_ || stop_a_ || stop_b_) {
     for (size_t k = 0; k < n; ++k) Add(first + k, first + k, a[k], b[k]);
     return;
   }
@@ -88,7 +105,15 @@ void CertifyWalker::AddEqualLockstepRun(uint64_t first, std::span<const Boundary
 CertifyReport CertifyWalker::Finish() {
   CertifyReport report = report_;
   if (!diverged_) {
-    report.certified_steps = step_runs_;
+    if (!prefix_closed_) {
+      // An uncompared boundary after the last pair still cuts the last step.
+      const bool open_end = stop_a_.has_value() || stop_b_.has_value();
+      report.certified_steps = step_runs_;
+      if (open_end && step_runs_ > 0) {
+        report.stopped_at_uncompared = true;
+        report.certified_steps = step_runs_ - 1;
+      }
+    }
     report.kind = DivergenceKind::kNone;
   } else if (judged_after_ == 0) {
     report.kind = DivergenceKind::kUndetermined;
@@ -101,6 +126,8 @@ CertifyReport CertifyWalker::Finish() {
 CertifyReport Certify(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
                       const Alignment& alignment, const CertifyOptions& options) {
   CertifyWalker walker(options);
+  const Coverage coverage = CoverageOf(alignment);
+  walker.StopPrefixAt(coverage.first_a, coverage.first_b);
   for (const AlignedPair& pair : alignment.pairs) {
     walker.Add(pair.index_a, pair.index_b, a[pair.index_a], b[pair.index_b]);
   }

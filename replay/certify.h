@@ -47,7 +47,12 @@ struct CertifyOptions {
 
 struct CertifyReport {
   uint64_t pairs = 0;             // aligned pairs walked
-  uint64_t certified_pairs = 0;   // length of the certified prefix
+  // Length of the certified prefix: the leading pairs that agree, up to the
+  // first divergence or to the first boundary that could not be compared,
+  // whichever comes first.
+  uint64_t certified_pairs = 0;
+  // The prefix stops at an uncompared boundary (before any divergence).
+  bool stopped_at_uncompared = false;
   // Steps whose pairs all lie in the certified prefix: the number of runs of
   // equal A step among the prefix, less the run the first divergence cuts.
   uint64_t certified_steps = 0;
@@ -66,6 +71,11 @@ class CertifyWalker {
  public:
   explicit CertifyWalker(const CertifyOptions& options);
 
+  // The first boundary of A (of B) that was never compared: the certified
+  // prefix ends before the first pair past it on either side.
+  void StopPrefixAt(std::optional<uint64_t> first_uncompared_a,
+                    std::optional<uint64_t> first_uncompared_b);
+
   void Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a, const BoundaryItem& b);
   // Same as Add() for each k of a run of lockstep pairs (index first + k on
   // both sides) whose fingerprints the caller found equal; touches only the
@@ -78,6 +88,8 @@ class CertifyWalker {
   CertifyOptions options_;
   CertifyReport report_;
   bool diverged_ = false;
+  bool prefix_closed_ = false;    // an uncompared boundary ended the prefix
+  std::optional<uint64_t> stop_a_, stop_b_;
   uint64_t step_runs_ = 0;        // runs of equal A step in the prefix so far
   uint64_t last_step_ = 0;
   std::deque<PairView> recent_;   // the last `context` pairs of the prefix
@@ -86,7 +98,8 @@ class CertifyWalker {
 };
 
 // Certifies `alignment` of a and b. The walk follows alignment.pairs, which
-// the mapper sorts by index in A.
+// the mapper sorts by index in A; the prefix stops at the first uncompared
+// boundary (CoverageOf(alignment)).
 CertifyReport Certify(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
                       const Alignment& alignment, const CertifyOptions& options);
 

@@ -82,6 +82,8 @@ Alignment AlignFromFirstMismatch(const std::vector<BoundaryItem>& a,
   if (rest_a.empty() || rest_b.empty()) {
     for (uint64_t i = prefix; i < a.size(); ++i) whole.unmatched_a.push_back(i);
     for (uint64_t j = prefix; j < b.size(); ++j) whole.unmatched_b.push_back(j);
+    whole.why_a.assign(whole.unmatched_a.size(), Unpaired::kNoCounterpart);
+    whole.why_b.assign(whole.unmatched_b.size(), Unpaired::kNoCounterpart);
   } else {
     Alignment rest = AlignTolerant(rest_a, rest_b, options);
     for (const AlignedPair& p : rest.pairs) {
@@ -90,6 +92,8 @@ Alignment AlignFromFirstMismatch(const std::vector<BoundaryItem>& a,
     for (const auto& [i, j] : rest.anchors) whole.anchors.push_back({i + prefix, j + prefix});
     for (uint64_t i : rest.unmatched_a) whole.unmatched_a.push_back(i + prefix);
     for (uint64_t j : rest.unmatched_b) whole.unmatched_b.push_back(j + prefix);
+    whole.why_a = std::move(rest.why_a);
+    whole.why_b = std::move(rest.why_b);
     whole.stats = rest.stats;
   }
   AlignmentStats& s = whole.stats;
@@ -106,6 +110,27 @@ Alignment AlignFromFirstMismatch(const std::vector<BoundaryItem>& a,
   s.anchor_density = longer == 0 ? 0.0 : static_cast<double>(s.anchors) / static_cast<double>(longer);
   s.lockstep = prefix == a.size() && prefix == b.size();
   return whole;
+}
+
+// The first few uncompared boundaries of both sides, by position.
+void ListUncompared(const Alignment& alignment,
+                    std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>>* out) {
+  std::vector<std::pair<uint64_t, std::pair<char, Unpaired>>> all;
+  auto collect = [&](char side, const std::vector<uint64_t>& unmatched, const std::vector<Unpaired>& why) {
+    size_t taken = 0;
+    for (size_t k = 0; k < unmatched.size() && taken < kListedUncompared; ++k) {
+      const Unpaired w = k < why.size() ? why[k] : Unpaired::kNoCounterpart;
+      if (w == Unpaired::kReplica) continue;
+      all.push_back({unmatched[k], {side, w}});
+      ++taken;
+    }
+  };
+  collect('A', alignment.unmatched_a, alignment.why_a);
+  collect('B', alignment.unmatched_b, alignment.why_b);
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (all.size() > kListedUncompared) all.resize(kListedUncompared);
+  for (const auto& [index, what] : all) out->push_back({what.first, {index, what.second}});
 }
 
 uint64_t FirstKeyMismatch(const std::vector<BoundaryItem>& a, const std::vector<BoundaryItem>& b,
@@ -240,6 +265,8 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   DGRR_ASSIGN_OR_RETURN(auto sa, BoundaryStream::Open(ra, order, filter));
   DGRR_ASSIGN_OR_RETURN(auto sb, BoundaryStream::Open(rb, order, filter));
   bool streamed = false;
+  std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>> uncompared;  // side, index, why
+  std::vector<BoundaryItem> uncompared_items;
   if (!options.keep_sequences) {
     DGRR_ASSIGN_OR_RETURN(streamed, TryLockstep(*sa, *sb, result.ranks_paired, certify_options,
                                                 std::max<size_t>(1, options.chunk_items),
@@ -270,6 +297,11 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
     result.stats = alignment.stats;
     result.unmatched_a = alignment.unmatched_a.size();
     result.unmatched_b = alignment.unmatched_b.size();
+    result.coverage = CoverageOf(alignment);
+    ListUncompared(alignment, &uncompared);
+    for (const auto& [side, at] : uncompared) {
+      uncompared_items.push_back(side == 'A' ? items_a[at.first] : items_b[at.first]);
+    }
     if (options.keep_sequences) {
       result.has_sequences = true;
       result.items_a = std::move(items_a);
@@ -282,6 +314,15 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   result.a = Summarise(ra, *sa);
   result.b = Summarise(rb, *sb);
 
+  for (size_t k = 0; k < uncompared.size(); ++k) {
+    const auto& [side, at] = uncompared[k];
+    UncomparedBoundary u;
+    u.side = side;
+    u.why = at.second;
+    DGRR_ASSIGN_OR_RETURN(u.boundary, Report(side == 'A' ? ra : rb, side == 'A' ? sa->names() : sb->names(),
+                                             uncompared_items[k], at.first));
+    result.uncompared.push_back(std::move(u));
+  }
   const CertifyReport& c = result.certify;
   if (c.first_divergence) {
     DGRR_ASSIGN_OR_RETURN(result.first_divergence,
@@ -372,7 +413,7 @@ ordered_json CompareJson(const CompareResult& r) {
   const CertifyReport& c = r.certify;
   const AlignmentStats& s = r.stats;
   ordered_json out;
-  out["schema"] = "dgrr.compare/1";
+  out["schema"] = "dgrr.compare/2";
   out["verdict"] = r.diverged() ? "divergence" : "no_divergence";
   out["a"] = SideJson(r.a);
   out["b"] = SideJson(r.b);
@@ -393,12 +434,26 @@ ordered_json CompareJson(const CompareResult& r) {
                       {"unmatched_fraction", s.unmatched_fraction},
                       {"anchors", s.anchors},
                       {"anchor_density", s.anchor_density},
-                      {"windows", s.windows},
-                      {"largest_window", s.largest_window},
-                      {"window_pairs", s.window_pairs},
-                      {"rescued_pairs", s.rescued_pairs}};
+                      {"moved_pairs", s.moved_pairs},
+                      {"repeat_key_pairs", s.repeat_key_pairs},
+                      {"fingerprint_pairs", s.fingerprint_pairs}};
+  ordered_json listed = ordered_json::array();
+  for (const UncomparedBoundary& u : r.uncompared) {
+    listed.push_back({{"side", std::string(1, u.side)},
+                      {"reason", UnpairedName(u.why)},
+                      {"boundary", BoundaryJson(u.boundary)}});
+  }
+  out["coverage"] = {{"uncompared", r.coverage.uncompared()},
+                     {"no_counterpart", r.coverage.no_counterpart},
+                     {"outside_reach", r.coverage.outside_reach},
+                     {"ambiguous", r.coverage.ambiguous},
+                     {"replicas", r.coverage.replicas},
+                     {"first", listed}};
   out["certification"] = {{"pairs", c.pairs},
                           {"certified_pairs", c.certified_pairs},
+                          {"prefix_ends_at", c.stopped_at_uncompared  ? "uncompared"
+                                             : c.first_divergence ? "divergence"
+                                                                  : "end"},
                           {"certified_steps", c.certified_steps},
                           {"differing_pairs", c.differing},
                           {"later_differing_pairs", c.later_differing}};
@@ -480,10 +535,27 @@ std::string CompareText(const CompareResult& r) {
     o << "alignment: tolerant after " << r.lockstep_prefix << " lockstep pairs; " << c.pairs
       << " pairs, " << r.unmatched_a << " only in A, " << r.unmatched_b << " only in B\n"
       << "  length ratio " << s.length_ratio << ", unmatched fraction " << s.unmatched_fraction
-      << ", anchor density " << s.anchor_density << ", largest window " << s.largest_window
-      << "\n";
+      << ", anchor density " << s.anchor_density << "\n";
   }
-  o << "certified prefix: " << c.certified_pairs << " pairs, " << c.certified_steps << " steps\n";
+  const Coverage& cov = r.coverage;
+  if (cov.uncompared() == 0) {
+    o << "coverage: every boundary compared";
+    if (cov.replicas > 0) o << " (" << cov.replicas << " as identical replicas)";
+    o << "\n";
+  } else {
+    o << "coverage: " << cov.uncompared() << " boundaries never compared (" << cov.no_counterpart
+      << " without a counterpart, " << cov.outside_reach << " outside the reach of --band, "
+      << cov.ambiguous << " ambiguous)\n";
+    for (const UncomparedBoundary& u : r.uncompared) {
+      o << "  " << u.side << " #" << u.boundary.index << " " << UnpairedName(u.why) << "  "
+        << Describe(u.boundary) << "  record #" << u.boundary.record_index << "\n";
+    }
+    if (cov.uncompared() > r.uncompared.size()) {
+      o << "  ... (" << cov.uncompared() - r.uncompared.size() << " more)\n";
+    }
+  }
+  o << "certified prefix: " << c.certified_pairs << " pairs, " << c.certified_steps << " steps"
+    << (c.stopped_at_uncompared ? " (ends at the first uncompared boundary)" : "") << "\n";
   if (!r.first_divergence) {
     o << "result: no divergence\n";
     return o.str();

@@ -28,7 +28,7 @@ namespace dgrr::replay {
 struct CompareOptions {
   std::vector<std::string> ignore_globs;  // --ignore: dropped from both sides first
   uint32_t context = 3;                   // --context: pairs shown around the divergence
-  uint32_t band = 32;                     // --band: the tolerant mapper's DP band
+  uint32_t band = 64;                     // --band: the tolerant mapper's reach (docs/compare.md §3.3)
   uint32_t isolation_window = 8;
   size_t chunk_items = 4096;              // lockstep streaming chunk (cache-sized)
   // Keep both sequences and the whole alignment in the result (the Perfetto
@@ -70,6 +70,14 @@ struct ReportedPair {
   ReportedBoundary b;
 };
 
+// A boundary that was never compared, as reported.
+struct UncomparedBoundary {
+  char side = 'A';  // 'A' or 'B'
+  Unpaired why = Unpaired::kNoCounterpart;
+  ReportedBoundary boundary;
+};
+inline constexpr size_t kListedUncompared = 5;  // listed in the report and the JSON
+
 struct CompareResult {
   SideSummary a, b;
   bool ranks_paired = true;  // RanksComparable: rank r with rank r
@@ -87,6 +95,10 @@ struct CompareResult {
   AlignmentStats stats;         // over the whole sequences
   uint64_t unmatched_a = 0;     // deletions
   uint64_t unmatched_b = 0;     // insertions
+  // Boundaries never compared, by reason, and the first few of them (both
+  // sides, by position); all zero and empty in lockstep.
+  Coverage coverage;
+  std::vector<UncomparedBoundary> uncompared;
 
   CertifyReport certify;
   std::optional<ReportedPair> first_divergence;
@@ -114,7 +126,7 @@ std::vector<KeyDifference> DiffJson(const nlohmann::json& a, const nlohmann::jso
 // fields (collected_unix_ns, host.hostname) dropped, controls keyed by name.
 nlohmann::json EnvironmentForDiff(const nlohmann::json& env);
 
-// The dgrr.compare/1 document (docs/json/compare.md).
+// The dgrr.compare/2 document (docs/json/compare.md).
 nlohmann::ordered_json CompareJson(const CompareResult& result);
 // The short human report.
 std::string CompareText(const CompareResult& result);

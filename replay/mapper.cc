@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
-#include <limits>
 
 #include "rng/stream_id.h"
 
@@ -59,22 +57,6 @@ std::vector<DigestIndex> SortedByDigest(const std::vector<uint64_t>& digests) {
   return sorted;
 }
 
-// locally_unique[i]: no other occurrence of i's key within +-radius of i.
-// Occurrences of one key are adjacent in `sorted`, in index order.
-std::vector<bool> LocallyUnique(const std::vector<DigestIndex>& sorted, uint64_t radius) {
-  std::vector<bool> unique(sorted.size(), false);
-  for (size_t k = 0; k < sorted.size(); ++k) {
-    const uint64_t i = sorted[k].index;
-    bool ok = true;
-    if (k > 0 && sorted[k - 1].digest == sorted[k].digest && i - sorted[k - 1].index <= radius) ok = false;
-    if (k + 1 < sorted.size() && sorted[k + 1].digest == sorted[k].digest &&
-        sorted[k + 1].index - i <= radius)
-      ok = false;
-    unique[i] = ok;
-  }
-  return unique;
-}
-
 // The longest chain of candidates strictly increasing in both coordinates
 // (a longest increasing subsequence, O(k log k)). `candidates` is sorted by
 // first coordinate, each first coordinate at most once. Ties between chains
@@ -113,218 +95,9 @@ std::vector<std::pair<uint64_t, uint64_t>> LongestMonotoneChain(
   return chain;
 }
 
-// The candidate pairs in order of A index, from partner[i] (kNoPartner: none).
-constexpr uint64_t kNoPartner = ~uint64_t{0};
-std::vector<std::pair<uint64_t, uint64_t>> CandidatesInOrder(const std::vector<uint64_t>& partner) {
-  std::vector<std::pair<uint64_t, uint64_t>> candidates;
-  candidates.reserve(static_cast<size_t>(
-      partner.size() - static_cast<size_t>(std::count(partner.begin(), partner.end(), kNoPartner))));
-  for (uint64_t i = 0; i < partner.size(); ++i) {
-    if (partner[i] != kNoPartner) candidates.emplace_back(i, partner[i]);
-  }
-  return candidates;
-}
-
-// Where the monotone pairing puts A position i in B, from the nearest guide
-// pair at or before i (or the first one after it); proportional without guides.
-int64_t PredictB(const std::vector<std::pair<uint64_t, uint64_t>>& guide, uint64_t i,
-                 uint64_t length_a, uint64_t length_b) {
-  if (guide.empty()) {
-    if (length_a == 0) return 0;
-    return static_cast<int64_t>(static_cast<double>(i) * static_cast<double>(length_b) /
-                                static_cast<double>(length_a));
-  }
-  auto it = std::upper_bound(guide.begin(), guide.end(), std::make_pair(i, std::numeric_limits<uint64_t>::max()));
-  const auto& ref = (it == guide.begin()) ? *it : *(it - 1);
-  return static_cast<int64_t>(ref.second) + (static_cast<int64_t>(i) - static_cast<int64_t>(ref.first));
-}
-
-// Anchors: pairs of locally unique, pairable boundaries kept in the same
-// relative order in both sequences (docs/compare.md, "Anchors").
-std::vector<std::pair<uint64_t, uint64_t>> FindAnchors(
-    std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
-    const std::vector<DigestIndex>& sorted_a, const std::vector<DigestIndex>& sorted_b,
-    const MapperOptions& options) {
-  const uint64_t radius = options.anchor_radius;
-  const std::vector<bool> unique_a = LocallyUnique(sorted_a, radius);
-  const std::vector<bool> unique_b = LocallyUnique(sorted_b, radius);
-
-  // Pass 1: keys occurring exactly once in each sequence. Every A index
-  // gets at most one candidate partner, so candidates come out sorted by A
-  // from the partner array without a sort.
-  std::vector<uint64_t> partner(a.size(), kNoPartner);
-  struct Group { size_t a_begin, a_end, b_begin, b_end; };
-  std::vector<Group> repeated;  // groups present in both, not once-once
-  size_t ka = 0, kb = 0;
-  while (ka < sorted_a.size() && kb < sorted_b.size()) {
-    const uint64_t da = sorted_a[ka].digest, db = sorted_b[kb].digest;
-    if (da < db) { ++ka; continue; }
-    if (db < da) { ++kb; continue; }
-    size_t ea = ka, eb = kb;
-    while (ea < sorted_a.size() && sorted_a[ea].digest == da) ++ea;
-    while (eb < sorted_b.size() && sorted_b[eb].digest == db) ++eb;
-    if (ea - ka == 1 && eb - kb == 1) {
-      const uint64_t i = sorted_a[ka].index, j = sorted_b[kb].index;
-      if (Pairable(a[i].key, b[j].key, options.compare_rank)) partner[i] = j;
-    } else {
-      repeated.push_back({ka, ea, kb, eb});
-    }
-    ka = ea;
-    kb = eb;
-  }
-  const std::vector<std::pair<uint64_t, uint64_t>> guide = LongestMonotoneChain(CandidatesInOrder(partner));
-
-  // Pass 2: repeated keys whose occurrence is unique within +-radius on both
-  // sides, paired with the B occurrence nearest to where the guide puts it.
-  const int64_t reach = static_cast<int64_t>(radius / 2);
-  for (const Group& g : repeated) {
-    for (size_t k = g.a_begin; k < g.a_end; ++k) {
-      const uint64_t i = sorted_a[k].index;
-      if (!unique_a[i]) continue;
-      const int64_t predicted = PredictB(guide, i, a.size(), b.size());
-      // Nearest B occurrence of this key to `predicted`.
-      auto first = sorted_b.begin() + static_cast<ptrdiff_t>(g.b_begin);
-      auto last = sorted_b.begin() + static_cast<ptrdiff_t>(g.b_end);
-      const uint64_t target = predicted < 0 ? 0 : static_cast<uint64_t>(predicted);
-      auto it = std::lower_bound(first, last, DigestIndex{sorted_a[k].digest, target});
-      int64_t best = -1;
-      int64_t best_distance = std::numeric_limits<int64_t>::max();
-      for (auto cand : {it, it == first ? last : it - 1}) {
-        if (cand == last) continue;
-        const int64_t j = static_cast<int64_t>(cand->index);
-        const int64_t distance = std::llabs(j - predicted);
-        if (distance < best_distance) { best_distance = distance; best = j; }
-      }
-      if (best < 0 || best_distance > reach) continue;
-      const uint64_t j = static_cast<uint64_t>(best);
-      if (unique_b[j] && Pairable(a[i].key, b[j].key, options.compare_rank)) partner[i] = j;
-    }
-  }
-  return LongestMonotoneChain(CandidatesInOrder(partner));
-}
-
-// The banded monotone DP of one window A[a0, a1) x B[b0, b1).
-class WindowAligner {
- public:
-  WindowAligner(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
-                const std::vector<uint64_t>& digest_a, const std::vector<uint64_t>& digest_b,
-                const MapperOptions& options)
-      : a_(a), b_(b), digest_a_(digest_a), digest_b_(digest_b), options_(options) {}
-
-  // Appends the window's pairs, in increasing order, to `pairs`.
-  void Align(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1,
-             std::vector<AlignedPair>* pairs) {
-    const uint64_t n = a1 - a0, m = b1 - b0;
-    if (n == 0 || m == 0) return;
-    ComputeBand(n, m);
-    if (total_cells_ > options_.max_window_cells && n > 1 && m > 1) {
-      // Too big for one table: cut along the diagonal and align the halves.
-      const uint64_t am = a0 + n / 2, bm = b0 + m / 2;
-      Align(a0, am, b0, bm, pairs);
-      Align(am, a1, bm, b1, pairs);
-      return;
-    }
-    Fill(a0, b0, n);
-    Traceback(a0, b0, n, m, pairs);
-  }
-
- private:
-  enum Move : uint8_t { kNone = 0, kDiagonal = 1, kSkipA = 2, kSkipB = 3 };
-  static constexpr int32_t kUnreachable = std::numeric_limits<int32_t>::min() / 4;
-
-  // Row i covers columns [lo_[i], hi_[i]]: the diagonals from the top-left
-  // corner's to the bottom-right corner's, widened by `band` on both sides.
-  // A window whose sides differ by d boundaries is thus aligned with a band
-  // of width d + 2 * band + 1, wide enough for one block of d insertions
-  // anywhere in it; consecutive rows always overlap, so (n, m) is reachable.
-  void ComputeBand(uint64_t n, uint64_t m) {
-    const int64_t w = options_.band;
-    const int64_t below = m >= n ? 0 : static_cast<int64_t>(n - m);  // B shorter: lower diagonals
-    const int64_t above = m >= n ? static_cast<int64_t>(m - n) : 0;  // B longer: upper diagonals
-    lo_.resize(n + 1);
-    hi_.resize(n + 1);
-    row_start_.resize(n + 2);
-    total_cells_ = 0;
-    for (uint64_t i = 0; i <= n; ++i) {
-      const int64_t row = static_cast<int64_t>(i);
-      lo_[i] = static_cast<uint64_t>(std::max<int64_t>(0, row - below - w));
-      hi_[i] = static_cast<uint64_t>(std::min<int64_t>(static_cast<int64_t>(m), row + above + w));
-      row_start_[i] = total_cells_;
-      total_cells_ += hi_[i] - lo_[i] + 1;
-    }
-    row_start_[n + 1] = total_cells_;
-  }
-
-  bool PairableAt(uint64_t i, uint64_t j) const {
-    return digest_a_[i] == digest_b_[j] && Pairable(a_[i].key, b_[j].key, options_.compare_rank);
-  }
-
-  void Fill(uint64_t a0, uint64_t b0, uint64_t n) {
-    moves_.assign(total_cells_, kNone);
-    const int32_t match = options_.match_score, gap = options_.gap_penalty;
-    previous_.clear();
-    for (uint64_t i = 0; i <= n; ++i) {
-      const uint64_t lo = lo_[i], hi = hi_[i];
-      current_.assign(hi - lo + 1, kUnreachable);
-      uint8_t* moves = moves_.data() + row_start_[i];
-      for (uint64_t j = lo; j <= hi; ++j) {
-        int32_t best = kUnreachable;
-        uint8_t move = kNone;
-        if (i == 0 && j == 0) best = 0;
-        if (i > 0 && j > 0 && j - 1 >= lo_[i - 1] && j - 1 <= hi_[i - 1] &&
-            previous_[j - 1 - lo_[i - 1]] != kUnreachable && PairableAt(a0 + i - 1, b0 + j - 1)) {
-          best = previous_[j - 1 - lo_[i - 1]] + match;
-          move = kDiagonal;
-        }
-        if (i > 0 && j >= lo_[i - 1] && j <= hi_[i - 1] && previous_[j - lo_[i - 1]] != kUnreachable) {
-          const int32_t s = previous_[j - lo_[i - 1]] - gap;
-          if (s > best) { best = s; move = kSkipA; }
-        }
-        if (j > lo && current_[j - 1 - lo] != kUnreachable) {
-          const int32_t s = current_[j - 1 - lo] - gap;
-          if (s > best) { best = s; move = kSkipB; }
-        }
-        current_[j - lo] = best;
-        moves[j - lo] = move;
-      }
-      previous_.swap(current_);
-    }
-  }
-
-  void Traceback(uint64_t a0, uint64_t b0, uint64_t n, uint64_t m,
-                 std::vector<AlignedPair>* pairs) {
-    const size_t first_new = pairs->size();
-    uint64_t i = n, j = m;
-    while (i > 0 || j > 0) {
-      const uint8_t move = moves_[row_start_[i] + (j - lo_[i])];
-      if (move == kDiagonal) {
-        pairs->push_back({a0 + i - 1, b0 + j - 1, PairOrigin::kWindow});
-        --i;
-        --j;
-      } else if (move == kSkipA) {
-        --i;
-      } else if (move == kSkipB) {
-        --j;
-      } else {
-        break;  // unreachable by construction: (n, m) is always reachable
-      }
-    }
-    std::reverse(pairs->begin() + static_cast<ptrdiff_t>(first_new), pairs->end());
-  }
-
-  std::span<const BoundaryItem> a_, b_;
-  const std::vector<uint64_t>& digest_a_;
-  const std::vector<uint64_t>& digest_b_;
-  const MapperOptions& options_;
-  std::vector<uint64_t> lo_, hi_, row_start_;
-  uint64_t total_cells_ = 0;
-  std::vector<uint8_t> moves_;
-  std::vector<int32_t> previous_, current_;
-};
-
-// Where a leftover at position x on one side is expected on the other side:
-// shifted along the nearest monotone pair (xs[k], ys[k]) with xs[k] <= x (the
-// first pair if none), proportionally when there are no pairs. xs ascending.
+// Where a boundary at position x on one side is expected on the other side:
+// shifted along the nearest anchor (xs[k], ys[k]) with xs[k] <= x (the first
+// anchor if none), proportionally when there are no anchors. xs ascending.
 int64_t PredictFromPairs(const std::vector<uint64_t>& xs, const std::vector<uint64_t>& ys,
                          uint64_t x, uint64_t length_x, uint64_t length_y) {
   if (xs.empty()) {
@@ -337,120 +110,185 @@ int64_t PredictFromPairs(const std::vector<uint64_t>& xs, const std::vector<uint
   return static_cast<int64_t>(ys[k]) + (static_cast<int64_t>(x) - static_cast<int64_t>(xs[k]));
 }
 
-// Occurrences of `digest` in `sorted` whose index lies in [lo, hi].
-std::pair<size_t, size_t> RangeOf(const std::vector<DigestIndex>& sorted, uint64_t digest,
-                                  int64_t lo, int64_t hi) {
-  const uint64_t ulo = lo < 0 ? 0 : static_cast<uint64_t>(lo);
-  if (hi < 0) return {0, 0};
-  const uint64_t uhi = static_cast<uint64_t>(hi);
-  auto first = std::lower_bound(sorted.begin(), sorted.end(), DigestIndex{digest, ulo});
-  auto last = std::upper_bound(sorted.begin(), sorted.end(), DigestIndex{digest, uhi});
-  if (last < first) last = first;
-  return {static_cast<size_t>(first - sorted.begin()), static_cast<size_t>(last - sorted.begin())};
+inline bool Identical(const BoundaryItem& x, const BoundaryItem& y) {
+  return x.xor64 == y.xor64 && x.xxh3 == y.xxh3;
 }
 
-constexpr int kMaxRescueRounds = 4;
+constexpr int64_t kNone = -1;
+// Rounds of (key evidence, fingerprint evidence); each round can only pair
+// more, and in practice the second round already pairs nothing new.
+constexpr int kMaxRepeatRounds = 8;
 
-// The nearest entry to `target` among those of `sorted` with `digest`, index
-// within +-radius of target, and accepted by `usable`; -1 when there is none
-// or when two are equally near (an ambiguous choice is no choice).
-template <typename Usable>
-int64_t NearestLeftover(const std::vector<DigestIndex>& sorted, uint64_t digest, int64_t target,
-                        int64_t radius, Usable usable) {
-  auto [first, last] = RangeOf(sorted, digest, target - radius, target + radius);
-  int64_t best = -1;
-  int64_t best_distance = std::numeric_limits<int64_t>::max();
-  bool tie = false;
-  for (size_t k = first; k < last; ++k) {
-    const uint64_t index = sorted[k].index;
-    if (!usable(index)) continue;
-    const int64_t distance = std::llabs(static_cast<int64_t>(index) - target);
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = static_cast<int64_t>(index);
-      tie = false;
-    } else if (distance == best_distance) {
-      tie = true;
-    }
+// One side's occurrences of one repeated key, ascending by position, with
+// their predicted positions on the other side and their partners (indexes
+// into the other side's occurrence list, kNone when unpaired).
+struct Occurrences {
+  std::vector<uint64_t> index;
+  std::vector<int64_t> predicted;
+  std::vector<int64_t> partner;
+  std::vector<PairOrigin> origin;
+  // candidates[k]: the other side's occurrences whose position lies within
+  // `band` of predicted[k], as a half-open range of positions in its list.
+  std::vector<std::pair<size_t, size_t>> candidates;
+};
+
+void FindCandidates(Occurrences* from, const Occurrences& to, int64_t band) {
+  from->candidates.resize(from->index.size());
+  for (size_t k = 0; k < from->index.size(); ++k) {
+    const int64_t lo = from->predicted[k] - band, hi = from->predicted[k] + band;
+    auto first = std::lower_bound(to.index.begin(), to.index.end(), lo < 0 ? 0 : uint64_t(lo),
+                                  [](uint64_t x, uint64_t v) { return x < v; });
+    auto last = hi < 0 ? first
+                       : std::upper_bound(to.index.begin(), to.index.end(), uint64_t(hi));
+    if (last < first) last = first;
+    from->candidates[k] = {size_t(first - to.index.begin()), size_t(last - to.index.begin())};
   }
-  return tie ? -1 : best;
 }
 
-// The rescue pass (docs/compare.md, "Rescue"): a leftover i of A pairs with
-// a leftover j of B when j is the nearest pairable leftover of B to where the
-// monotone pairs put i, i is the nearest pairable leftover of A to where
-// they put j, both within rescue_radius, and neither choice is a tie.
-void Rescue(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
-            const std::vector<uint64_t>& digest_a, const std::vector<uint64_t>& digest_b,
-            const MapperOptions& options, Alignment* alignment) {
-  if (alignment->unmatched_a.empty() || alignment->unmatched_b.empty()) return;
-  // The monotone pairs, in both directions (sorted by A, which sorts B too).
-  std::vector<uint64_t> pa, pb;
-  pa.reserve(alignment->pairs.size());
-  pb.reserve(alignment->pairs.size());
-  for (const AlignedPair& p : alignment->pairs) {
-    pa.push_back(p.index_a);
-    pb.push_back(p.index_b);
+// The only unpaired candidate of `from`[k] accepted by `accept`; kNone when
+// there is none or more than one.
+template <typename Accept>
+int64_t OnlyCandidate(const Occurrences& from, size_t k, const Occurrences& to, Accept accept) {
+  int64_t only = kNone;
+  for (size_t l = from.candidates[k].first; l < from.candidates[k].second; ++l) {
+    if (to.partner[l] != kNone || !accept(l)) continue;
+    if (only != kNone) return kNone;
+    only = static_cast<int64_t>(l);
   }
-  std::vector<DigestIndex> left_a, left_b;
-  for (uint64_t i : alignment->unmatched_a) left_a.push_back({digest_a[i], i});
-  for (uint64_t j : alignment->unmatched_b) left_b.push_back({digest_b[j], j});
-  std::sort(left_a.begin(), left_a.end());
-  std::sort(left_b.begin(), left_b.end());
-  std::vector<bool> taken_a(a.size(), false), taken_b(b.size(), false);
-  const int64_t radius = options.rescue_radius;
+  return only;
+}
 
-  // A choice blocked by a nearer leftover may be freed once that one pairs,
-  // so repeat until a round pairs nothing (a few rounds in practice).
-  std::vector<AlignedPair> rescued;
-  std::vector<uint64_t> pending = alignment->unmatched_a;
-  for (int round = 0; round < kMaxRescueRounds && !pending.empty(); ++round) {
-    std::vector<uint64_t> next_pending;
-    for (uint64_t i : pending) {
-      const int64_t predicted_j = PredictFromPairs(pa, pb, i, a.size(), b.size());
-      const int64_t j = NearestLeftover(left_b, digest_a[i], predicted_j, radius, [&](uint64_t cand) {
-        return !taken_b[cand] && Pairable(a[i].key, b[cand].key, options.compare_rank);
+// Is another occurrence of the key within 2 * band of occurrence k of `side`
+// still unpaired? Then key evidence alone cannot tell the two apart: a
+// boundary displaced past the reach could be either.
+bool UnpairedTwinNear(const Occurrences& side, size_t k, int64_t band) {
+  const uint64_t span = 2 * static_cast<uint64_t>(band);
+  for (size_t t = k; t-- > 0 && side.index[k] - side.index[t] <= span;) {
+    if (side.partner[t] == kNone) return true;
+  }
+  for (size_t t = k + 1; t < side.index.size() && side.index[t] - side.index[k] <= span; ++t) {
+    if (side.partner[t] == kNone) return true;
+  }
+  return false;
+}
+
+// Is an occurrence of `to` other than `except` unpaired within 2 * band of
+// `predicted`? A pair whose fingerprints differ is a divergence, so it needs
+// this wider margin: then a boundary displaced by up to 2 * band can never
+// take another one's counterpart and show as a false divergence.
+bool UnpairedOtherWithinMargin(const Occurrences& to, int64_t predicted, int64_t band, size_t except) {
+  const int64_t lo = predicted - 2 * band, hi = predicted + 2 * band;
+  auto first = std::lower_bound(to.index.begin(), to.index.end(), lo < 0 ? 0 : uint64_t(lo));
+  for (auto it = first; it != to.index.end() && static_cast<int64_t>(*it) <= hi; ++it) {
+    const size_t t = static_cast<size_t>(it - to.index.begin());
+    if (t != except && to.partner[t] == kNone) return true;
+  }
+  return false;
+}
+
+// Pairs the occurrences of one repeated key (docs/compare.md §3.3): x of A
+// and y of B pair when, among the unpaired occurrences within reach of each
+// one's prediction, y is x's only candidate and x is y's and neither has an
+// unpaired twin within 2 * band on its own side (key evidence), or, when that fails, y is x's only candidate with identical fingerprints and x
+// is y's (fingerprint evidence). Rounds repeat while they pair something,
+// because a pair removes a candidate from its neighbours' choices.
+void PairRepeatedKey(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
+                     bool compare_rank, int64_t band, Occurrences* oa, Occurrences* ob) {
+  auto pairable = [&](size_t k, size_t l) {
+    return Pairable(a[oa->index[k]].key, b[ob->index[l]].key, compare_rank);
+  };
+  auto identical = [&](size_t k, size_t l) {
+    return pairable(k, l) && Identical(a[oa->index[k]], b[ob->index[l]]);
+  };
+  auto try_pair = [&](bool by_fingerprint) {
+    bool progress = false;
+    for (size_t k = 0; k < oa->index.size(); ++k) {
+      if (oa->partner[k] != kNone) continue;
+      const int64_t l = OnlyCandidate(*oa, k, *ob, [&](size_t l) {
+        return by_fingerprint ? identical(k, l) : pairable(k, l);
       });
-      bool paired = false;
-      if (j >= 0) {
-        const uint64_t uj = static_cast<uint64_t>(j);
-        const int64_t predicted_i = PredictFromPairs(pb, pa, uj, b.size(), a.size());
-        const int64_t back =
-            NearestLeftover(left_a, digest_b[uj], predicted_i, radius, [&](uint64_t cand) {
-              return !taken_a[cand] && Pairable(a[cand].key, b[uj].key, options.compare_rank);
-            });
-        if (back == static_cast<int64_t>(i)) {
-          taken_a[i] = true;
-          taken_b[uj] = true;
-          rescued.push_back({i, uj, PairOrigin::kRescue});
-          paired = true;
+      if (l == kNone) continue;
+      const size_t ul = static_cast<size_t>(l);
+      const int64_t back = OnlyCandidate(*ob, ul, *oa, [&](size_t k2) {
+        return by_fingerprint ? identical(k2, ul) : pairable(k2, ul);
+      });
+      if (back != static_cast<int64_t>(k)) continue;
+      if (!by_fingerprint) {
+        if (UnpairedTwinNear(*oa, k, band) || UnpairedTwinNear(*ob, ul, band)) continue;
+        if (!Identical(a[oa->index[k]], b[ob->index[ul]]) &&
+            (UnpairedOtherWithinMargin(*ob, oa->predicted[k], band, ul) ||
+             UnpairedOtherWithinMargin(*oa, ob->predicted[ul], band, k))) {
+          continue;
         }
       }
-      if (!paired) next_pending.push_back(i);
+      oa->partner[k] = l;
+      ob->partner[ul] = static_cast<int64_t>(k);
+      oa->origin[k] = by_fingerprint ? PairOrigin::kFingerprint : PairOrigin::kRepeatKey;
+      progress = true;
     }
-    if (next_pending.size() == pending.size()) break;
-    pending.swap(next_pending);
+    return progress;
+  };
+  // Identical copies: an occurrence x whose several identical unpaired
+  // candidates each have x as their only identical candidate (one collective
+  // recorded once here and by every rank there) pairs with the nearest; the
+  // others are then replicas of it. Any choice certifies the same.
+  auto pair_copies = [&](Occurrences* from, Occurrences* to, bool from_is_a) {
+    auto same = [&](size_t f, size_t t) { return from_is_a ? identical(f, t) : identical(t, f); };
+    bool progress = false;
+    for (size_t k = 0; k < from->index.size(); ++k) {
+      if (from->partner[k] != kNone) continue;
+      int64_t best = kNone, best_distance = 0;
+      size_t copies = 0;
+      bool contested = false;
+      for (size_t l = from->candidates[k].first; l < from->candidates[k].second && !contested; ++l) {
+        if (to->partner[l] != kNone || !same(k, l)) continue;
+        contested = OnlyCandidate(*to, l, *from, [&](size_t f) { return same(f, l); }) !=
+                    static_cast<int64_t>(k);
+        const int64_t distance = std::llabs(static_cast<int64_t>(to->index[l]) - from->predicted[k]);
+        if (best == kNone || distance < best_distance) {
+          best = static_cast<int64_t>(l);
+          best_distance = distance;
+        }
+        ++copies;
+      }
+      if (contested || copies < 2) continue;
+      from->partner[k] = best;
+      to->partner[static_cast<size_t>(best)] = static_cast<int64_t>(k);
+      (from_is_a ? from->origin[k] : to->origin[static_cast<size_t>(best)]) = PairOrigin::kFingerprint;
+      progress = true;
+    }
+    return progress;
+  };
+  for (int round = 0; round < kMaxRepeatRounds; ++round) {
+    const bool by_key = try_pair(false);
+    const bool by_fingerprint = try_pair(true);
+    if (by_key || by_fingerprint) continue;
+    const bool copies_a = pair_copies(oa, ob, true);
+    const bool copies_b = pair_copies(ob, oa, false);
+    if (!copies_a && !copies_b) break;
   }
-  std::sort(rescued.begin(), rescued.end(),
-            [](const AlignedPair& x, const AlignedPair& y) { return x.index_a < y.index_a; });
-  if (rescued.empty()) return;
-  std::vector<uint64_t> still_a, still_b;
-  for (uint64_t i : alignment->unmatched_a) {
-    if (!taken_a[i]) still_a.push_back(i);
+}
+
+// Why occurrence k of `from` stayed unpaired.
+Unpaired WhyUnpaired(const Occurrences& from, size_t k, const Occurrences& to,
+                     std::span<const BoundaryItem> from_items, std::span<const BoundaryItem> to_items) {
+  size_t unpaired_in_reach = 0, seen_back = 0;
+  for (size_t l = from.candidates[k].first; l < from.candidates[k].second; ++l) {
+    if (to.partner[l] != kNone) {
+      // An extra copy of a boundary that is paired already (rank replicas).
+      if (Identical(from_items[from.index[k]], to_items[to.index[l]])) return Unpaired::kReplica;
+      continue;
+    }
+    ++unpaired_in_reach;
+    seen_back += to.candidates[l].first <= k && k < to.candidates[l].second;
   }
-  for (uint64_t j : alignment->unmatched_b) {
-    if (!taken_b[j]) still_b.push_back(j);
-  }
-  alignment->unmatched_a.swap(still_a);
-  alignment->unmatched_b.swap(still_b);
-  alignment->stats.rescued_pairs = rescued.size();
-  // Merge by index_a: certification walks pairs in A order.
-  std::vector<AlignedPair> merged;
-  merged.reserve(alignment->pairs.size() + rescued.size());
-  std::merge(alignment->pairs.begin(), alignment->pairs.end(), rescued.begin(), rescued.end(),
-             std::back_inserter(merged),
-             [](const AlignedPair& x, const AlignedPair& y) { return x.index_a < y.index_a; });
-  alignment->pairs.swap(merged);
+  // Candidates that do not have k within their own reach cannot pair with it:
+  // k is out of their reach, as they are out of its.
+  if (seen_back > 0) return Unpaired::kAmbiguous;
+  if (unpaired_in_reach > 0) return Unpaired::kOutsideReach;
+  const bool any_unpaired =
+      std::any_of(to.partner.begin(), to.partner.end(), [](int64_t p) { return p == kNone; });
+  return any_unpaired ? Unpaired::kOutsideReach : Unpaired::kNoCounterpart;
 }
 
 void FinishStats(Alignment* alignment) {
@@ -468,6 +306,50 @@ void FinishStats(Alignment* alignment) {
 }
 
 }  // namespace
+
+const char* PairOriginName(PairOrigin origin) {
+  switch (origin) {
+    case PairOrigin::kLockstep: return "lockstep";
+    case PairOrigin::kAnchor: return "anchor";
+    case PairOrigin::kMoved: return "moved";
+    case PairOrigin::kRepeatKey: return "repeat_key";
+    case PairOrigin::kFingerprint: return "fingerprint";
+  }
+  return "unknown";
+}
+
+const char* UnpairedName(Unpaired why) {
+  switch (why) {
+    case Unpaired::kNoCounterpart: return "no_counterpart";
+    case Unpaired::kOutsideReach: return "outside_reach";
+    case Unpaired::kAmbiguous: return "ambiguous";
+    case Unpaired::kReplica: return "replica";
+  }
+  return "unknown";
+}
+
+Coverage CoverageOf(const Alignment& alignment) {
+  Coverage c;
+  auto count = [&](const std::vector<uint64_t>& unmatched, const std::vector<Unpaired>& why,
+                   std::optional<uint64_t>* first) {
+    for (size_t k = 0; k < unmatched.size(); ++k) {
+      // Unmatched boundaries without a reason (an alignment built by hand)
+      // count as having no counterpart.
+      const Unpaired w = k < why.size() ? why[k] : Unpaired::kNoCounterpart;
+      if (w == Unpaired::kReplica) {
+        ++c.replicas;
+        continue;
+      }
+      ++(w == Unpaired::kAmbiguous      ? c.ambiguous
+         : w == Unpaired::kOutsideReach ? c.outside_reach
+                                        : c.no_counterpart);
+      if (!first->has_value()) *first = unmatched[k];
+    }
+  };
+  count(alignment.unmatched_a, alignment.why_a, &c.first_a);
+  count(alignment.unmatched_b, alignment.why_b, &c.first_b);
+  return c;
+}
 
 uint64_t KeyDigest(const BoundaryKey& key, bool compare_rank) {
   uint64_t h = Mix64(key.name_hash);
@@ -497,7 +379,8 @@ Alignment AlignLockstep(std::span<const BoundaryItem> a, std::span<const Boundar
   alignment.stats.length_a = a.size();
   alignment.stats.length_b = b.size();
   alignment.stats.lockstep = true;
-  alignment.stats.windows = 0;
+  alignment.why_a.assign(alignment.unmatched_a.size(), Unpaired::kNoCounterpart);
+  alignment.why_b.assign(alignment.unmatched_b.size(), Unpaired::kNoCounterpart);
   FinishStats(&alignment);
   return alignment;
 }
@@ -507,49 +390,111 @@ Alignment AlignTolerant(std::span<const BoundaryItem> a, std::span<const Boundar
   Alignment alignment;
   alignment.stats.length_a = a.size();
   alignment.stats.length_b = b.size();
-  const std::vector<uint64_t> digest_a = Digests(a, options.compare_rank);
-  const std::vector<uint64_t> digest_b = Digests(b, options.compare_rank);
-  {
-    const std::vector<DigestIndex> sorted_a = SortedByDigest(digest_a);
-    const std::vector<DigestIndex> sorted_b = SortedByDigest(digest_b);
-    alignment.anchors = FindAnchors(a, b, sorted_a, sorted_b, options);
+  const bool compare_rank = options.compare_rank;
+  const int64_t band = options.band;
+  std::vector<DigestIndex> sorted_a = SortedByDigest(Digests(a, compare_rank));
+  std::vector<DigestIndex> sorted_b = SortedByDigest(Digests(b, compare_rank));
+
+  // Groups of equal digests present on both sides; a digest on one side only
+  // has no counterpart at all.
+  struct Group { size_t a_begin, a_end, b_begin, b_end; };
+  std::vector<Group> once_once, repeated;
+  std::vector<int64_t> partner_a(a.size(), kNone), partner_b(b.size(), kNone);
+  std::vector<PairOrigin> origin_a(a.size(), PairOrigin::kAnchor);
+  std::vector<Unpaired> why_a(a.size(), Unpaired::kNoCounterpart);
+  std::vector<Unpaired> why_b(b.size(), Unpaired::kNoCounterpart);
+  for (size_t ka = 0, kb = 0; ka < sorted_a.size() && kb < sorted_b.size();) {
+    const uint64_t da = sorted_a[ka].digest, db = sorted_b[kb].digest;
+    if (da < db) { ++ka; continue; }
+    if (db < da) { ++kb; continue; }
+    size_t ea = ka, eb = kb;
+    while (ea < sorted_a.size() && sorted_a[ea].digest == da) ++ea;
+    while (eb < sorted_b.size() && sorted_b[eb].digest == db) ++eb;
+    (ea - ka == 1 && eb - kb == 1 ? once_once : repeated).push_back({ka, ea, kb, eb});
+    ka = ea;
+    kb = eb;
   }
 
-  // Windows: the stretches between consecutive anchors, plus the stretch
-  // before the first and after the last.
-  WindowAligner window(a, b, digest_a, digest_b, options);
-  alignment.pairs.reserve(std::min(a.size(), b.size()));
-  uint64_t a0 = 0, b0 = 0;
-  auto close_window = [&](uint64_t a1, uint64_t b1) {
-    if (a1 > a0 || b1 > b0) {
-      ++alignment.stats.windows;
-      alignment.stats.largest_window = std::max(alignment.stats.largest_window, std::max(a1 - a0, b1 - b0));
-      const size_t before = alignment.pairs.size();
-      window.Align(a0, a1, b0, b1, &alignment.pairs);
-      alignment.stats.window_pairs += alignment.pairs.size() - before;
+  // A key that occurs once on each side pairs wherever it is: no other
+  // choice is consistent. Those in the longest monotone chain are anchors.
+  std::vector<std::pair<uint64_t, uint64_t>> candidates;
+  candidates.reserve(once_once.size());
+  for (const Group& g : once_once) {
+    const uint64_t i = sorted_a[g.a_begin].index, j = sorted_b[g.b_begin].index;
+    if (Pairable(a[i].key, b[j].key, compare_rank)) candidates.emplace_back(i, j);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  alignment.anchors = LongestMonotoneChain(candidates);
+  std::vector<uint64_t> anchor_a, anchor_b;
+  anchor_a.reserve(alignment.anchors.size());
+  anchor_b.reserve(alignment.anchors.size());
+  for (const auto& [i, j] : alignment.anchors) {
+    anchor_a.push_back(i);
+    anchor_b.push_back(j);
+  }
+  for (const auto& [i, j] : candidates) {
+    partner_a[i] = static_cast<int64_t>(j);
+    partner_b[j] = static_cast<int64_t>(i);
+    origin_a[i] = PairOrigin::kMoved;
+  }
+  for (const auto& [i, j] : alignment.anchors) origin_a[i] = PairOrigin::kAnchor;
+  alignment.stats.moved_pairs = candidates.size() - alignment.anchors.size();
+
+  // Repeated keys, group by group, against the anchors' predictions.
+  Occurrences oa, ob;
+  for (const Group& g : repeated) {
+    oa = Occurrences{};
+    ob = Occurrences{};
+    for (size_t k = g.a_begin; k < g.a_end; ++k) {
+      const uint64_t i = sorted_a[k].index;
+      oa.index.push_back(i);
+      oa.predicted.push_back(PredictFromPairs(anchor_a, anchor_b, i, a.size(), b.size()));
     }
-  };
-  for (const auto& [ia, jb] : alignment.anchors) {
-    close_window(ia, jb);
-    alignment.pairs.push_back({ia, jb, PairOrigin::kAnchor});
-    a0 = ia + 1;
-    b0 = jb + 1;
+    for (size_t k = g.b_begin; k < g.b_end; ++k) {
+      const uint64_t j = sorted_b[k].index;
+      ob.index.push_back(j);
+      ob.predicted.push_back(PredictFromPairs(anchor_b, anchor_a, j, b.size(), a.size()));
+    }
+    oa.partner.assign(oa.index.size(), kNone);
+    ob.partner.assign(ob.index.size(), kNone);
+    oa.origin.assign(oa.index.size(), PairOrigin::kRepeatKey);
+    ob.origin.assign(ob.index.size(), PairOrigin::kRepeatKey);
+    FindCandidates(&oa, ob, band);
+    FindCandidates(&ob, oa, band);
+    PairRepeatedKey(a, b, compare_rank, band, &oa, &ob);
+    for (size_t k = 0; k < oa.index.size(); ++k) {
+      const uint64_t i = oa.index[k];
+      if (oa.partner[k] != kNone) {
+        const uint64_t j = ob.index[static_cast<size_t>(oa.partner[k])];
+        partner_a[i] = static_cast<int64_t>(j);
+        partner_b[j] = static_cast<int64_t>(i);
+        origin_a[i] = oa.origin[k];
+        ++(oa.origin[k] == PairOrigin::kFingerprint ? alignment.stats.fingerprint_pairs
+                                                    : alignment.stats.repeat_key_pairs);
+      } else {
+        why_a[i] = WhyUnpaired(oa, k, ob, a, b);
+      }
+    }
+    for (size_t l = 0; l < ob.index.size(); ++l) {
+      if (ob.partner[l] == kNone) why_b[ob.index[l]] = WhyUnpaired(ob, l, oa, b, a);
+    }
   }
-  close_window(a.size(), b.size());
 
-  // Leftovers, then the rescue pass.
-  std::vector<bool> matched_a(a.size(), false), matched_b(b.size(), false);
-  for (const AlignedPair& p : alignment.pairs) {
-    matched_a[p.index_a] = true;
-    matched_b[p.index_b] = true;
-  }
+  alignment.pairs.reserve(std::min(a.size(), b.size()));
   for (uint64_t i = 0; i < a.size(); ++i) {
-    if (!matched_a[i]) alignment.unmatched_a.push_back(i);
+    if (partner_a[i] != kNone) {
+      alignment.pairs.push_back({i, static_cast<uint64_t>(partner_a[i]), origin_a[i]});
+    } else {
+      alignment.unmatched_a.push_back(i);
+      alignment.why_a.push_back(why_a[i]);
+    }
   }
   for (uint64_t j = 0; j < b.size(); ++j) {
-    if (!matched_b[j]) alignment.unmatched_b.push_back(j);
+    if (partner_b[j] == kNone) {
+      alignment.unmatched_b.push_back(j);
+      alignment.why_b.push_back(why_b[j]);
+    }
   }
-  Rescue(a, b, digest_a, digest_b, options, &alignment);
   FinishStats(&alignment);
   return alignment;
 }

@@ -5,15 +5,18 @@
 // the runs recorded them; the trace reader feeds it. When both sequences line
 // up (same keys, same order) the pairing is the identity and is found in one
 // streaming pass (lockstep). Otherwise the schedule-tolerant mapper pairs
-// them: locally unique anchors kept in monotone order cut the sequences into
-// windows, a banded monotone dynamic program pairs each window, and a
-// conservative rescue pass pairs leftovers that moved slightly. Boundaries
-// left unpaired are insertions (only in B) or deletions (only in A), never
-// divergences. Pairing never looks at fingerprints: which pairs exist depends
-// only on the keys, so a divergence cannot hide itself by changing the pairing.
+// them. A key that occurs once on each side is paired, wherever
+// it is (the unique consistent choice); those in one monotone chain are the
+// anchors, which predict where any other boundary should sit on the other
+// side. A boundary of a repeated key pairs only with the unique consistent
+// candidate within reach (`band`) of its prediction, seen from both sides;
+// when several remain, identical fingerprints are the only other evidence
+// accepted. Whatever stays unpaired is reported with its reason (no
+// counterpart, outside reach, ambiguous), never as a divergence.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -64,17 +67,32 @@ inline bool Pairable(const BoundaryKey& a, const BoundaryKey& b, bool compare_ra
 uint64_t KeyDigest(const BoundaryKey& key, bool compare_rank);
 
 struct MapperOptions {
-  bool compare_rank = true;       // see RanksComparable
-  uint32_t band = 32;             // half-width of the DP band around a window's diagonal (--band)
-  int32_t match_score = 2;        // DP score of a pair
-  int32_t gap_penalty = 1;        // DP cost of leaving one boundary unpaired
-  uint32_t anchor_radius = 64;    // an anchor's key is unique within +-radius in both sequences
-  uint32_t rescue_radius = 64;    // how far (in B positions) a leftover may have moved
-  uint64_t max_window_cells = uint64_t{1} << 27;  // larger windows are cut along their diagonal
+  bool compare_rank = true;  // see RanksComparable
+  // The reach (--band): how far, in boundaries, from its predicted position a
+  // boundary of a repeated key looks for its counterpart (docs/compare.md §3.3
+  // states the guarantee in terms of it).
+  uint32_t band = 64;
 };
 
 // How a pair was found.
-enum class PairOrigin : uint8_t { kLockstep, kAnchor, kWindow, kRescue };
+enum class PairOrigin : uint8_t {
+  kLockstep,     // the sequences lined up
+  kAnchor,       // a key that occurs once on each side, in the monotone chain
+  kMoved,        // a key that occurs once on each side, out of the chain (moved)
+  kRepeatKey,    // a repeated key: the only candidate within reach, seen from both sides
+  kFingerprint,  // a repeated key: several candidates, the only one with identical fingerprints
+};
+const char* PairOriginName(PairOrigin origin);
+
+// Why a boundary is in unmatched_a / unmatched_b.
+enum class Unpaired : uint8_t {
+  kNoCounterpart,  // its key has no unpaired occurrence on the other side
+  kOutsideReach,   // it has, but none within reach of its predicted position
+  kAmbiguous,      // several candidates within reach and no evidence picks one
+  kReplica,        // an extra copy with the fingerprints of an occurrence of its key
+                   // within reach on the other side: compared, equal (rank replicas)
+};
+const char* UnpairedName(Unpaired why);
 
 struct AlignedPair {
   uint64_t index_a;
@@ -89,24 +107,38 @@ struct AlignmentStats {
   double unmatched_fraction = 0;  // (unmatched_a + unmatched_b) / (length_a + length_b)
   uint64_t anchors = 0;
   double anchor_density = 0;      // anchors / max(length_a, length_b)
-  uint64_t windows = 0;
-  uint64_t largest_window = 0;    // max over windows of max(A part, B part)
-  uint64_t window_pairs = 0;      // pairs found by the DP
-  uint64_t rescued_pairs = 0;     // pairs found by the rescue pass
+  uint64_t moved_pairs = 0;       // once-once keys out of the monotone chain
+  uint64_t repeat_key_pairs = 0;  // repeated keys paired on key evidence
+  uint64_t fingerprint_pairs = 0; // repeated keys settled by identical fingerprints
   bool lockstep = false;          // the sequences lined up and took the fast path
 };
 
 // The pairing of A and B. `pairs` is sorted by index_a (the order in which
-// certification walks them); index_b is increasing too except around rescued
-// pairs. Every index of A (of B) appears in exactly one of pairs and
-// unmatched_a (pairs and unmatched_b).
+// certification walks them); index_b is increasing too except around moved
+// and repeated-key pairs. Every index of A (of B) appears in exactly one of
+// pairs and unmatched_a (pairs and unmatched_b); why_a[k] (why_b[k]) says why
+// unmatched_a[k] (unmatched_b[k]) is unpaired.
 struct Alignment {
   std::vector<AlignedPair> pairs;
   std::vector<std::pair<uint64_t, uint64_t>> anchors;  // strictly increasing in both
-  std::vector<uint64_t> unmatched_a;  // deletions: present only in A, ascending
-  std::vector<uint64_t> unmatched_b;  // insertions: present only in B, ascending
+  std::vector<uint64_t> unmatched_a;  // present only in A (or not pairable), ascending
+  std::vector<uint64_t> unmatched_b;  // present only in B (or not pairable), ascending
+  std::vector<Unpaired> why_a;
+  std::vector<Unpaired> why_b;
   AlignmentStats stats;
 };
+
+// Boundaries that were never compared: unpaired for any reason but kReplica.
+struct Coverage {
+  uint64_t no_counterpart = 0;  // both sides together
+  uint64_t outside_reach = 0;
+  uint64_t ambiguous = 0;
+  uint64_t replicas = 0;        // compared as replicas: not counted in uncompared()
+  // The first uncompared boundary of each side, if any (index in the sequence).
+  std::optional<uint64_t> first_a, first_b;
+  uint64_t uncompared() const { return no_counterpart + outside_reach + ambiguous; }
+};
+Coverage CoverageOf(const Alignment& alignment);
 
 // Do a and b line up: same length and pairwise pairable keys?
 bool LinesUp(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
@@ -115,7 +147,7 @@ bool LinesUp(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
 // The identity pairing; only meaningful when LinesUp(a, b).
 Alignment AlignLockstep(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b);
 
-// The schedule-tolerant mapper (anchors, banded DP per window, rescue).
+// The schedule-tolerant mapper (docs/compare.md §3).
 Alignment AlignTolerant(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b,
                         const MapperOptions& options);
 

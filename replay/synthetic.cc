@@ -1,5 +1,6 @@
 #include "replay/synthetic.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/dtype.h"
@@ -60,10 +61,21 @@ BoundaryItem SyntheticBoundary(const SyntheticOptions& options, uint64_t i) {
   const uint64_t step = i / per_step;
   const uint64_t k = i % per_step;
   BoundaryItem item;
-  const bool repeated = options.repeated_key_every != 0 &&
-                        k % options.repeated_key_every == options.repeated_key_every - 1;
-  item.key.name_hash = repeated ? Mix64(kRepeatedNameSalt) : Mix64(kNameSalt + k);
-  item.key.shape_digest = repeated ? Mix64(kRepeatedNameSalt + 1) : Mix64(kNameSalt + (k / 2) + (1u << 20));
+  // Which repeated key, if any, owns position k: 0 for repeated_key_every,
+  // 1 + e for repeat_distances[e]; the first that claims it wins.
+  int repeated_key = -1;
+  if (options.repeated_key_every != 0 &&
+      k % options.repeated_key_every == options.repeated_key_every - 1) {
+    repeated_key = 0;
+  }
+  for (size_t e = 0; repeated_key < 0 && e < options.repeat_distances.size(); ++e) {
+    const uint32_t d = options.repeat_distances[e];
+    if (d != 0 && k % d == d - 1) repeated_key = static_cast<int>(e + 1);
+  }
+  const bool repeated = repeated_key >= 0;
+  const uint64_t salt = kRepeatedNameSalt + 16 * static_cast<uint64_t>(repeated_key);
+  item.key.name_hash = repeated ? Mix64(salt) : Mix64(kNameSalt + k);
+  item.key.shape_digest = repeated ? Mix64(salt + 1) : Mix64(kNameSalt + (k / 2) + (1u << 20));
   item.key.first_example = step * options.examples_per_step;
   item.key.example_count = options.examples_per_step;
   item.key.rank = options.rank;
@@ -126,10 +138,16 @@ SyntheticPair MakeSyntheticPair(const SyntheticOptions& options) {
 
   // Local reordering: swap a position with one a short distance ahead.
   const uint64_t reach = options.reorder_distance == 0 ? 1 : options.reorder_distance;
+  const uint64_t shortest = std::clamp<uint64_t>(options.reorder_min_distance, 1, reach);
+  std::vector<bool> swapped(options.disjoint_swaps ? entries.size() : 0, false);
   for (uint64_t p = 0; p < entries.size(); ++p) {
     if (rng.Uniform() >= options.reorder_fraction) continue;
-    const uint64_t q = p + 1 + rng.Below(reach);
+    const uint64_t q = p + shortest + rng.Below(reach - shortest + 1);
     if (q >= entries.size()) continue;
+    if (options.disjoint_swaps) {
+      if (swapped[p] || swapped[q]) continue;
+      swapped[p] = swapped[q] = true;
+    }
     std::swap(entries[p], entries[q]);
     ++pair.swaps;
   }

@@ -26,8 +26,16 @@ struct SyntheticOptions {
   // (think of a repeated activation), so its key repeats inside the step;
   // 0 disables.
   uint32_t repeated_key_every = 0;
+  // More repeated keys, one per entry: the d-th entry's key sits at every
+  // position k of a step with k % d == d - 1 not already taken by an earlier
+  // entry (or by repeated_key_every), so its occurrences are at least d apart.
+  std::vector<uint32_t> repeat_distances;
   double reorder_fraction = 0.0;      // fraction of positions swapped with a nearby one
-  uint32_t reorder_distance = 3;      // how far ahead a swap reaches (1..distance)
+  uint32_t reorder_distance = 3;      // how far ahead a swap reaches (min..distance)
+  uint32_t reorder_min_distance = 1;  // the shortest swap (moves of exactly d: min = max = d)
+  // Each boundary takes part in at most one swap, so none moves farther than
+  // reorder_distance (overlapping swaps can carry one boundary farther).
+  bool disjoint_swaps = false;
   double insert_fraction = 0.0;       // new boundaries inserted in B, per A boundary
   double delete_fraction = 0.0;       // A boundaries missing from B
   uint32_t fusions = 0;               // pairs of consecutive A boundaries fused into one in B

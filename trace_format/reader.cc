@@ -121,13 +121,31 @@ Status TraceReader::Fill(bool* have_record) {
   return Status::OK();
 }
 
+// From a whole zero record at `from_offset` on: a torn tail when no whole
+// record after it holds a nonzero byte (nonzero bytes in a final short
+// record are part of the same torn write: docs/trace-format.md §4). Else
+// the offset of the first nonzero byte: data after a hole, corruption.
 StatusOr<bool> TraceReader::RestOfFileIsZero(uint64_t from_offset) {
   std::vector<uint8_t> chunk(1 << 16);
   uint64_t offset = from_offset;
   for (;;) {
     DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, chunk.data(), chunk.size(), offset));
     if (got == 0) break;
-    if (!AllZero(chunk.data(), got)) return false;
+    const auto nonzero = std::find_if(chunk.data(), chunk.data() + got, [](uint8_t b) { return b != 0; });
+    if (nonzero != chunk.data() + got) {
+      first_data_after_zeros_ = offset + static_cast<uint64_t>(nonzero - chunk.data());
+      // Is that byte inside a whole record? Only the end of the file can say.
+      uint64_t end = first_data_after_zeros_;
+      for (;;) {
+        DGRR_ASSIGN_OR_RETURN(size_t more, PreadFully(fd_, path_, chunk.data(), chunk.size(), end));
+        if (more == 0) break;
+        end += more;
+      }
+      const uint64_t whole_end = kHeaderSize + (end - kHeaderSize) / kRecordSize * kRecordSize;
+      if (first_data_after_zeros_ < whole_end) return false;
+      torn_tail_bytes_ = end - from_offset;
+      return true;
+    }
     offset += got;
   }
   torn_tail_bytes_ = offset - from_offset;
@@ -158,6 +176,11 @@ Status TraceReader::CheckSequence(const RecordBody& body) {
       pending_ = PendingName{chunk->name_id, chunk->total_length, chunk->bytes};
     }
     if (pending_->bytes.size() == pending_->total_length) {
+      auto [it, fresh] = ids_by_name_.emplace(pending_->bytes, pending_->id);
+      if (!fresh) {
+        return Status::Corruption("name id " + std::to_string(pending_->id) + " repeats the name of id " +
+                                  std::to_string(it->second) + " (a name is defined once)");
+      }
       names_.push_back(std::move(pending_->bytes));
       pending_.reset();
     }
@@ -171,6 +194,10 @@ Status TraceReader::CheckSequence(const RecordBody& body) {
     if (boundary->name_id >= names_.size()) {
       return Status::Corruption("undefined name id " + std::to_string(boundary->name_id) + " (" +
                                 std::to_string(names_.size()) + " names defined)");
+    }
+    if (boundary->rank >= header_.world_size) {
+      return Status::Corruption("rank " + std::to_string(boundary->rank) + " is not below the world size " +
+                                std::to_string(header_.world_size));
     }
     if (has_seq_ && boundary->seq <= last_seq_) {
       return Status::Corruption("sequence number " + std::to_string(boundary->seq) +
@@ -202,6 +229,10 @@ Status TraceReader::Next(Record* record, bool* done) {
       *done = true;
       return Status::OK();
     }
+    const uint64_t data_record = (first_data_after_zeros_ - kHeaderSize) / kRecordSize;
+    return Fail(next_index_, "all zeros, but record " + std::to_string(data_record) + " at offset " +
+                                 std::to_string(RecordOffset(data_record)) +
+                                 " after it holds data (a hole inside the trace, not a torn tail)");
   }
   if (StoredRecordCrc(src) != crcs_[pos_ / kRecordSize]) return Fail(next_index_, "CRC mismatch");
   Status s = DecodeRecordFields(src, &record->body);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/file_system.h"
@@ -111,6 +112,7 @@ class TraceReader {
   uint64_t next_index_ = 0;
 
   std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> ids_by_name_;  // a name is defined once
   struct PendingName {
     uint32_t id;
     uint16_t total_length;
@@ -122,6 +124,7 @@ class TraceReader {
   uint64_t clean_prefix_records_ = 0;
   uint64_t torn_tail_bytes_ = 0;
   bool torn_by_zeros_ = false;
+  uint64_t first_data_after_zeros_ = 0;  // set when RestOfFileIsZero finds data
   Status failure_;
   TraceError error_;
 };

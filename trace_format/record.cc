@@ -104,6 +104,29 @@ Status DecodeBoundary(const uint8_t* src, BoundaryRecord* r) {
   return Status::OK();
 }
 
+}  // namespace
+
+std::string StepFieldsProblem(const StepRecord& r) {
+  if (r.kind == StepKind::kBegin &&
+      (r.loss_dtype != DType::kUnknown || r.loss_bits != 0 || r.params_xor64 != 0 ||
+       r.params_xxh3 != 0)) {
+    return "STEP begin with a nonzero loss or parameter field (only an end carries them)";
+  }
+  // A loss narrower than 8 bytes sits in the low bytes of loss_bits; the
+  // bytes above it are zero, and there are no bits at all without a dtype.
+  const size_t loss_bytes = DTypeSize(r.loss_dtype);
+  if (loss_bytes > 8) return "loss dtype " + std::string(DTypeName(r.loss_dtype)) + " is wider than 8 bytes";
+  if (loss_bytes < 8 && (r.loss_bits >> (8 * loss_bytes)) != 0) {
+    return r.loss_dtype == DType::kUnknown
+               ? std::string("nonzero loss_bits without a loss dtype")
+               : "loss_bits has nonzero bits above its " + std::to_string(loss_bytes) + "-byte " +
+                     std::string(DTypeName(r.loss_dtype)) + " value (it sits in the low bytes)";
+  }
+  return "";
+}
+
+namespace {
+
 Status DecodeStep(const uint8_t* src, StepRecord* r) {
   if (src[stp::kKind] > 1) return Bad("unknown step kind " + std::to_string(src[stp::kKind]));
   if (!IsValidDType(src[stp::kLossDType])) {
@@ -118,6 +141,7 @@ Status DecodeStep(const uint8_t* src, StepRecord* r) {
   r->loss_bits = DecodeFixed64(src + stp::kLossBits);
   r->params_xor64 = DecodeFixed64(src + stp::kParamsXor64);
   r->params_xxh3 = DecodeFixed64(src + stp::kParamsXxh3);
+  if (std::string problem = StepFieldsProblem(*r); !problem.empty()) return Bad(problem);
   return Status::OK();
 }
 

@@ -162,6 +162,12 @@ void SealRecord(uint8_t* record);
 void SealRecords(uint8_t* records, size_t count);
 bool RecordCrcMatches(const uint8_t* record);
 
+// Why a STEP record's fields are inconsistent (a begin carrying a loss or
+// parameter fingerprint, loss bits outside the loss dtype's low bytes), or
+// empty when they are not. The writer refuses such a record; the reader
+// reports it as corruption.
+std::string StepFieldsProblem(const StepRecord& record);
+
 // ---- Decoding. Both validate everything local to the bytes (CRC, known type,
 // enum ranges, reserved bytes zero) and return Corruption with a reason that
 // does not yet name file or offset; the caller adds those.

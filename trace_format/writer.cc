@@ -126,6 +126,10 @@ Status TraceWriter::AppendBoundary(const BoundaryRecord& record) {
     return Status::InvalidArgument("boundary with name id " + std::to_string(record.name_id) +
                                    " that was never interned");
   }
+  if (record.rank >= header_.world_size) {
+    return Status::InvalidArgument("boundary of rank " + std::to_string(record.rank) +
+                                   " in a trace of world size " + std::to_string(header_.world_size));
+  }
   if (has_seq_ && record.seq <= last_seq_) {
     return Status::InvalidArgument("boundary sequence number " + std::to_string(record.seq) +
                                    " does not follow " + std::to_string(last_seq_));
@@ -154,6 +158,9 @@ Status TraceWriter::AppendStep(const StepRecord& record) {
   if (static_cast<uint8_t>(record.kind) > 1 ||
       !IsValidDType(static_cast<uint8_t>(record.loss_dtype))) {
     return Status::InvalidArgument("step record with an invalid kind or loss dtype");
+  }
+  if (std::string problem = StepFieldsProblem(record); !problem.empty()) {
+    return Status::InvalidArgument("step record: " + problem);
   }
   uint8_t* slot = nullptr;
   DGRR_RETURN_IF_ERROR(Reserve(&slot));

@@ -1,5 +1,5 @@
 // dgrr compare, run in-process: exit codes, the text report, the JSON schema
-// (dgrr.compare/1), --ignore, --perfetto, configs listed first, bad input.
+// (dgrr.compare/2), --ignore, --perfetto, configs listed first, bad input.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -37,6 +37,37 @@ class CompareCommandTest : public trace::testing::TempDirTest {
       r.example_count = 2;
       r.xor64 = 0xabc0 + k;
       r.xxh3 = (0xdef0 + k) ^ (k == flip ? 0x100 : 0);
+      ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  // The same trace as WriteTrace, with an extra boundary "debug.probe"
+  // before boundary `extra_before` and boundary `drop` left out.
+  void WriteChangedTrace(const std::string& path, int extra_before, int drop) {
+    trace::TraceHeader header;
+    auto writer = trace::TraceWriter::Create(path, header);
+    ASSERT_TRUE(writer.ok());
+    for (int k = 0; k < 18; ++k) {
+      trace::BoundaryRecord r;
+      r.step = k / 6;
+      r.seq = 2 * k;
+      r.ndim = 1;
+      r.dims[0] = 16;
+      r.first_example = (k / 6) * 2;
+      r.example_count = 2;
+      if (k == extra_before) {
+        auto probe = (*writer)->InternName("debug.probe");
+        ASSERT_TRUE(probe.ok());
+        r.name_id = *probe;
+        ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
+      }
+      if (k == drop) continue;
+      auto id = (*writer)->InternName("layer" + std::to_string(k % 6) + ".out");
+      ASSERT_TRUE(id.ok());
+      r.seq = 2 * k + 1;
+      r.name_id = *id;
+      r.xor64 = 0xabc0 + k;
+      r.xxh3 = 0xdef0 + k;
       ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
     }
     ASSERT_TRUE((*writer)->Close().ok());
@@ -98,7 +129,7 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   std::string out;
   ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
   json doc = json::parse(out);
-  EXPECT_EQ(doc["schema"], "dgrr.compare/1");
+  EXPECT_EQ(doc["schema"], "dgrr.compare/2");
   EXPECT_EQ(doc["verdict"], "divergence");
   for (const char* side : {"a", "b"}) {
     const json& s = doc[side];
@@ -119,7 +150,7 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   const json& al = doc["alignment"];
   EXPECT_EQ(al["mode"], "lockstep");
   for (const char* key : {"lockstep_prefix", "length_a", "length_b", "unmatched_a", "unmatched_b",
-                          "anchors", "windows", "largest_window", "window_pairs", "rescued_pairs"}) {
+                          "anchors", "moved_pairs", "repeat_key_pairs", "fingerprint_pairs"}) {
     EXPECT_TRUE(al[key].is_number_unsigned()) << key;
   }
   for (const char* key : {"length_ratio", "unmatched_fraction", "anchor_density"}) {
@@ -131,6 +162,12 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   EXPECT_EQ(c["differing_pairs"], 1);
   EXPECT_EQ(c["later_differing_pairs"], 0);
   EXPECT_TRUE(c["certified_steps"].is_number_unsigned());
+  EXPECT_EQ(c["prefix_ends_at"], "divergence");
+  const json& cov = doc["coverage"];
+  for (const char* key : {"uncompared", "no_counterpart", "outside_reach", "ambiguous", "replicas"}) {
+    EXPECT_EQ(cov[key], 0) << key;
+  }
+  EXPECT_TRUE(cov["first"].is_array());
   const json& d = doc["divergence"];
   EXPECT_EQ(d["kind"], "isolated");
   EXPECT_EQ(d["before"].size(), 3u);
@@ -158,6 +195,44 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   doc = json::parse(out);
   EXPECT_EQ(doc["verdict"], "no_divergence");
   EXPECT_TRUE(doc["divergence"].is_null());
+}
+
+TEST_F(CompareCommandTest, BoundariesNeverComparedAreCountedListedAndEndThePrefix) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteChangedTrace(b, 8, 13);  // debug.probe only in B (step 1), layer1.out of step 2 only in A
+  std::string out;
+  ASSERT_EQ(Compare({a, b, "--json"}, &out), 0);
+  json doc = json::parse(out);
+  EXPECT_EQ(doc["verdict"], "no_divergence");
+  const json& cov = doc["coverage"];
+  EXPECT_EQ(cov["uncompared"], 2);
+  EXPECT_EQ(cov["no_counterpart"], 2);
+  ASSERT_EQ(cov["first"].size(), 2u);
+  EXPECT_EQ(cov["first"][0]["side"], "B");
+  EXPECT_EQ(cov["first"][0]["reason"], "no_counterpart");
+  EXPECT_EQ(cov["first"][0]["boundary"]["name"], "debug.probe");
+  EXPECT_EQ(cov["first"][1]["side"], "A");
+  EXPECT_EQ(cov["first"][1]["boundary"]["name"], "layer1.out");
+  EXPECT_EQ(cov["first"][1]["boundary"]["index"], 13);
+  // The prefix ends before the first pair past the extra boundary.
+  EXPECT_EQ(doc["certification"]["certified_pairs"], 8);
+  EXPECT_EQ(doc["certification"]["certified_steps"], 1);
+  EXPECT_EQ(doc["certification"]["prefix_ends_at"], "uncompared");
+
+  ASSERT_EQ(Compare({a, b}, &out), 0);
+  EXPECT_NE(out.find("coverage: 2 boundaries never compared (2 without a counterpart"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("B #8 no_counterpart  step 1 rank 0 forward output debug.probe"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("certified prefix: 8 pairs, 1 steps (ends at the first uncompared boundary)"),
+            std::string::npos) << out;
+
+  // --ignore covers the extra boundary: the prefix runs on to the dropped one.
+  ASSERT_EQ(Compare({a, b, "--json", "--ignore", "debug.*"}, &out), 0);
+  doc = json::parse(out);
+  EXPECT_EQ(doc["coverage"]["uncompared"], 1);
+  EXPECT_EQ(doc["certification"]["certified_pairs"], 13);
 }
 
 TEST_F(CompareCommandTest, ConfigDifferencesComeFirstWithAWarning) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "trace_format/record.h"
 #include "tests/trace_format/sample_trace.h"
 
 namespace dgrr::cli {
@@ -69,6 +70,47 @@ TEST_F(VerifyCommandTest, HelpAnswers) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunDgrr({"verify"}), 1);
   EXPECT_FALSE(::testing::internal::GetCapturedStderr().empty());
+}
+
+// The rules of docs/trace-format.md that a CRC cannot catch: each crafted
+// trace (CRC intact) is exit 3 naming record, offset and reason.
+TEST_F(VerifyCommandTest, RuleViolationsWithValidCrcsAreExitThree) {
+  auto record = [](auto encode) {
+    uint8_t bytes[kRecordSize];
+    encode(bytes);
+    trace::SealRecord(bytes);
+    return std::string(reinterpret_cast<char*>(bytes), kRecordSize);
+  };
+  auto name = [&](uint32_t id, const std::string& text) {
+    return record([&](uint8_t* r) {
+      trace::EncodeNameChunk({.name_id = id, .total_length = static_cast<uint16_t>(text.size()),
+                              .chunk_offset = 0, .bytes = text}, r);
+    });
+  };
+  uint8_t header[kHeaderSize];
+  trace::EncodeHeader(trace::testing::SampleHeader(), header);  // rank 1 of 2
+  const std::string head(reinterpret_cast<char*>(header), kHeaderSize);
+  trace::BoundaryRecord far_rank = trace::testing::SampleBoundary(0, 0, 0);
+  far_rank.rank = 7;
+  const struct {
+    std::string bytes;
+    std::string reason;
+  } cases[] = {
+      {head + name(0, "x") + name(1, "x"), "record 1 at offset 256: name id 1 repeats the name of id 0"},
+      {head + name(0, "x") + record([&](uint8_t* r) { trace::EncodeBoundary(far_rank, r); }),
+       "record 1 at offset 256: rank 7 is not below the world size 2"},
+      {head + record([](uint8_t* r) {
+         trace::EncodeStep({.step = 0, .kind = trace::StepKind::kBegin, .params_xor64 = 1}, r);
+       }),
+       "record 0 at offset 128: STEP begin with a nonzero loss or parameter field"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = Path("crafted.trace");
+    WriteBytes(path, c.bytes);
+    const Run run = Verify({path});
+    EXPECT_EQ(run.exit_code, 3) << c.reason;
+    EXPECT_NE(run.err.find(path + ": " + c.reason), std::string::npos) << run.err;
+  }
 }
 
 TEST_F(VerifyCommandTest, ValidTraceGivesOneSummaryLine) {

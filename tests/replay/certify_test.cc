@@ -156,7 +156,7 @@ TEST(CertifyTest, WalkFollowsTheOrderOfA) {
   Alignment alignment;
   for (uint64_t i = 0; i < 6; ++i) {
     const uint64_t j = i == 2 ? 3 : i == 3 ? 2 : i;
-    alignment.pairs.push_back({i, j, PairOrigin::kWindow});
+    alignment.pairs.push_back({i, j, PairOrigin::kMoved});
   }
   const CertifyReport report = Certify(swapped.a, swapped.b, alignment, {});
   ASSERT_TRUE(report.first_divergence.has_value());

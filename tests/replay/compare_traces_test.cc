@@ -316,6 +316,17 @@ TEST_F(CompareTracesTest, OneRankRunMatchesFourRankRunOfTheSameConfig) {
   EXPECT_EQ(r->certify.pairs, 2u * 17u);
   EXPECT_EQ(r->unmatched_a, 2u);
   EXPECT_EQ(r->unmatched_b, 2u * (4u + 3u));
+  // The 3 extra copies are identical to the paired one: compared, as
+  // replicas. The partial losses have no counterpart: never compared, so the
+  // certified prefix ends before the first of them.
+  EXPECT_EQ(r->coverage.replicas, 2u * 3u);
+  EXPECT_EQ(r->coverage.no_counterpart, 2u * (1u + 4u));
+  EXPECT_EQ(r->coverage.ambiguous + r->coverage.outside_reach, 0u);
+  EXPECT_TRUE(r->certify.stopped_at_uncompared);
+  EXPECT_EQ(r->certify.certified_pairs, 16u);
+  ASSERT_FALSE(r->uncompared.empty());
+  EXPECT_EQ(r->uncompared.front().boundary.name, "loss.partial");
+  EXPECT_EQ(r->uncompared.front().why, Unpaired::kNoCounterpart);
   // And the other way round.
   auto back = CompareRuns(four, one, {});
   ASSERT_TRUE(back.ok());

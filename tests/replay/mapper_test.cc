@@ -58,7 +58,7 @@ TEST(MapperTest, PureReorderingWithinTheBandPairsEverything) {
   EXPECT_TRUE(alignment.unmatched_a.empty());
   EXPECT_TRUE(alignment.unmatched_b.empty());
   EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
-  EXPECT_GT(alignment.stats.rescued_pairs, 0u);  // a swap leaves one of its two to the rescue
+  EXPECT_GT(alignment.stats.moved_pairs, 0u);  // a swap leaves its two out of the monotone chain
 }
 
 TEST(MapperTest, InsertionsAreUnmatchedInB) {
@@ -110,7 +110,14 @@ TEST(MapperTest, FusedBoundariesAreUnmatchedOnBothSidesNotADivergence) {
   const CertifyReport report = Certify(a, b, alignment, CertifyOptions{});
   EXPECT_EQ(report.kind, DivergenceKind::kNone);
   EXPECT_FALSE(report.first_divergence.has_value());
-  EXPECT_EQ(report.certified_pairs, a.size() - 2);
+  // The fused boundaries were never compared: the certified prefix ends
+  // before them, and says why.
+  EXPECT_EQ(report.certified_pairs, 200u);
+  EXPECT_TRUE(report.stopped_at_uncompared);
+  const Coverage coverage = CoverageOf(alignment);
+  EXPECT_EQ(coverage.no_counterpart, 3u);
+  EXPECT_EQ(coverage.first_a, std::optional<uint64_t>(200));
+  EXPECT_EQ(coverage.first_b, std::optional<uint64_t>(200));
 }
 
 TEST(MapperTest, SyntheticFusionsAreNeverPaired) {
@@ -142,16 +149,13 @@ TEST(MapperTest, AnchorsNeverCross) {
     EXPECT_EQ(pair.origin_of_b[j], i) << "anchor (" << i << ", " << j << ")";
   }
   EXPECT_GT(alignment.stats.anchor_density, 0.5);
-  EXPECT_GE(alignment.stats.windows, 1u);
-  EXPECT_GE(alignment.stats.largest_window, 1u);
 }
 
-TEST(MapperTest, RepeatedKeysArePairedThroughTheWindows) {
+TEST(MapperTest, RepeatedKeysArePairedByTheirOwnEvidence) {
   SyntheticOptions options = Small();
-  // One key in 8 repeats every 8 positions: never locally unique, so never
-  // an anchor; the windows and the rescue pass must pair it. Its repeats are
-  // farther apart than a reordering reaches, so the right occurrence is
-  // always identifiable.
+  // One key in 8 repeats every 8 positions: never an anchor. Its repeats
+  // are closer than twice the reach, so fingerprints settle most pairs; the
+  // moves stay within reach, so every pair is right.
   options.repeated_key_every = 8;
   options.reorder_fraction = 0.03;
   options.reorder_distance = 3;
@@ -159,7 +163,7 @@ TEST(MapperTest, RepeatedKeysArePairedThroughTheWindows) {
   const SyntheticPair pair = MakeSyntheticPair(options);
   const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
   ExpectWellFormed(pair.a, pair.b, alignment);
-  EXPECT_GT(alignment.stats.window_pairs, pair.a.size() / 10);
+  EXPECT_GT(alignment.stats.repeat_key_pairs + alignment.stats.fingerprint_pairs, pair.a.size() / 10);
   EXPECT_EQ(alignment.pairs.size(), pair.a.size());
   EXPECT_EQ(alignment.unmatched_b.size(), pair.inserted);
   EXPECT_EQ(CountWrongPairs(pair, alignment), 0u);
@@ -180,7 +184,7 @@ TEST(MapperTest, RepeatsCloserThanTheReorderingStayWellFormed) {
   EXPECT_GE(alignment.pairs.size(), pair.a.size() - pair.a.size() / 1000);
 }
 
-TEST(MapperTest, RescuePairsABoundaryMovedAcrossAWindowBorder) {
+TEST(MapperTest, AUniqueKeyMovedPastItsNeighboursPairs) {
   const SyntheticOptions options = Small(300);
   std::vector<BoundaryItem> a;
   for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
@@ -196,52 +200,54 @@ TEST(MapperTest, RescuePairsABoundaryMovedAcrossAWindowBorder) {
                                   [](const AlignedPair& p) { return p.index_a == 100; });
   ASSERT_NE(moved, alignment.pairs.end());
   EXPECT_EQ(moved->index_b, 103u);
-  EXPECT_EQ(moved->origin, PairOrigin::kRescue);
-  EXPECT_EQ(alignment.stats.rescued_pairs, 1u);
+  EXPECT_EQ(moved->origin, PairOrigin::kMoved);
+  EXPECT_EQ(alignment.stats.moved_pairs, 1u);
 }
 
-TEST(MapperTest, RescueIsConservativeAboutFarMoves) {
+TEST(MapperTest, AUniqueKeyPairsHoweverFarItMoved) {
   const SyntheticOptions options = Small(2000);
   std::vector<BoundaryItem> a;
   for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
-  // A[100] moves 1000 places: far beyond the rescue radius.
+  // A[100] moves 1000 places, far beyond the reach: its key occurs once on
+  // each side, so no other pairing is consistent.
   std::vector<BoundaryItem> b = a;
   std::rotate(b.begin() + 100, b.begin() + 101, b.begin() + 1101);
-  MapperOptions mapper;
-  mapper.rescue_radius = 64;
-  const Alignment alignment = AlignTolerant(a, b, mapper);
+  const Alignment alignment = AlignTolerant(a, b, MapperOptions{});
   ExpectWellFormed(a, b, alignment);
-  EXPECT_EQ(alignment.unmatched_a, (std::vector<uint64_t>{100}));
-  EXPECT_EQ(alignment.unmatched_b, (std::vector<uint64_t>{1100}));
-  EXPECT_EQ(alignment.stats.rescued_pairs, 0u);
+  EXPECT_TRUE(alignment.unmatched_a.empty());
+  EXPECT_TRUE(alignment.unmatched_b.empty());
+  EXPECT_EQ(alignment.stats.moved_pairs, 1u);
+  EXPECT_EQ(alignment.pairs[100].index_b, 1100u);
 }
 
-TEST(MapperTest, DivergenceRightAfterAWindowBorderIsFoundExactly) {
+TEST(MapperTest, DivergenceAtARepeatedKeyAfterAnAnchorIsFoundExactly) {
   SyntheticOptions options = Small();
-  options.repeated_key_every = 16;  // repeated keys are never anchors: they fill the windows
+  options.repeated_key_every = 16;  // repeated keys are never anchors
   options.reorder_fraction = 0.05;
   options.insert_fraction = 0.02;
   const SyntheticPair clean = MakeSyntheticPair(options);
   const Alignment clean_alignment = Align(clean.a, clean.b, MapperOptions{});
-  // An anchor at a window border followed by a window of DP-paired boundaries.
+  // An anchor followed by a boundary of the repeated key.
   uint64_t border = 0;
   bool found = false;
   for (size_t k = 0; k + 1 < clean_alignment.pairs.size(); ++k) {
     const AlignedPair& p = clean_alignment.pairs[k];
     const AlignedPair& next = clean_alignment.pairs[k + 1];
     if (p.index_a > clean.a.size() / 2 && p.origin == PairOrigin::kAnchor &&
-        next.origin == PairOrigin::kWindow && next.index_a == p.index_a + 1) {
+        (next.origin == PairOrigin::kRepeatKey || next.origin == PairOrigin::kFingerprint) &&
+        next.index_a == p.index_a + 1) {
       border = p.index_a;
       found = true;
       break;
     }
   }
-  ASSERT_TRUE(found) << "no anchor followed by a window pair";
+  ASSERT_TRUE(found) << "no anchor followed by a repeated-key pair";
 
   options.divergence_at = border + 1;
   const SyntheticPair pair = MakeSyntheticPair(options);
   const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
-  // Fingerprints do not influence the pairing.
+  // The divergent boundary loses its fingerprint evidence but pairs by
+  // elimination: the same pairs as without the divergence.
   ASSERT_EQ(alignment.pairs.size(), clean_alignment.pairs.size());
   for (size_t k = 0; k < alignment.pairs.size(); ++k) {
     ASSERT_EQ(alignment.pairs[k].index_a, clean_alignment.pairs[k].index_a);
@@ -272,9 +278,18 @@ TEST(MapperTest, PlantedDivergenceFoundExactlyAtScale) {
   ASSERT_TRUE(report.first_divergence.has_value());
   EXPECT_EQ(report.first_divergence->index_a, *options.divergence_at);
   EXPECT_EQ(report.first_divergence->index_b, *pair.divergence_b);
-  EXPECT_EQ(report.certified_pairs, *options.divergence_at);
   EXPECT_EQ(report.kind, DivergenceKind::kIsolated);
   EXPECT_EQ(report.differing, 1u);
+  // The first inserted boundary was never compared: the certified prefix
+  // ends at the first pair past it.
+  const uint64_t first_inserted = static_cast<uint64_t>(
+      std::find(pair.origin_of_b.begin(), pair.origin_of_b.end(), kNotFromA) - pair.origin_of_b.begin());
+  ASSERT_LT(first_inserted, *options.divergence_at);
+  uint64_t expected_prefix = 0;
+  while (alignment.pairs[expected_prefix].index_b < first_inserted) ++expected_prefix;
+  EXPECT_TRUE(report.stopped_at_uncompared);
+  EXPECT_EQ(report.certified_pairs, expected_prefix);
+  EXPECT_EQ(CoverageOf(alignment).no_counterpart, pair.inserted);
 }
 
 TEST(MapperTest, DifferentWorldSizesPairPerExampleBoundariesByExample) {
@@ -311,63 +326,55 @@ TEST(MapperTest, DifferentWorldSizesPairPerExampleBoundariesByExample) {
   for (const AlignedPair& p : by_rank.pairs) EXPECT_EQ(a[p.index_a].key.rank, b[p.index_b].key.rank);
 }
 
-TEST(MapperTest, WindowWithoutAnchorsAndALongInsertion) {
-  // Every key identical: no boundary is locally unique, so there are no
-  // anchors and the whole sequence is one window; B has a block of 700
-  // extra boundaries in the middle, far wider than the band.
+TEST(MapperTest, OneKeyEverywhereWithoutAnchorsIsAmbiguousNotDivergent) {
+  // Every key identical and every fingerprint different: no anchors, every
+  // boundary has many candidates within reach and none is identical.
+  // Nothing may be paired, and nothing is a divergence: all ambiguous.
   BoundaryItem item;
   item.key.name_hash = 5;
-  std::vector<BoundaryItem> a(500, item);
-  std::vector<BoundaryItem> b(a.begin(), a.begin() + 250);
-  BoundaryItem other = item;
-  other.key.name_hash = 6;
-  b.insert(b.end(), 700, other);
-  b.insert(b.end(), a.begin() + 250, a.end());
-  MapperOptions mapper;
-  mapper.band = 8;
-  const Alignment alignment = AlignTolerant(a, b, mapper);
+  std::vector<BoundaryItem> a(500, item), b(520, item);
+  for (uint64_t i = 0; i < a.size(); ++i) a[i].xor64 = i;
+  for (uint64_t j = 0; j < b.size(); ++j) b[j].xor64 = 1000 + j;
+  const Alignment alignment = AlignTolerant(a, b, MapperOptions{});
   ExpectWellFormed(a, b, alignment);
   EXPECT_EQ(alignment.stats.anchors, 0u);
-  EXPECT_EQ(alignment.stats.windows, 1u);
-  EXPECT_EQ(alignment.stats.largest_window, b.size());
-  EXPECT_EQ(alignment.unmatched_b.size(), 700u);
-  // The band spans the length difference, so the block is skipped whole.
-  EXPECT_EQ(alignment.pairs.size(), a.size());
-  EXPECT_TRUE(alignment.unmatched_a.empty());
-
-  // A table cap forces the window to be cut; the result is still well formed.
-  mapper.max_window_cells = 1000;
-  const Alignment cut = AlignTolerant(a, b, mapper);
-  ExpectWellFormed(a, b, cut);
-  EXPECT_GT(cut.pairs.size(), 0u);
+  EXPECT_TRUE(alignment.pairs.empty());
+  for (Unpaired why : alignment.why_a) EXPECT_EQ(why, Unpaired::kAmbiguous);
+  const CertifyReport report = Certify(a, b, alignment, CertifyOptions{});
+  EXPECT_FALSE(report.first_divergence.has_value());
+  EXPECT_EQ(report.certified_pairs, 0u);
+  EXPECT_EQ(CoverageOf(alignment).ambiguous, a.size() + b.size());
 }
 
-TEST(MapperTest, BandLimitsHowFarTheWindowDPStrays) {
-  // Keys cycle with period 3, so nothing is locally unique: one window. B
-  // lacks A[10] and has an extra boundary at 50, so the boundaries between
-  // lie one diagonal off; equal lengths make the band just +-band around the
-  // main diagonal.
-  std::vector<BoundaryItem> a(60);
-  for (uint64_t i = 0; i < a.size(); ++i) a[i].key.name_hash = i % 3;
+TEST(MapperTest, BandIsTheReachOfARepeatedKey) {
+  // A repeated key every 300 positions; B moves one occurrence 40 places.
+  // With a reach of 64 it pairs by key evidence; with a reach of 16 it is
+  // outside reach, and so is the boundary that took its place: both
+  // reported, neither a divergence.
+  SyntheticOptions options = Small(1200);
+  options.boundaries_per_step = 1200;
+  options.repeated_key_every = 300;
+  std::vector<BoundaryItem> a;
+  for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
   std::vector<BoundaryItem> b = a;
-  b.erase(b.begin() + 10);
-  BoundaryItem extra;
-  extra.key.name_hash = 99;
-  b.insert(b.begin() + 50, extra);
-  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a[599].key.name_hash, a[299].key.name_hash);
+  std::rotate(b.begin() + 599, b.begin() + 600, b.begin() + 640);  // A[599] now at B 639
   MapperOptions mapper;
-  mapper.rescue_radius = 0;  // look at the DP alone
-  mapper.band = 0;
-  const Alignment narrow = AlignTolerant(a, b, mapper);
-  ExpectWellFormed(a, b, narrow);
-  EXPECT_EQ(narrow.stats.anchors, 0u);
-  EXPECT_EQ(narrow.pairs.size(), 19u);  // only A[0..9] and A[51..59], on the diagonal
-  mapper.band = 1;
   const Alignment wide = AlignTolerant(a, b, mapper);
   ExpectWellFormed(a, b, wide);
-  EXPECT_EQ(wide.pairs.size(), 59u);
-  EXPECT_EQ(wide.unmatched_a, (std::vector<uint64_t>{10}));
-  EXPECT_EQ(wide.unmatched_b, (std::vector<uint64_t>{50}));
+  EXPECT_TRUE(wide.unmatched_a.empty());
+  EXPECT_EQ(wide.pairs[599].index_b, 639u);
+  EXPECT_EQ(wide.pairs[599].origin, PairOrigin::kRepeatKey);
+  mapper.band = 16;
+  const Alignment narrow = AlignTolerant(a, b, mapper);
+  ExpectWellFormed(a, b, narrow);
+  EXPECT_EQ(narrow.unmatched_a, (std::vector<uint64_t>{599}));
+  EXPECT_EQ(narrow.why_a, (std::vector<Unpaired>{Unpaired::kOutsideReach}));
+  EXPECT_EQ(narrow.unmatched_b, (std::vector<uint64_t>{639}));
+  const CertifyReport report = Certify(a, b, narrow, CertifyOptions{});
+  EXPECT_FALSE(report.first_divergence.has_value());
+  EXPECT_TRUE(report.stopped_at_uncompared);
+  EXPECT_EQ(report.certified_pairs, 599u);
 }
 
 TEST(MapperTest, EmptySequences) {

@@ -51,6 +51,8 @@ inline void ExpectWellFormed(const std::vector<BoundaryItem>& a, const std::vect
   }
   EXPECT_EQ(alignment.stats.length_a, a.size());
   EXPECT_EQ(alignment.stats.length_b, b.size());
+  EXPECT_EQ(alignment.why_a.size(), alignment.unmatched_a.size());
+  EXPECT_EQ(alignment.why_b.size(), alignment.unmatched_b.size());
 }
 
 // Every pair joins a B boundary to the A boundary it was made from.

@@ -3,6 +3,7 @@
 #include "trace_format/record.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 
@@ -232,6 +233,124 @@ TEST(Record, WorkedExampleOfTheSpec) {
       "0000000000000000000000000000000000000000000000000000000000000000"
       "00000000000000000000000000000000000000000000000000000000000f2c67";
   EXPECT_EQ(Hex(bytes, sizeof bytes), expected);
+}
+
+// docs/trace-format.md §3.2: the digest of a shape of more than six
+// dimensions is XXH3-64 with seed 0 of the dims as consecutive little-endian
+// u64, stored little-endian in the last slot.
+TEST(Record, LongShapeDigestIsXxh3OfTheLittleEndianDims) {
+  const uint64_t dims[] = {2, 1, 1, 1, 1, 1, 3};
+  uint8_t bytes[8 * 7] = {};
+  for (size_t i = 0; i < 7; ++i) bytes[8 * i] = static_cast<uint8_t>(dims[i]);  // each < 256
+  EXPECT_EQ(ShapeDigest(dims, 7), XXH3_64bits_withSeed(bytes, sizeof bytes, 0));
+  EXPECT_EQ(ShapeDigest(dims, 7), 0x95e3d315106f4114ull);  // pinned: the spec's worked example 2
+  BoundaryRecord r;
+  ASSERT_TRUE(SetShape(&r, dims, 7).ok());
+  EXPECT_EQ(r.ndim, 7);
+  EXPECT_EQ(r.dims[4], 1u);
+  EXPECT_EQ(r.dims[5], ShapeDigest(dims, 7));
+  uint8_t record[kRecordSize];
+  EncodeBoundary(r, record);
+  EXPECT_EQ(DecodeFixed64(record + 76 + 40), r.dims[5]);  // slot 5 at offset 116
+}
+
+// docs/trace-format.md §7.2: a repeated key (two micro-batches over the same
+// examples), a NAME defined long before its first use, a gap in seq, a
+// seven-dimensional shape with its digest and an f16 loss.
+std::string WorkedExample2Bytes() {
+  TraceHeader h;
+  for (int i = 0; i < 16; ++i) h.run_id[i] = static_cast<uint8_t>(0x10 + i);
+  h.seed = 7;
+  h.rank = 1;
+  h.world_size = 2;
+  h.config_digest = 0xc0ffee0000000003ull;
+  h.env_digest = 0xe0e0e0e000000004ull;
+  h.created_unix_ns = 1763780400000000000ull;
+  BoundaryRecord attn;
+  attn.step = 3;
+  attn.seq = 40;
+  attn.name_id = 0;
+  attn.phase = Phase::kForward;
+  attn.direction = Direction::kOutput;
+  attn.dtype = DType::kBF16;
+  attn.rank = 1;
+  const uint64_t attn_dims[] = {2, 4};
+  EXPECT_TRUE(SetShape(&attn, attn_dims, 2).ok());
+  attn.byte_count = 16;
+  attn.first_example = 12;
+  attn.example_count = 4;
+  attn.xor64 = 0x1111111111111111ull;
+  attn.xxh3 = 0x2222222222222222ull;
+  attn.host_time_ns = 1763780400000002000ull;
+  BoundaryRecord attn2 = attn;  // the second micro-batch: same key, its own tensor
+  attn2.seq = 41;
+  attn2.xor64 = 0x3333333333333333ull;
+  attn2.xxh3 = 0x4444444444444444ull;
+  attn2.host_time_ns = 1763780400000003000ull;
+  BoundaryRecord mlp = attn;
+  mlp.seq = 43;  // 42 was not recorded: gaps are allowed
+  mlp.name_id = 1;
+  mlp.dtype = DType::kF32;
+  const uint64_t mlp_dims[] = {2, 1, 1, 1, 1, 1, 3};
+  EXPECT_TRUE(SetShape(&mlp, mlp_dims, 7).ok());
+  mlp.byte_count = 24;
+  mlp.xor64 = 0x5555555555555555ull;
+  mlp.xxh3 = 0x6666666666666666ull;
+  mlp.host_time_ns = 1763780400000004000ull;
+  const StepRecord begin{.step = 3, .kind = StepKind::kBegin, .host_time_ns = 1763780400000001000ull};
+  const StepRecord end{.step = 3, .kind = StepKind::kEnd, .host_time_ns = 1763780400000005000ull,
+                       .loss_dtype = DType::kF16, .loss_bits = 0x3e00,  // 1.5 in f16
+                       .params_xor64 = 0x7777777777777777ull, .params_xxh3 = 0x8888888888888888ull};
+  uint8_t bytes[kHeaderSize + 7 * kRecordSize];
+  EncodeHeader(h, bytes);
+  EncodeNameChunk({.name_id = 0, .total_length = 8, .chunk_offset = 0, .bytes = "attn.out"},
+                  bytes + RecordOffset(0));
+  EncodeNameChunk({.name_id = 1, .total_length = 7, .chunk_offset = 0, .bytes = "mlp.out"},
+                  bytes + RecordOffset(1));
+  EncodeStep(begin, bytes + RecordOffset(2));
+  EncodeBoundary(attn, bytes + RecordOffset(3));
+  EncodeBoundary(attn2, bytes + RecordOffset(4));
+  EncodeBoundary(mlp, bytes + RecordOffset(5));
+  EncodeStep(end, bytes + RecordOffset(6));
+  for (int i = 0; i < 7; ++i) SealRecord(bytes + RecordOffset(i));
+  return Hex(bytes, sizeof bytes);
+}
+
+TEST(Record, WorkedExample2OfTheSpec) {
+  const std::string expected =
+      "4447525254524143010000008000000080000000000000001011121314151617"
+      "18191a1b1c1d1e1f070000000000000001000000020000000300000000eeffc0"
+      "04000000e0e0e0e000e0cbcbed347a1800000000000000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000004cbbefcd"
+      "010000000000000008000000080000006174746e2e6f75740000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000000830f3de"
+      "010000000100000007000000070000006d6c702e6f7574000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000008a1cd69e"
+      "03000000000000000300000000000000e8e3cbcbed347a180000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000031e84bf4"
+      "0201010400000000280000000000000003000000000000000100000002000000"
+      "1000000000000000111111111111111122222222222222220c00000000000000"
+      "04000000d0e7cbcbed347a180200000000000000040000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000002ef6a66b"
+      "0201010400000000290000000000000003000000000000000100000002000000"
+      "1000000000000000333333333333333344444444444444440c00000000000000"
+      "04000000b8ebcbcbed347a180200000000000000040000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000052e1dcf7"
+      "02010101010000002b0000000000000003000000000000000100000007000000"
+      "1800000000000000555555555555555566666666666666660c00000000000000"
+      "04000000a0efcbcbed347a180200000000000000010000000000000001000000"
+      "000000000100000000000000010000000000000014416f1015d3e39549c73d4d"
+      "0301030000000000030000000000000088f3cbcbed347a18003e000000000000"
+      "7777777777777777888888888888888800000000000000000000000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
+      "000000000000000000000000000000000000000000000000000000001ff8b447";
+  EXPECT_EQ(WorkedExample2Bytes(), expected);
 }
 
 TEST(Record, Names) {

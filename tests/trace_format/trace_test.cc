@@ -153,6 +153,114 @@ TEST_F(TraceTest, SequenceGoingBackwardsIsCorruption) {
   EXPECT_EQ(summary.error.record_index, 2u);
 }
 
+TEST_F(TraceTest, SequenceNumbersMayStartAnywhereAndHaveGaps) {
+  const std::string path = Path("t.trace");
+  RawTrace raw;
+  raw.Name(0, "a").Boundary(0, 1000).Boundary(0, 1007).Boundary(0, ~uint64_t{0});
+  WriteBytes(path, raw.bytes);
+  VerifySummary summary;
+  ASSERT_TRUE(Verify(path, &summary).ok()) << summary.error.reason;
+  EXPECT_EQ(summary.boundaries, 3u);
+}
+
+TEST_F(TraceTest, BoundaryRankNotBelowTheWorldSizeIsCorruption) {
+  const std::string path = Path("t.trace");
+  RawTrace raw;  // SampleHeader: rank 1 of 2
+  BoundaryRecord other = SampleBoundary(0, 0, 1);
+  other.rank = 0;  // another rank's tensor: allowed, below the world size
+  BoundaryRecord beyond = SampleBoundary(0, 0, 2);
+  beyond.rank = 2;
+  raw.Name(0, "a").Add([&](uint8_t* r) { EncodeBoundary(other, r); }).Add([&](uint8_t* r) {
+    EncodeBoundary(beyond, r);
+  });
+  WriteBytes(path, raw.bytes);
+  VerifySummary summary;
+  EXPECT_EQ(Verify(path, &summary).message(),
+            path + ": record 2 at offset 384: rank 2 is not below the world size 2");
+  // The writer refuses to write it.
+  auto writer = TraceWriter::Create(Path("w.trace"), SampleHeader());
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->InternName("a").ok());
+  EXPECT_TRUE((*writer)->AppendBoundary(beyond).IsInvalidArgument());
+}
+
+TEST_F(TraceTest, StepsMayDecrease) {
+  // A resumed run restarts at its checkpoint's step; a program may number
+  // steps as it likes: the reader does not order steps.
+  const std::string path = Path("t.trace");
+  RawTrace raw;
+  raw.Name(0, "a")
+      .Add([](uint8_t* r) { EncodeBoundary(SampleBoundary(0, 7, 0), r); })
+      .Add([](uint8_t* r) { EncodeEvent({.step = 7, .kind = EventKind::kResumed}, r); })
+      .Add([](uint8_t* r) { EncodeBoundary(SampleBoundary(0, 3, 1), r); });
+  WriteBytes(path, raw.bytes);
+  VerifySummary summary;
+  ASSERT_TRUE(Verify(path, &summary).ok()) << summary.error.reason;
+  EXPECT_EQ(summary.last_step, 7u);  // the highest, not the last
+}
+
+TEST_F(TraceTest, OneNameUnderTwoIdsIsCorruption) {
+  const std::string path = Path("t.trace");
+  RawTrace raw;
+  raw.Name(0, "fc1.out").Name(1, "fc2.out").Name(2, "fc1.out").Boundary(2, 0);
+  WriteBytes(path, raw.bytes);
+  VerifySummary summary;
+  EXPECT_EQ(Verify(path, &summary).message(),
+            path + ": record 2 at offset 384: name id 2 repeats the name of id 0 (a name is defined once)");
+}
+
+TEST_F(TraceTest, NameMayBeDefinedLongBeforeItsFirstUse) {
+  // The writer emits NAME records when a name is interned (declared), which
+  // can be long before the first BOUNDARY that uses it; unused names too.
+  const std::string path = Path("t.trace");
+  RawTrace raw;
+  raw.Name(0, "early").Name(1, "never.used").Name(2, "now");
+  for (uint64_t seq = 0; seq < 300; ++seq) raw.Boundary(2, seq);
+  raw.Boundary(0, 300);
+  WriteBytes(path, raw.bytes);
+  VerifySummary summary;
+  ASSERT_TRUE(Verify(path, &summary).ok()) << summary.error.reason;
+  EXPECT_EQ(summary.names, 3u);
+  EXPECT_EQ(summary.boundaries, 301u);
+}
+
+TEST_F(TraceTest, StepFieldsAreCheckedByReaderAndWriter) {
+  const std::string path = Path("t.trace");
+  VerifySummary summary;
+  auto verify_one = [&](const StepRecord& step) {
+    RawTrace raw;
+    raw.Add([&](uint8_t* r) { EncodeStep(step, r); });
+    WriteBytes(path, raw.bytes);
+    return Verify(path, &summary);
+  };
+  // An f16 loss sits in the low 16 bits; an f32 in the low 32.
+  EXPECT_TRUE(verify_one({.step = 1, .kind = StepKind::kEnd, .loss_dtype = DType::kF16,
+                          .loss_bits = 0x3e00}).ok());
+  EXPECT_TRUE(verify_one({.step = 1, .kind = StepKind::kEnd, .loss_dtype = DType::kBF16,
+                          .loss_bits = 0x3fc0}).ok());
+  EXPECT_EQ(verify_one({.step = 1, .kind = StepKind::kEnd, .loss_dtype = DType::kF16,
+                        .loss_bits = 0x3e000000})
+                .message(),
+            path + ": record 0 at offset 128: loss_bits has nonzero bits above its 2-byte f16 value "
+                   "(it sits in the low bytes)");
+  EXPECT_EQ(verify_one({.step = 1, .kind = StepKind::kEnd, .loss_bits = 1}).message(),
+            path + ": record 0 at offset 128: nonzero loss_bits without a loss dtype");
+  const StepRecord begin_with_loss{.step = 1, .kind = StepKind::kBegin, .loss_dtype = DType::kF32,
+                                   .loss_bits = 0x3fc00000};
+  EXPECT_EQ(verify_one(begin_with_loss).message(),
+            path + ": record 0 at offset 128: STEP begin with a nonzero loss or parameter field "
+                   "(only an end carries them)");
+  EXPECT_TRUE(verify_one({.step = 1, .kind = StepKind::kBegin, .params_xxh3 = 5}).IsCorruption());
+  // The writer refuses what the reader would reject.
+  auto writer = TraceWriter::Create(Path("w.trace"), SampleHeader());
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE((*writer)->AppendStep(begin_with_loss).IsInvalidArgument());
+  EXPECT_TRUE((*writer)
+                  ->AppendStep({.step = 1, .kind = StepKind::kEnd, .loss_dtype = DType::kF32,
+                                .loss_bits = 0x13fc00000})
+                  .IsInvalidArgument());
+}
+
 TEST_F(TraceTest, UndefinedNameIdIsCorruption) {
   const std::string path = Path("t.trace");
   RawTrace raw;
@@ -241,7 +349,31 @@ TEST_F(TraceTest, ZeroFilledTailIsTornButZerosMidFileAreCorruption) {
 
   // A zero record followed by a real one: the zeros are not a tail.
   WriteBytes(path, good + std::string(kRecordSize, '\0') + good.substr(RecordOffset(11)));
-  EXPECT_EQ(Verify(path, &summary).message(), path + ": record 12 at offset 1664: CRC mismatch");
+  EXPECT_EQ(Verify(path, &summary).message(),
+            path + ": record 12 at offset 1664: all zeros, but record 13 at offset 1792 after it "
+                   "holds data (a hole inside the trace, not a torn tail)");
+}
+
+// docs/trace-format.md §4: zero records followed by a short nonzero tail are
+// one torn write (nothing whole follows the hole), not a CRC mismatch.
+TEST_F(TraceTest, ZeroRecordsThenAShortNonzeroTailAreATornTail) {
+  const std::string path = Path("t.trace");
+  WriteSampleTrace(path);
+  const std::string good = ReadBytes(path);
+  WriteBytes(path, good + std::string(2 * kRecordSize, '\0') + std::string(50, '\x11'));
+  VerifySummary summary;
+  ASSERT_TRUE(Verify(path, &summary).ok()) << summary.error.reason;
+  EXPECT_EQ(summary.records, kSampleRecords);
+  EXPECT_EQ(summary.torn_tail_bytes, 2 * kRecordSize + 50);
+  EXPECT_EQ(summary.torn_tail_offset, RecordOffset(kSampleRecords));
+  EXPECT_NE(summary.warning.find("zero-filled"), std::string::npos);
+  // One nonzero byte at the very end of a whole record is inside the trace.
+  std::string hole = good + std::string(2 * kRecordSize, '\0');
+  hole[hole.size() - 1] = 1;
+  WriteBytes(path, hole);
+  EXPECT_EQ(Verify(path, &summary).message(),
+            path + ": record 12 at offset 1664: all zeros, but record 13 at offset 1792 after it "
+                   "holds data (a hole inside the trace, not a torn tail)");
 }
 
 TEST_F(TraceTest, ReaderOfALiveTraceReadsEveryCompleteRecord) {
