@@ -135,12 +135,7 @@ StatusOr<bool> TraceReader::RestOfFileIsZero(uint64_t from_offset) {
     if (nonzero != chunk.data() + got) {
       first_data_after_zeros_ = offset + static_cast<uint64_t>(nonzero - chunk.data());
       // Is that byte inside a whole record? Only the end of the file can say.
-      uint64_t end = first_data_after_zeros_;
-      for (;;) {
-        DGRR_ASSIGN_OR_RETURN(size_t more, PreadFully(fd_, path_, chunk.data(), chunk.size(), end));
-        if (more == 0) break;
-        end += more;
-      }
+      DGRR_ASSIGN_OR_RETURN(const uint64_t end, file_->Size());
       const uint64_t whole_end = kHeaderSize + (end - kHeaderSize) / kRecordSize * kRecordSize;
       if (first_data_after_zeros_ < whole_end) return false;
       torn_tail_bytes_ = end - from_offset;
