@@ -98,7 +98,16 @@ int RunTrain(const std::vector<std::string>& args) {
       ("ckpt-every", po::value(&o.ckpt_every)->default_value(0), "write a checkpoint every K steps (0: none)")
       ("inject", po::value(&injects)->composing(),
        "inject a fault (repeatable): bitflip:step=S,rank=R,at=NAME[,example=E,index=I,bit=B] | "
-       "race:step=S,at=PARAM | shared-rng:step=S[,rank=R] | reduce-order:step=S | skip-restore:NAME")
+       "race:step=S,at=PARAM | shared-rng:step=S[,rank=R] | reduce-order:step=S | skip-restore:NAME. "
+       "bitflip flips bit B (default 20 of a float, 0 of a token byte) of element I (default 0) of "
+       "boundary NAME on rank R (default 0), before it is recorded and read on: NAME is any name "
+       "'dgrr inspect' lists, in any phase (data.tokens; a forward output such as "
+       "block0.mlp.fc.out or loss, of example E, default the rank's first; an activation gradient "
+       "such as block0.mlp.fc.dinp; allreduce.<grad>, e.g. allreduce.block1.mlp.fc.dw; the "
+       "gradient AdamW reads, <param>.grad; the updated <param>; adamw.m.<param>, "
+       "adamw.v.<param>). A flip in one rank's copy of the gradients, parameters or moments "
+       "stops the run at the SDC check (exit 4). race takes PARAM, its gradient or its "
+       "allreduce name (docs/model.md)")
       ("force", "replace the run already in --out (only dgrr's own files are removed)")
       ("resume", "continue the run in --out from its newest checkpoint; its settings come from its config.json")
       ("fallback", "with --resume: skip a corrupt newest checkpoint for the newest good one")

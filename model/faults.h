@@ -2,13 +2,20 @@
 // kind reproduces a real bug class from the OpGuard and DETrain case studies:
 //
 //   bitflip:step=S,rank=R,at=NAME[,example=E][,index=I][,bit=B]
-//       flip bit B of element I of the tensor at boundary NAME (silent data
-//       corruption). NAME is a per-example model boundary (the flip happens
-//       right after it is recorded, so the next boundaries show it) or a
-//       parameter tensor (flipped on rank R right after the update).
+//       flip bit B of element I of the tensor at boundary NAME on rank R at
+//       step S (silent data corruption). NAME is any boundary a run of the
+//       model records (FaultTargets below; `dgrr inspect TRACE` lists them),
+//       in any part of the step: the input tokens, a per-example forward
+//       output or backward activation gradient (of example E, default the
+//       rank's first), the loss, rank R's copy of an all-reduced gradient,
+//       the clipped gradient AdamW reads, the updated parameter, or AdamW's
+//       moments. The tensor is flipped before it is fingerprinted and before
+//       anything reads it, so the record shows the corruption and it flows on
+//       as a real fault would.
 //   race:step=S,at=PARAM
 //       reduce PARAM's gradient over the examples in completion order by
 //       racing worker threads (a racy kernel), instead of the fixed tree.
+//       PARAM may also be named by its gradient or its all-reduce boundary.
 //   shared-rng:step=S[,rank=R]
 //       draw dropout masks from one generator shared by the worker threads,
 //       in scheduling order (DETrain's motivating bug).
@@ -23,9 +30,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "model/config.h"
 
 namespace dgrr::model {
 
@@ -40,10 +49,77 @@ struct FaultSpec {
   std::string at;            // boundary / parameter / state name
   std::optional<uint64_t> example;  // bitflip: global example index (default: rank's first)
   uint64_t index = 0;        // bitflip: element index
-  int bit = 20;              // bitflip: bit within the 32-bit float (a mantissa bit)
+  std::optional<int> bit;    // bitflip: bit within the element (default: FlipTarget::default_bit)
 };
 
 // Parses one --inject argument; InvalidArgument naming the problem.
 StatusOr<FaultSpec> ParseFaultSpec(std::string_view text);
+
+// Where in a training step a recorded boundary's tensor is produced, which
+// decides where a bitflip of it must happen.
+enum class FlipSite : uint8_t {
+  kTokens,      // data.tokens: one example's input bytes, before its forward pass
+  kExample,     // a per-example forward output (the loss included) or backward activation gradient
+  kCollective,  // allreduce.<grad>: this rank's copy of the all-reduced gradient
+  kGradient,    // <param>.grad: the clipped gradient AdamW reads
+  kParameter,   // <param>: the parameter AdamW has just written
+  kMomentM,     // adamw.m.<param>: AdamW's first moment, state read by the next step
+  kMomentV,     // adamw.v.<param>: its second moment
+};
+const char* FlipSiteName(FlipSite site);
+
+// One recorded boundary as a bitflip target.
+struct FlipTarget {
+  std::string name;
+  FlipSite site = FlipSite::kExample;
+  uint64_t elements = 0;      // in one occurrence (one example, or the whole tensor per batch)
+  int element_bits = 32;      // 8 for the token bytes, 32 for floats
+  int default_bit = 20;       // a float mantissa bit; the lowest bit of a byte
+  size_t tensor = 0;          // per-batch sites: index in ParameterLayout::tensors()
+  bool per_example() const { return site == FlipSite::kTokens || site == FlipSite::kExample; }
+};
+
+// Every boundary a run of one model records, in the order one step records
+// them (the names `dgrr inspect` lists): the tokens, the per-example
+// boundaries, the all-reduced gradients, then per parameter tensor its
+// gradient, the updated tensor and the two moments.
+class FaultTargets {
+ public:
+  // `per_example`: the model's per-example boundaries in order, with the
+  // element count of each (learned by running one example).
+  FaultTargets(std::string tokens_name, uint64_t tokens_per_example,
+               const std::vector<std::pair<std::string, uint64_t>>& per_example,
+               const ParameterLayout& layout);
+
+  const FlipTarget* Find(std::string_view name) const;
+  const std::vector<FlipTarget>& all() const { return targets_; }
+  std::vector<std::string> Names() const;
+  const ParameterLayout& layout() const { return layout_; }
+  // The parameter whose gradient reduction `name` denotes: the parameter
+  // itself, its gradient ("block0.mlp.fc.dw") or its all-reduce boundary.
+  const NamedTensor* ReducedParameter(std::string_view name) const;
+
+ private:
+  ParameterLayout layout_;
+  std::vector<FlipTarget> targets_;
+};
+
+// The shape of the run a fault is checked against.
+struct FaultRun {
+  int ranks = 1;
+  int64_t steps = 1;
+  int batch = 1;
+  bool resume = false;
+};
+
+// Checks that `fault` names something the run has (boundary, parameter,
+// rank, step, example, element, bit); InvalidArgument in one line otherwise,
+// naming the closest real names for an unknown one. skip-restore's state
+// name is checked by the trainer, which knows the restore plan.
+Status CheckFault(const FaultSpec& fault, const FaultTargets& targets, const FaultRun& run);
+
+// The `count` names of `names` closest to `name` (edit distance, then
+// alphabetical), comma-separated, for error messages.
+std::string ClosestNames(std::string_view name, const std::vector<std::string>& names, size_t count = 5);
 
 }  // namespace dgrr::model

@@ -129,14 +129,17 @@ class Barrier {
   Status abort_;
 };
 
-// Collects the names of one example's boundaries, in order.
+// Collects the names of one example's boundaries, in order, with the
+// element count of each.
 class NameCollector final : public BoundaryObserver {
  public:
-  void OnBoundary(std::string_view name, model::Phase, bool, const float*, std::span<const int64_t>,
+  void OnBoundary(std::string_view name, model::Phase, bool, const float*, std::span<const int64_t> dims,
                   uint64_t, uint32_t) override {
-    names.emplace_back(name);
+    uint64_t elements = 1;
+    for (int64_t d : dims) elements *= static_cast<uint64_t>(d);
+    boundaries.emplace_back(name, elements);
   }
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, uint64_t>> boundaries;
 };
 
 // Dropout keep-masks from per-example Philox streams keyed by
@@ -174,12 +177,6 @@ class SharedGeneratorMasks final : public DropoutMaskSource {
 };
 
 // One recorded item of one example, fingerprinted on a worker thread.
-uint64_t ElementCount(std::span<const int64_t> dims) {
-  uint64_t n = 1;
-  for (int64_t d : dims) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 struct Slot {
   int boundary = -1;  // index into the rank's per-example handles; -1: an event
   int ndim = 0;
@@ -196,32 +193,6 @@ std::vector<uint8_t> CopyBytes(const void* data, uint64_t bytes) {
   return std::vector<uint8_t>(p, p + bytes);
 }
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// The few names closest to `name` in edit distance, for an error message.
-std::string SimilarNames(const std::string& name, const std::vector<std::string>& names) {
-  std::vector<std::pair<size_t, const std::string*>> ranked;
-  for (const std::string& n : names) ranked.emplace_back(EditDistance(name, n), &n);
-  std::sort(ranked.begin(), ranked.end(),
-            [](const auto& x, const auto& y) { return std::tie(x.first, *x.second) < std::tie(y.first, *y.second); });
-  std::string out;
-  for (size_t i = 0; i < ranked.size() && i < 5; ++i) out += (i ? ", " : "") + *ranked[i].second;
-  return out;
-}
-
 std::string ExpandRank(std::string path, int rank) {
   for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(rank));
   return path;
@@ -229,7 +200,10 @@ std::string ExpandRank(std::string path, int rank) {
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config) {
+namespace {
+
+// The per-example boundaries of `config` in order, with their element counts.
+StatusOr<std::vector<std::pair<std::string, uint64_t>>> PerExampleBoundaries(const GptConfig& config) {
   DGRR_RETURN_IF_ERROR(config.Validate());
   DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(config));
   gpt.Initialize(SplitMixNormalFill(0));
@@ -243,7 +217,16 @@ StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& conf
   std::vector<float> grad(gpt.num_parameters());
   engine.Forward(gpt.parameters(), tokens.data(), 0, hooks);
   engine.Backward(gpt.parameters(), tokens.data(), 0, grad.data(), hooks);
-  return names.names;
+  return std::move(names.boundaries);
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config) {
+  DGRR_ASSIGN_OR_RETURN(const auto boundaries, PerExampleBoundaries(config));
+  std::vector<std::string> names;
+  for (const auto& b : boundaries) names.push_back(b.first);
+  return names;
 }
 
 // ---------------------------------------------------------------------------
@@ -310,7 +293,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       std::vector<Slot>& mine = slots[first_example - shard_first];
       if (target) {
         Slot event;
-        event.event = FiredText(FlipIndex(ElementCount(dims)));
+        event.event = FiredText();
         mine.push_back(std::move(event));
         if (!recorded) return;
       }
@@ -329,8 +312,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         // The operator's output is what got corrupted: the record shows the
         // flipped tensor, and AfterBoundary flips the real one for the next ops.
         std::vector<float> flipped(data, data + elements);
-        const uint64_t i = FlipIndex(elements);
-        flipped[i] = BitsToFloat(FloatBits(flipped[i]) ^ (1u << flip->bit));
+        FlipElement(flipped.data(), elements);
         s.fp = FingerprintBytes(flipped.data(), s.bytes);
         if (s.captured) s.bytes_captured = CopyBytes(flipped.data(), s.bytes);
       } else {
@@ -349,18 +331,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       if (!h.ok()) return session->DeferError(h.status());
       it = batch_handles.emplace(std::string(name), *h).first;
     }
-    if (param_flip != nullptr && phase == model::Phase::kOptimizer && is_output &&
-        name == param_flip->at) {
-      // A silent corruption of this rank's copy of the parameter, right as the
-      // update writes it (data points into this rank's own params).
-      const NamedTensor* tensor = impl.layout.Find(name);
-      const uint64_t i = std::min<uint64_t>(param_flip->index, tensor->size - 1);
-      float& x = params[tensor->offset + i];
-      x = BitsToFloat(FloatBits(x) ^ (1u << param_flip->bit));
-      Status e = session->RecordEvent(trace::EventKind::kFaultInjected,
-                                      param_flip->text + " fired: element " + std::to_string(i));
-      if (!e.ok()) session->DeferError(e);
-    }
+    FlipBatchTensor(name, data);
     TensorRef t;
     t.data = data;
     t.dtype = DType::kF32;
@@ -384,18 +355,67 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   // TensorMutator: the per-example bitflip fault, applied to the real tensor.
   void AfterBoundary(std::string_view name, model::Phase, float* data, size_t count,
                      uint64_t first_example) override {
-    if (!IsFlipTarget(name, first_example)) return;
-    const uint64_t i = FlipIndex(count);
-    data[i] = BitsToFloat(FloatBits(data[i]) ^ (1u << flip->bit));
+    if (IsFlipTarget(name, first_example)) FlipElement(data, count);
   }
 
-  bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
-    return flip != nullptr && name == flip->at && first_example == flip_example;
+  // The bitflip due on this rank at `step`, if any, made ready to fire: the
+  // input tokens are flipped at once (before anything reads them); the other
+  // sites fire where their tensor is recorded.
+  void ArmBitflip(const FaultSpec* f) {
+    flip = f;
+    if (flip == nullptr) return;
+    flip_target = impl.t.fault_targets_->Find(flip->at);  // Validate checked the name
+    flip_bit = flip->bit.value_or(flip_target->default_bit);
+    flip_example = flip->example.value_or(shard_first);
+    if (flip_target->site == FlipSite::kTokens && flip->index < flip_target->elements) {
+      tokens[(flip_example - shard_first) * flip_target->elements + flip->index] ^=
+          static_cast<uint8_t>(1u << flip_bit);
+    }
   }
-  uint64_t FlipIndex(uint64_t count) const { return flip->index < count ? flip->index : 0; }
-  std::string FiredText(uint64_t index) const {
-    return flip->text + " fired: element " + std::to_string(index) + " bit " +
-           std::to_string(flip->bit);
+  bool FlipsAt(FlipSite site) const { return flip != nullptr && flip_target->site == site; }
+  bool FlipsInOptimizer() const {
+    return FlipsAt(FlipSite::kGradient) || FlipsAt(FlipSite::kParameter) ||
+           FlipsAt(FlipSite::kMomentM) || FlipsAt(FlipSite::kMomentV);
+  }
+  bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
+    return FlipsAt(FlipSite::kExample) && name == flip->at && first_example == flip_example;
+  }
+  // Validate checked the index against the same model's element counts.
+  void FlipElement(float* data, uint64_t count) const {
+    if (flip->index < count) data[flip->index] = BitsToFloat(FloatBits(data[flip->index]) ^ (1u << flip_bit));
+  }
+  std::string FiredText() const {
+    std::string text = flip->text + " fired: element " + std::to_string(flip->index) + " bit " +
+                       std::to_string(flip_bit);
+    if (flip_target->per_example()) text += " of example " + std::to_string(flip_example);
+    return text;
+  }
+
+  // A per-batch bitflip: this rank's own copy of the tensor `name` (at
+  // `seen`, where the recorder is about to read it) is flipped before it is
+  // fingerprinted and before the optimizer or the next step reads it.
+  void FlipBatchTensor(std::string_view name, const float* seen) {
+    if (flip == nullptr || flip_target->per_example() || name != flip->at) return;
+    const NamedTensor& tensor = impl.layout.tensors()[flip_target->tensor];
+    float* base = nullptr;
+    switch (flip_target->site) {
+      case FlipSite::kCollective:
+      case FlipSite::kGradient: base = grad.data(); break;
+      case FlipSite::kParameter: base = params.data(); break;
+      case FlipSite::kMomentM: base = adamw.m().data(); break;
+      case FlipSite::kMomentV: base = adamw.v().data(); break;
+      case FlipSite::kTokens:
+      case FlipSite::kExample: return;
+    }
+    float* data = base + tensor.offset;
+    if (data != seen) {
+      // The recorder would fingerprint a different buffer than the one flipped.
+      return session->DeferError(Status::Internal("bitflip at " + flip->at +
+                                                  ": the boundary does not show this rank's own tensor"));
+    }
+    FlipElement(data, tensor.size);
+    Status e = session->RecordEvent(trace::EventKind::kFaultInjected, FiredText());
+    if (!e.ok()) session->DeferError(e);
   }
 
   Impl& impl;
@@ -412,9 +432,10 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   std::unordered_map<std::string, BoundaryHandle, NameHash, std::equal_to<>> batch_handles;
   std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
   uint64_t shard_first = 0;                       // global example index of the shard's first
-  const FaultSpec* flip = nullptr;                // active per-example bitflip this step
-  const FaultSpec* param_flip = nullptr;          // active parameter bitflip this step
-  uint64_t flip_example = 0;
+  const FaultSpec* flip = nullptr;                // the bitflip due this step (ArmBitflip)
+  const FlipTarget* flip_target = nullptr;        // where it lands
+  int flip_bit = 0;
+  uint64_t flip_example = 0;                      // per-example sites: the example it hits
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   std::unique_ptr<DataOrder> data_order;
@@ -597,27 +618,19 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
 
   PrepareDumps(rank, step);
 
-  // Faults active on this rank at this step.
-  rank.flip = nullptr;
-  rank.param_flip = nullptr;
-  if (const FaultSpec* f = FaultAt(FaultKind::kBitflip, step, rank.r); f != nullptr) {
-    if (rank.example_index.count(f->at)) {
-      rank.flip = f;
-      rank.flip_example = f->example.value_or(rank.shard_first);
-    } else {
-      rank.param_flip = f;
-    }
-  }
+  // Faults active on this rank at this step (the tokens are in place).
+  rank.ArmBitflip(FaultAt(FaultKind::kBitflip, step, rank.r));
   PhiloxMasks masks(rng, static_cast<uint64_t>(step));
   SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
   const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
   ExampleHooks hooks;
   // The observer also reports a bitflip's EVENT, so it runs when one is due.
+  const bool example_flip = rank.FlipsAt(FlipSite::kExample);
   hooks.observer = t.options_.mode == RecordMode::kFull ||
-                           t.options_.mode == RecordMode::kTrusted || rank.flip != nullptr
+                           t.options_.mode == RecordMode::kTrusted || example_flip
                        ? static_cast<BoundaryObserver*>(&rank)
                        : nullptr;
-  hooks.mutator = rank.flip ? static_cast<TensorMutator*>(&rank) : nullptr;
+  hooks.mutator = example_flip ? static_cast<TensorMutator*>(&rank) : nullptr;
   hooks.masks = shared_rng ? static_cast<const DropoutMaskSource*>(&shared) : &masks;
   DGRR_RETURN_IF_ERROR(rank.batch.ComputeExamples(rank.params.data(), rank.tokens.data(),
                                                   static_cast<size_t>(shard), rank.shard_first,
@@ -651,7 +664,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
   ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip);
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
-              rank.param_flip != nullptr
+              rank.FlipsInOptimizer()
           ? &rank
           : nullptr;
   rank.adamw.Step(rank.params.data(), rank.grad.data(), schedule.At(step), opt_observer,
@@ -783,6 +796,9 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
     tok.dims[0] = static_cast<int64_t>(window);
     const bool dump_tokens =
         rank.tokens_handle.recorded && rank.dumps_due.find(kTokensBoundary) != rank.dumps_due.end();
+    if (rank.FlipsAt(FlipSite::kTokens) && rank.flip_example == one.first) {
+      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, rank.FiredText()));
+    }
     Fingerprint tokens_fp;
     DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one, dump_tokens ? &tokens_fp : nullptr));
     if (dump_tokens) {
@@ -817,7 +833,7 @@ Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
   const size_t R = ranks.size();
   size_t lo = num_params * static_cast<size_t>(r) / R, hi = num_params * (static_cast<size_t>(r) + 1) / R;
   const FaultSpec* race = FaultAt(FaultKind::kRace, step);
-  const NamedTensor* racy = race ? layout.Find(race->at) : nullptr;
+  const NamedTensor* racy = race ? t.fault_targets_->ReducedParameter(race->at) : nullptr;
   const bool left_to_right = FaultAt(FaultKind::kReduceOrder, step) != nullptr;
   auto reduce = [&](size_t a, size_t b) {
     if (a >= b) return;
@@ -884,6 +900,8 @@ Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
     std::copy(tensors[i].shape.begin(), tensors[i].shape.end(), g.dims);
     const BoundaryHandle& handle = rank.allreduce_handles[i];
     const std::string name = "allreduce." + GradientName(tensors[i].name);
+    rank.FlipBatchTensor(name, rank.grad.data() + tensors[i].offset);
+    DGRR_RETURN_IF_ERROR(rank.session->deferred_error());
     const bool dump = handle.recorded && rank.dumps_due.find(name) != rank.dumps_due.end();
     const ExampleRange batch{first, static_cast<uint32_t>(t.batch_)};
     Fingerprint fp;
@@ -958,37 +976,19 @@ Status Trainer::Validate() {
     return Status::InvalidArgument("--data: more than 2^32 examples are not supported");
   }
 
-  DGRR_ASSIGN_OR_RETURN(per_example_names_, PerExampleBoundaryNames(preset_.model));
-  const ParameterLayout layout(preset_.model);
+  DGRR_ASSIGN_OR_RETURN(const auto per_example, PerExampleBoundaries(preset_.model));
+  per_example_names_.clear();
+  for (const auto& b : per_example) per_example_names_.push_back(b.first);
+  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), per_example,
+                                                        ParameterLayout(preset_.model));
+  const FaultRun run{o.ranks, o.steps, batch_, o.resume};
+  std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each bitflip
   for (const auto& f : o.faults) {
-    const bool example_boundary =
-        std::find(per_example_names_.begin(), per_example_names_.end(), f.at) !=
-        per_example_names_.end();
-    const bool parameter = layout.Find(f.at) != nullptr;
-    if (f.rank < 0 || f.rank >= o.ranks) {
-      return Status::InvalidArgument("inject " + f.text + ": rank " + std::to_string(f.rank) +
-                                     " does not exist (ranks: " + std::to_string(o.ranks) + ")");
-    }
-    if (f.kind != FaultKind::kSkipRestore && f.step >= static_cast<uint64_t>(o.steps)) {
-      return Status::InvalidArgument("inject " + f.text + ": step " + std::to_string(f.step) +
-                                     " is past the last step " + std::to_string(o.steps - 1));
-    }
-    if (f.kind == FaultKind::kBitflip && !example_boundary && !parameter) {
-      return Status::InvalidArgument("inject " + f.text + ": the model has no boundary or parameter '" +
-                                     f.at + "' (see 'dgrr inspect' of a trace for names)");
-    }
-    if (f.kind == FaultKind::kBitflip && f.example &&
-        (*f.example < f.step * batch_ + f.rank * (batch_ / o.ranks) ||
-         *f.example >= f.step * batch_ + (f.rank + 1) * (batch_ / o.ranks))) {
-      return Status::InvalidArgument("inject " + f.text + ": example " + std::to_string(*f.example) +
-                                     " is not in rank " + std::to_string(f.rank) + "'s shard at that step");
-    }
-    if (f.kind == FaultKind::kRace && !parameter) {
-      return Status::InvalidArgument("inject " + f.text + ": the model has no parameter '" + f.at +
-                                     "' whose gradient reduction could race");
-    }
-    if (f.kind == FaultKind::kSkipRestore && !o.resume) {
-      return Status::InvalidArgument("inject " + f.text + ": skip-restore applies to --resume only");
+    DGRR_RETURN_IF_ERROR(CheckFault(f, *fault_targets_, run));
+    if (f.kind == FaultKind::kBitflip && !flips.emplace(f.step, f.rank).second) {
+      return Status::InvalidArgument("inject " + f.text + ": a second bitflip at step " +
+                                     std::to_string(f.step) + " on rank " + std::to_string(f.rank) +
+                                     " (one per step and rank)");
     }
   }
   DGRR_RETURN_IF_ERROR(ValidateDumps());
@@ -1048,15 +1048,7 @@ Status Trainer::Validate() {
 Status Trainer::ValidateDumps() const {
   const TrainOptions& o = options_;
   if (o.dumps.empty()) return Status::OK();
-  std::vector<std::string> names = {kTokensBoundary};
-  names.insert(names.end(), per_example_names_.begin(), per_example_names_.end());
-  const ParameterLayout layout(preset_.model);
-  for (const auto& tensor : layout.tensors()) {
-    for (std::string n : {"allreduce." + GradientName(tensor.name), tensor.name + ".grad", tensor.name,
-                          "adamw.m." + tensor.name, "adamw.v." + tensor.name}) {
-      names.push_back(std::move(n));
-    }
-  }
+  const std::vector<std::string> names = fault_targets_->Names();
   const int64_t last = o.last_step >= 0 ? o.last_step : o.steps - 1;
   std::set<std::tuple<std::string, int64_t, int>> seen;
   for (const DumpRequest& d : o.dumps) {
@@ -1064,7 +1056,7 @@ Status Trainer::ValidateDumps() const {
                              (d.rank ? ":" + std::to_string(*d.rank) : "");
     if (std::find(names.begin(), names.end(), d.boundary) == names.end()) {
       return Status::InvalidArgument(what + ": the model has no boundary '" + d.boundary +
-                                     "'; similar names: " + SimilarNames(d.boundary, names));
+                                     "'; similar names: " + ClosestNames(d.boundary, names));
     }
     if (d.step < 0 || d.step > last) {
       return Status::InvalidArgument(what + ": step " + std::to_string(d.step) +

@@ -173,6 +173,7 @@ class Trainer {
   std::unique_ptr<Dataset> data_;
   nlohmann::json config_;
   std::vector<std::string> per_example_names_;  // boundary names of one example, in order
+  std::shared_ptr<const FaultTargets> fault_targets_;  // every recorded boundary, as a bitflip target
   std::string plan_json_;                       // the fast-forward plan stored in checkpoints
   std::unique_ptr<checkpoint::FastForwardPlan> plan_;
   std::unique_ptr<checkpoint::Checkpoint> resume_from_;  // set by PrepareResume

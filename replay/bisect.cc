@@ -21,8 +21,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
+// A STEP end record's parameter fingerprint, and its loss: a run whose loss
+// differs does not agree, even where the parameters still do.
 struct ParamsFingerprint {
   uint64_t xor64 = 0, xxh3 = 0;
+  uint64_t loss_bits = 0;
   bool operator==(const ParamsFingerprint&) const = default;
 };
 // step -> the parameter fingerprint of its STEP end record, one map per rank.
@@ -54,7 +57,7 @@ StatusOr<StepMap> ReadStepEnds(const std::string& trace_path) {
     if (done) break;
     const auto* step = std::get_if<trace::StepRecord>(&record.body);
     if (step != nullptr && step->kind == trace::StepKind::kEnd) {
-      steps[step->step] = {step->params_xor64, step->params_xxh3};
+      steps[step->step] = {step->params_xor64, step->params_xxh3, step->loss_bits};
     }
   }
   return steps;
