@@ -24,15 +24,6 @@ namespace dgrr::model {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-// A per-thread scratch buffer; each worker thread owns its own, so the
-// backward functions need no allocation on the hot path and share nothing.
-template <typename S>
-S* LayerScratch(int slot, size_t n) {
-  thread_local std::vector<S> buffers[2];
-  if (buffers[slot].size() < n) buffers[slot].resize(n);
-  return buffers[slot].data();
-}
-
 // ---------------------------------------------------------------- embeddings
 template <typename S>
 void EncoderForward(S* out,              // [T,C]
@@ -143,13 +134,9 @@ void MatmulBackward(S* dinp,           // [T,C] accumulated
                     const S* weight,   // [C,OC]
                     int T, int C, int OC) {
   // dinp += dout . weight^T  (sum over oc ascending)
-  S* weight_t = LayerScratch<S>(0, static_cast<size_t>(C) * OC);  // [OC,C]
-  Transpose(weight_t, weight, C, OC);
-  Gemm(dinp, dout, weight_t, T, OC, C, /*accumulate=*/true);
+  GemmTransB(dinp, dout, weight, T, OC, C, /*accumulate=*/true);
   // dweight += inp^T . dout  (sum over t ascending)
-  S* inp_t = LayerScratch<S>(1, static_cast<size_t>(T) * C);  // [C,T]
-  Transpose(inp_t, inp, T, C);
-  Gemm(dweight, inp_t, dout, C, T, OC, /*accumulate=*/true);
+  GemmTransA(dweight, inp, dout, C, T, OC, /*accumulate=*/true);
   if (dbias == nullptr) return;
   for (int t = 0; t < T; ++t) {
     for (int o = 0; o < OC; ++o) dbias[o] += dout[t * OC + o];
@@ -163,9 +150,7 @@ void LmHeadForward(S* logits,      // [T,V]
                    const S* inp,   // [T,C]
                    const S* wte,   // [V,C]
                    int T, int C, int V) {
-  S* wte_t = LayerScratch<S>(0, static_cast<size_t>(C) * V);  // [C,V]
-  Transpose(wte_t, wte, V, C);
-  Gemm(logits, inp, wte_t, T, C, V, /*accumulate=*/false);
+  GemmTransB(logits, inp, wte, T, C, V, /*accumulate=*/false);
 }
 
 template <typename S>
@@ -176,9 +161,7 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
                     const S* wte,     // [V,C]
                     int T, int C, int V) {
   Gemm(dinp, dlogits, wte, T, V, C, /*accumulate=*/true);  // sum over v ascending
-  S* dlogits_t = LayerScratch<S>(1, static_cast<size_t>(V) * T);  // [V,T]
-  Transpose(dlogits_t, dlogits, T, V);
-  Gemm(dwte, dlogits_t, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
+  GemmTransA(dwte, dlogits, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
 }
 
 // ---------------------------------------------------------------- attention
