@@ -111,13 +111,15 @@ template <typename Vec, int R>
 // then tiles of MR rows. Each output element still sees k ascending: a block
 // after the first starts from the float the previous block stored.
 template <typename Vec, int MR>
-[[gnu::always_inline]] inline void BlockedGemm(float* c, Strided a, Strided b, int M, int K,
-                                               int N, bool accumulate) {
+[[gnu::always_inline]] inline void BlockedGemm(float* c, int ldc, Strided a, Strided b, int M,
+                                               int K, int N, bool accumulate) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
   constexpr int KC = 256;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
-    if (!accumulate) std::fill(c, c + static_cast<size_t>(M) * N, 0.0f);
+    if (!accumulate) {
+      for (int m = 0; m < M; ++m) std::fill(c + static_cast<size_t>(m) * ldc, c + static_cast<size_t>(m) * ldc + N, 0.0f);
+    }
     return;
   }
   alignas(64) float packed[KC * NR];
@@ -130,10 +132,10 @@ template <typename Vec, int MR>
       const float* a_k0 = a.p + k0 * a.cs;
       int m0 = 0;
       for (; m0 + MR <= M; m0 += MR) {
-        Tile<Vec, MR>(c + static_cast<size_t>(m0) * N + n0, N, a_k0 + m0 * a.rs, a.rs, a.cs,
+        Tile<Vec, MR>(c + static_cast<size_t>(m0) * ldc + n0, ldc, a_k0 + m0 * a.rs, a.rs, a.cs,
                       packed, kc, nv, load_c);
       }
-      TileOfRows<Vec, MR - 1>(M - m0, c + static_cast<size_t>(m0) * N + n0, N, a_k0 + m0 * a.rs,
+      TileOfRows<Vec, MR - 1>(M - m0, c + static_cast<size_t>(m0) * ldc + n0, ldc, a_k0 + m0 * a.rs,
                               a.rs, a.cs, packed, kc, nv, load_c);
     }
   }
@@ -144,18 +146,18 @@ template <typename Vec, int MR>
 // untouched, so all give identical bits (tested). Register tiles: SSE2 and
 // AVX2 have 16 vector registers (4 or 6 rows x 2 vectors of accumulators),
 // AVX-512 has 32 (8 rows x 2).
-[[gnu::target("avx512f")]] void GemmAvx512(float* c, Strided a, Strided b, int M, int K, int N,
-                                           bool accumulate) {
-  BlockedGemm<Float16, 8>(c, a, b, M, K, N, accumulate);
+[[gnu::target("avx512f")]] void GemmAvx512(float* c, int ldc, Strided a, Strided b, int M, int K,
+                                           int N, bool accumulate) {
+  BlockedGemm<Float16, 8>(c, ldc, a, b, M, K, N, accumulate);
 }
 
-[[gnu::target("avx2")]] void GemmAvx2(float* c, Strided a, Strided b, int M, int K, int N,
+[[gnu::target("avx2")]] void GemmAvx2(float* c, int ldc, Strided a, Strided b, int M, int K, int N,
                                       bool accumulate) {
-  BlockedGemm<Float8, 6>(c, a, b, M, K, N, accumulate);
+  BlockedGemm<Float8, 6>(c, ldc, a, b, M, K, N, accumulate);
 }
 
-void GemmSse2(float* c, Strided a, Strided b, int M, int K, int N, bool accumulate) {
-  BlockedGemm<Float4, 4>(c, a, b, M, K, N, accumulate);
+void GemmSse2(float* c, int ldc, Strided a, Strided b, int M, int K, int N, bool accumulate) {
+  BlockedGemm<Float4, 4>(c, ldc, a, b, M, K, N, accumulate);
 }
 
 Strided ViewA(const float* a, int M, int K, bool trans) {
@@ -165,14 +167,19 @@ Strided ViewB(const float* b, int K, int N, bool trans) {
   return trans ? Strided{b, 1, K} : Strided{b, N, 1};
 }
 
+void GemmFloatStrided(GemmIsa isa, float* c, int ldc, Strided a, Strided b, int M, int K, int N,
+                      bool accumulate) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return GemmAvx512(c, ldc, a, b, M, K, N, accumulate);
+    case GemmIsa::kAvx2: return GemmAvx2(c, ldc, a, b, M, K, N, accumulate);
+    case GemmIsa::kSse2: return GemmSse2(c, ldc, a, b, M, K, N, accumulate);
+  }
+}
+
 void GemmFloat(GemmIsa isa, float* c, const float* a, const float* b, int M, int K, int N,
                bool accumulate, bool trans_a, bool trans_b) {
-  const Strided va = ViewA(a, M, K, trans_a), vb = ViewB(b, K, N, trans_b);
-  switch (isa) {
-    case GemmIsa::kAvx512: return GemmAvx512(c, va, vb, M, K, N, accumulate);
-    case GemmIsa::kAvx2: return GemmAvx2(c, va, vb, M, K, N, accumulate);
-    case GemmIsa::kSse2: return GemmSse2(c, va, vb, M, K, N, accumulate);
-  }
+  GemmFloatStrided(isa, c, N, ViewA(a, M, K, trans_a), ViewB(b, K, N, trans_b), M, K, N,
+                   accumulate);
 }
 
 template <typename S>
@@ -253,6 +260,26 @@ template <>
 void GemmTransB<double>(double* c, const double* a, const double* b, int M, int K, int N,
                         bool accumulate) {
   ReferenceLoop(c, a, b, M, K, N, accumulate, false, true);
+}
+
+template <>
+void GemmStrided<float>(float* c, int ldc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                        const float* b, ptrdiff_t b_rs, ptrdiff_t b_cs, int M, int K, int N,
+                        bool accumulate) {
+  GemmFloatStrided(BestGemmIsa(), c, ldc, Strided{a, a_rs, a_cs}, Strided{b, b_rs, b_cs}, M, K, N,
+                   accumulate);
+}
+template <>
+void GemmStrided<double>(double* c, int ldc, const double* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                         const double* b, ptrdiff_t b_rs, ptrdiff_t b_cs, int M, int K, int N,
+                         bool accumulate) {
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double acc = accumulate ? c[static_cast<size_t>(m) * ldc + n] : 0.0;
+      for (int k = 0; k < K; ++k) acc += a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
+      c[static_cast<size_t>(m) * ldc + n] = acc;
+    }
+  }
 }
 
 void GemmFloatBaseline(float* c, const float* a, const float* b, int M, int K, int N,

@@ -37,6 +37,13 @@ void GemmTransA(S* c, const S* a, const S* b, int M, int K, int N, bool accumula
 template <typename S>
 void GemmTransB(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
 
+// The general form: A(m,k) = a[m*a_rs + k*a_cs], B(k,n) = b[k*b_rs + n*b_cs],
+// c[m*ldc + n]; for operands inside larger tensors (one attention head's
+// q, k or v inside qkv).
+template <typename S>
+void GemmStrided(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs, const S* b,
+                 std::ptrdiff_t b_rs, std::ptrdiff_t b_cs, int M, int K, int N, bool accumulate);
+
 // The same contract, written as the textbook triple loop (the benchmark's
 // baseline and the tests' oracle). Transposed operands as above.
 template <typename S>
