@@ -14,8 +14,12 @@ BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t 
       layout_(config),
       num_threads_(std::max(1, num_threads)),
       num_params_(layout_.total_size()) {
+  // Worker w runs the examples [w*n/T, (w+1)*n/T) as one block, so an
+  // engine needs room for ceil(max_examples / threads) of them.
+  const size_t threads = static_cast<size_t>(num_threads_);
+  const size_t per_worker = std::max<size_t>(1, (max_examples + threads - 1) / threads);
   for (int w = 0; w < num_threads_; ++w) {
-    engines_.push_back(std::make_unique<ExampleEngine<float>>(config));
+    engines_.push_back(std::make_unique<ExampleEngine<float>>(config, per_worker));
   }
   storage_.resize(max_examples * num_params_);
   for (size_t i = 0; i < max_examples; ++i) pointers_.push_back(storage_.data() + i * num_params_);
@@ -35,11 +39,18 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   }
   count_ = count;
   const size_t window = static_cast<size_t>(config_.seq_len) + 1;
-  ParallelFor(count_, num_threads_, [&](size_t i, int worker) {
-    ExampleEngine<float>& engine = *engines_[worker];
-    const uint8_t* tokens = examples + i * window;
-    losses_[i] = engine.Forward(params, tokens, first_example + i, hooks);
-    engine.Backward(params, tokens, first_example + i, pointers_[i], hooks);
+  // The same static partition ParallelFor gives indices, taken a block at a
+  // time: each worker stacks its examples into one set of matrix multiplies.
+  const int workers = static_cast<int>(std::min<size_t>(count_, static_cast<size_t>(num_threads_)));
+  ParallelFor(static_cast<size_t>(workers), workers, [&](size_t w, int) {
+    ExampleEngine<float>& engine = *engines_[w];
+    const IndexRange range = StaticPartition(count_, workers, static_cast<int>(w));
+    for (size_t i = range.begin; i < range.end; i += engine.max_examples()) {
+      const size_t n = std::min(engine.max_examples(), range.end - i);
+      const uint8_t* tokens = examples + i * window;
+      engine.ForwardBlock(params, tokens, n, first_example + i, hooks, losses_.data() + i);
+      engine.BackwardBlock(params, tokens, n, first_example + i, pointers_.data() + i, hooks);
+    }
   });
   return Status::OK();
 }

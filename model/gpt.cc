@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -77,15 +78,19 @@ void Zero(std::vector<S>& v) {
 }  // namespace
 
 template <typename S>
-ExampleEngine<S>::ExampleEngine(const GptConfig& config)
+ExampleEngine<S>::ExampleEngine(const GptConfig& config, size_t max_examples)
     : config_(config),
       layout_(config),
       names_(config.num_layers),
+      max_examples_(std::max<size_t>(1, max_examples)),
       attn_keep_scale_(S(1) / (S(1) - static_cast<S>(config.attn_dropout))),
       resid_keep_scale_(S(1) / (S(1) - static_cast<S>(config.resid_dropout))) {
-  const size_t T = config.seq_len, C = config.channels, V = config.vocab_size,
+  const size_t B = max_examples_;
+  const size_t T = config.seq_len * B, C = config.channels, V = config.vocab_size,
                NH = config.num_heads;
-  const size_t TC = T * C, att = NH * T * T;
+  // Every buffer holds the block's examples back to back ("T" rows here are
+  // all the block's positions).
+  const size_t TC = T * C, att = NH * config.seq_len * config.seq_len * B;
   const bool attn_drop = config.attn_dropout > 0, resid_drop = config.resid_dropout > 0;
   encoded_.resize(TC);
   lnf_.resize(TC);
@@ -142,167 +147,270 @@ void ExampleEngine<S>::Observe(const std::string& name, Phase phase, S* data,
 }
 
 template <typename S>
+void ExampleEngine<S>::ObserveEach(const std::string& name, Phase phase, S* data,
+                                   std::initializer_list<int64_t> dims,
+                                   const ExampleHooks& hooks) const {
+  if (hooks.observer == nullptr && hooks.mutator == nullptr) return;
+  size_t stride = 1;
+  for (int64_t d : dims) stride *= static_cast<size_t>(d);
+  for (size_t e = 0; e < count_; ++e) {
+    Observe(name, phase, data + e * stride, dims, first_example_ + e, hooks);
+  }
+}
+
+template <typename S>
 void ExampleEngine<S>::BlockForward(int l, const S* params, const S* block_in,
-                                    uint64_t example_index, const ExampleHooks& hooks) {
+                                    const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, NH = config_.num_heads;
-  const size_t TC = static_cast<size_t>(T) * C;
+  const int rows = T * static_cast<int>(count_);  // all positions of the block
+  const size_t TC = static_cast<size_t>(T) * C, att = static_cast<size_t>(NH) * T * T;
+  const size_t all = TC * count_;
   const BlockOffsets& o = layout_.block(l);
   const BoundaryNames::Block& n = names_.blocks[l];
   LayerActs& a = acts_[l];
   const bool attn_drop = config_.attn_dropout > 0, resid_drop = config_.resid_dropout > 0;
   const Phase fwd = Phase::kForward;
 
+  // Row-wise operators and matrix multiplies run over all rows of the block
+  // at once; attention and the mask draws are per example.
   LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), block_in,
-                   params + o.ln1_w, params + o.ln1_b, T, C);
-  Observe(n.ln1_out, fwd, a.ln1.data(), {T, C}, example_index, hooks);
-  MatmulForward(a.qkv.data(), a.ln1.data(), params + o.qkv_w, params + o.qkv_b, T, C, 3 * C);
-  Observe(n.qkv_out, fwd, a.qkv.data(), {T, 3 * C}, example_index, hooks);
+                   params + o.ln1_w, params + o.ln1_b, rows, C);
+  ObserveEach(n.ln1_out, fwd, a.ln1.data(), {T, C}, hooks);
+  MatmulForward(a.qkv.data(), a.ln1.data(), params + o.qkv_w, params + o.qkv_b, rows, C, 3 * C);
+  ObserveEach(n.qkv_out, fwd, a.qkv.data(), {T, 3 * C}, hooks);
 
-  uint8_t* keep_att = nullptr;
-  if (attn_drop) {
-    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kAttentionProbs,
-                              config_.attn_dropout, a.keep_att.data(), a.keep_att.size());
-    keep_att = a.keep_att.data();
+  for (size_t e = 0; e < count_; ++e) {
+    uint8_t* keep_att = nullptr;
+    if (attn_drop) {
+      keep_att = a.keep_att.data() + e * att;
+      hooks.masks->FillKeepMask(first_example_ + e, l, DropoutSite::kAttentionProbs,
+                                config_.attn_dropout, keep_att, att);
+    }
+    AttentionForward(a.atty.data() + e * TC, a.preatt.data() + e * att, a.att.data() + e * att,
+                     attn_drop ? a.att_dropped.data() + e * att : nullptr,
+                     a.qkv.data() + 3 * e * TC, keep_att, attn_keep_scale_, T, C, NH);
   }
-  AttentionForward(a.atty.data(), a.preatt.data(), a.att.data(),
-                   attn_drop ? a.att_dropped.data() : nullptr, a.qkv.data(), keep_att,
-                   attn_keep_scale_, T, C, NH);
-  Observe(n.softmax_out, fwd, a.att.data(), {NH, T, T}, example_index, hooks);
-  if (attn_drop) Observe(n.att_dropout_out, fwd, a.att_dropped.data(), {NH, T, T}, example_index, hooks);
-  Observe(n.attn_out, fwd, a.atty.data(), {T, C}, example_index, hooks);
+  if (hooks.observer != nullptr || hooks.mutator != nullptr) {
+    for (size_t e = 0; e < count_; ++e) {  // per example: softmax, dropout, attention output
+      Observe(n.softmax_out, fwd, a.att.data() + e * att, {NH, T, T}, first_example_ + e, hooks);
+      if (attn_drop) {
+        Observe(n.att_dropout_out, fwd, a.att_dropped.data() + e * att, {NH, T, T},
+                first_example_ + e, hooks);
+      }
+      Observe(n.attn_out, fwd, a.atty.data() + e * TC, {T, C}, first_example_ + e, hooks);
+    }
+  }
 
   MatmulForward(a.attproj.data(), a.atty.data(), params + o.attn_proj_w, params + o.attn_proj_b,
-                T, C, C);
-  Observe(n.attn_proj_out, fwd, a.attproj.data(), {T, C}, example_index, hooks);
+                rows, C, C);
+  ObserveEach(n.attn_proj_out, fwd, a.attproj.data(), {T, C}, hooks);
   const S* attn_branch = a.attproj.data();
   if (resid_drop) {
-    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kAttentionResidual,
-                              config_.resid_dropout, a.keep_attproj.data(), TC);
+    for (size_t e = 0; e < count_; ++e) {
+      hooks.masks->FillKeepMask(first_example_ + e, l, DropoutSite::kAttentionResidual,
+                                config_.resid_dropout, a.keep_attproj.data() + e * TC, TC);
+    }
     DropoutForward(a.attproj_dropped.data(), a.attproj.data(), a.keep_attproj.data(),
-                   resid_keep_scale_, TC);
-    Observe(n.attn_proj_dropout_out, fwd, a.attproj_dropped.data(), {T, C}, example_index, hooks);
+                   resid_keep_scale_, all);
+    ObserveEach(n.attn_proj_dropout_out, fwd, a.attproj_dropped.data(), {T, C}, hooks);
     attn_branch = a.attproj_dropped.data();
   }
-  ResidualForward(a.res2.data(), block_in, attn_branch, TC);
-  Observe(n.attn_residual_out, fwd, a.res2.data(), {T, C}, example_index, hooks);
+  ResidualForward(a.res2.data(), block_in, attn_branch, all);
+  ObserveEach(n.attn_residual_out, fwd, a.res2.data(), {T, C}, hooks);
 
   LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
-                   params + o.ln2_w, params + o.ln2_b, T, C);
-  Observe(n.ln2_out, fwd, a.ln2.data(), {T, C}, example_index, hooks);
-  MatmulForward(a.fch.data(), a.ln2.data(), params + o.fc_w, params + o.fc_b, T, C, 4 * C);
-  Observe(n.fc_out, fwd, a.fch.data(), {T, 4 * C}, example_index, hooks);
-  GeluForward(a.fch_gelu.data(), a.fch.data(), 4 * TC);
-  Observe(n.gelu_out, fwd, a.fch_gelu.data(), {T, 4 * C}, example_index, hooks);
+                   params + o.ln2_w, params + o.ln2_b, rows, C);
+  ObserveEach(n.ln2_out, fwd, a.ln2.data(), {T, C}, hooks);
+  MatmulForward(a.fch.data(), a.ln2.data(), params + o.fc_w, params + o.fc_b, rows, C, 4 * C);
+  ObserveEach(n.fc_out, fwd, a.fch.data(), {T, 4 * C}, hooks);
+  GeluForward(a.fch_gelu.data(), a.fch.data(), 4 * all);
+  ObserveEach(n.gelu_out, fwd, a.fch_gelu.data(), {T, 4 * C}, hooks);
   MatmulForward(a.fcproj.data(), a.fch_gelu.data(), params + o.mlp_proj_w,
-                params + o.mlp_proj_b, T, 4 * C, C);
-  Observe(n.mlp_proj_out, fwd, a.fcproj.data(), {T, C}, example_index, hooks);
+                params + o.mlp_proj_b, rows, 4 * C, C);
+  ObserveEach(n.mlp_proj_out, fwd, a.fcproj.data(), {T, C}, hooks);
   const S* mlp_branch = a.fcproj.data();
   if (resid_drop) {
-    hooks.masks->FillKeepMask(example_index, l, DropoutSite::kMlpResidual, config_.resid_dropout,
-                              a.keep_fcproj.data(), TC);
+    for (size_t e = 0; e < count_; ++e) {
+      hooks.masks->FillKeepMask(first_example_ + e, l, DropoutSite::kMlpResidual,
+                                config_.resid_dropout, a.keep_fcproj.data() + e * TC, TC);
+    }
     DropoutForward(a.fcproj_dropped.data(), a.fcproj.data(), a.keep_fcproj.data(),
-                   resid_keep_scale_, TC);
-    Observe(n.mlp_proj_dropout_out, fwd, a.fcproj_dropped.data(), {T, C}, example_index, hooks);
+                   resid_keep_scale_, all);
+    ObserveEach(n.mlp_proj_dropout_out, fwd, a.fcproj_dropped.data(), {T, C}, hooks);
     mlp_branch = a.fcproj_dropped.data();
   }
-  ResidualForward(a.res3.data(), a.res2.data(), mlp_branch, TC);
-  Observe(n.mlp_residual_out, fwd, a.res3.data(), {T, C}, example_index, hooks);
+  ResidualForward(a.res3.data(), a.res2.data(), mlp_branch, all);
+  ObserveEach(n.mlp_residual_out, fwd, a.res3.data(), {T, C}, hooks);
 }
 
 template <typename S>
 S ExampleEngine<S>::Forward(const S* params, const uint8_t* tokens, uint64_t example_index,
                             const ExampleHooks& hooks) {
+  S loss;
+  ForwardBlock(params, tokens, 1, example_index, hooks, &loss);
+  return loss;
+}
+
+template <typename S>
+void ExampleEngine<S>::ForwardBlock(const S* params, const uint8_t* tokens, size_t count,
+                                    uint64_t first_example, const ExampleHooks& hooks,
+                                    S* losses) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
+  const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
   const Phase fwd = Phase::kForward;
   if ((config_.attn_dropout > 0 || config_.resid_dropout > 0) && hooks.masks == nullptr) {
     // A programming error, not a data error: BatchGradients checks it first.
     std::fprintf(stderr, "dgrr::model: dropout is on but ExampleHooks::masks is null\n");
     std::abort();
   }
-  EncoderForward(encoded_.data(), tokens, params + layout_.wte(), params + layout_.wpe(), T, C);
-  Observe(kEmbedOut, fwd, encoded_.data(), {T, C}, example_index, hooks);
+  if (count == 0 || count > max_examples_) {
+    std::fprintf(stderr, "dgrr::model: block of %zu examples; this engine holds 1 to %zu\n", count,
+                 max_examples_);
+    std::abort();
+  }
+  count_ = count;
+  first_example_ = first_example;
+  tokens_ = tokens;
+  const int rows = T * static_cast<int>(count);
+  for (size_t e = 0; e < count; ++e) {
+    EncoderForward(encoded_.data() + e * TC, tokens + e * window, params + layout_.wte(),
+                   params + layout_.wpe(), T, C);
+  }
+  ObserveEach(kEmbedOut, fwd, encoded_.data(), {T, C}, hooks);
   const S* block_in = encoded_.data();
   for (int l = 0; l < config_.num_layers; ++l) {
-    BlockForward(l, params, block_in, example_index, hooks);
+    BlockForward(l, params, block_in, hooks);
     block_in = acts_[l].res3.data();
   }
   LayerNormForward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), block_in,
-                   params + layout_.lnf_w(), params + layout_.lnf_b(), T, C);
-  Observe(kLnfOut, fwd, lnf_.data(), {T, C}, example_index, hooks);
-  LmHeadForward(logits_.data(), lnf_.data(), params + layout_.wte(), T, C, V);
-  Observe(kLogits, fwd, logits_.data(), {T, V}, example_index, hooks);
-  CrossEntropyForward(probs_.data(), losses_.data(), logits_.data(), tokens + 1, T, V);
-  S sum = 0;
-  for (int t = 0; t < T; ++t) sum += losses_[t];
-  S loss = sum / static_cast<S>(T);
-  Observe(kLoss, fwd, &loss, {}, example_index, hooks);
-  return loss;
+                   params + layout_.lnf_w(), params + layout_.lnf_b(), rows, C);
+  ObserveEach(kLnfOut, fwd, lnf_.data(), {T, C}, hooks);
+  LmHeadForward(logits_.data(), lnf_.data(), params + layout_.wte(), rows, C, V);
+  ObserveEach(kLogits, fwd, logits_.data(), {T, V}, hooks);
+  for (size_t e = 0; e < count; ++e) {
+    const size_t row0 = e * static_cast<size_t>(T);
+    CrossEntropyForward(probs_.data() + row0 * V, losses_.data() + row0,
+                        logits_.data() + row0 * V, tokens + e * window + 1, T, V);
+    S sum = 0;
+    for (int t = 0; t < T; ++t) sum += losses_[row0 + t];
+    losses[e] = sum / static_cast<S>(T);
+    Observe(kLoss, fwd, &losses[e], {}, first_example + e, hooks);
+  }
 }
 
 template <typename S>
 void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
-                                     const S* dblock_out, S* dblock_in, S* grad,
-                                     uint64_t example_index, const ExampleHooks& hooks) {
+                                     const S* dblock_out, S* dblock_in, S* const* grads,
+                                     const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, NH = config_.num_heads;
-  const size_t TC = static_cast<size_t>(T) * C;
+  const int rows = T * static_cast<int>(count_);
+  const size_t TC = static_cast<size_t>(T) * C, att = static_cast<size_t>(NH) * T * T;
+  const size_t all = TC * count_;
   const BlockOffsets& o = layout_.block(l);
   const BoundaryNames::Block& n = names_.blocks[l];
   LayerActs& a = acts_[l];
   LayerGrads& g = grads_[l];
   const bool attn_drop = config_.attn_dropout > 0, resid_drop = config_.resid_dropout > 0;
   const Phase bwd = Phase::kBackward;
+  // A linear layer's backward: the input gradient for all rows in one
+  // product, the weight and bias gradients per example into that example's
+  // own buffer (sums over its t ascending, nothing summed across examples).
+  auto matmul_backward = [&](S* dinp, size_t w, size_t b, const S* dout, const S* inp, int in,
+                             int out) {
+    GemmTransB(dinp, dout, params + w, rows, out, in, /*accumulate=*/true);
+    for (size_t e = 0; e < count_; ++e) {
+      const S* dout_e = dout + e * T * static_cast<size_t>(out);
+      GemmTransA(grads[e] + w, inp + e * T * static_cast<size_t>(in), dout_e, in, T, out,
+                 /*accumulate=*/true);
+      S* dbias = grads[e] + b;
+      for (int t = 0; t < T; ++t) {
+        for (int k = 0; k < out; ++k) dbias[k] += dout_e[static_cast<size_t>(t) * out + k];
+      }
+    }
+  };
+  auto layernorm_backward = [&](S* dinp, size_t w, size_t b, const S* dout, const S* inp,
+                                const S* mean, const S* rstd) {
+    for (size_t e = 0; e < count_; ++e) {
+      const size_t r0 = e * T;
+      LayerNormBackward(dinp + r0 * C, grads[e] + w, grads[e] + b, dout + r0 * C, inp + r0 * C,
+                        params + w, mean + r0, rstd + r0, T, C);
+    }
+  };
   // dblock_out, the gradient of this block's output, is complete on entry.
 
   // res3 = res2 + mlp_branch
   S* dmlp_branch = resid_drop ? g.fcproj_dropped.data() : g.fcproj.data();
-  ResidualBackward(g.res2.data(), dmlp_branch, dblock_out, TC);
+  ResidualBackward(g.res2.data(), dmlp_branch, dblock_out, all);
   if (resid_drop) {
     DropoutBackward(g.fcproj.data(), g.fcproj_dropped.data(), a.keep_fcproj.data(),
-                    resid_keep_scale_, TC);
+                    resid_keep_scale_, all);
   }
-  MatmulBackward(g.fch_gelu.data(), grad + o.mlp_proj_w, grad + o.mlp_proj_b, g.fcproj.data(),
-                 a.fch_gelu.data(), params + o.mlp_proj_w, T, 4 * C, C);
-  Observe(n.mlp_proj_dinp, bwd, g.fch_gelu.data(), {T, 4 * C}, example_index, hooks);
-  GeluBackward(g.fch.data(), a.fch.data(), g.fch_gelu.data(), 4 * TC);
-  Observe(n.gelu_dinp, bwd, g.fch.data(), {T, 4 * C}, example_index, hooks);
-  MatmulBackward(g.ln2.data(), grad + o.fc_w, grad + o.fc_b, g.fch.data(), a.ln2.data(),
-                 params + o.fc_w, T, C, 4 * C);
-  Observe(n.fc_dinp, bwd, g.ln2.data(), {T, C}, example_index, hooks);
-  LayerNormBackward(g.res2.data(), grad + o.ln2_w, grad + o.ln2_b, g.ln2.data(), a.res2.data(),
-                    params + o.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(), T, C);
-  Observe(n.ln2_dinp, bwd, g.res2.data(), {T, C}, example_index, hooks);
+  matmul_backward(g.fch_gelu.data(), o.mlp_proj_w, o.mlp_proj_b, g.fcproj.data(),
+                  a.fch_gelu.data(), 4 * C, C);
+  ObserveEach(n.mlp_proj_dinp, bwd, g.fch_gelu.data(), {T, 4 * C}, hooks);
+  GeluBackward(g.fch.data(), a.fch.data(), g.fch_gelu.data(), 4 * all);
+  ObserveEach(n.gelu_dinp, bwd, g.fch.data(), {T, 4 * C}, hooks);
+  matmul_backward(g.ln2.data(), o.fc_w, o.fc_b, g.fch.data(), a.ln2.data(), C, 4 * C);
+  ObserveEach(n.fc_dinp, bwd, g.ln2.data(), {T, C}, hooks);
+  layernorm_backward(g.res2.data(), o.ln2_w, o.ln2_b, g.ln2.data(), a.res2.data(),
+                     a.ln2_mean.data(), a.ln2_rstd.data());
+  ObserveEach(n.ln2_dinp, bwd, g.res2.data(), {T, C}, hooks);
 
   // res2 = block_in + attn_branch
   S* dattn_branch = resid_drop ? g.attproj_dropped.data() : g.attproj.data();
-  ResidualBackward(dblock_in, dattn_branch, g.res2.data(), TC);
+  ResidualBackward(dblock_in, dattn_branch, g.res2.data(), all);
   if (resid_drop) {
     DropoutBackward(g.attproj.data(), g.attproj_dropped.data(), a.keep_attproj.data(),
-                    resid_keep_scale_, TC);
+                    resid_keep_scale_, all);
   }
-  MatmulBackward(g.atty.data(), grad + o.attn_proj_w, grad + o.attn_proj_b, g.attproj.data(),
-                 a.atty.data(), params + o.attn_proj_w, T, C, C);
-  Observe(n.attn_proj_dinp, bwd, g.atty.data(), {T, C}, example_index, hooks);
-  AttentionBackward(g.qkv.data(), g.att.data(), g.preatt.data(), g.atty.data(), a.qkv.data(),
-                    a.att.data(), attn_drop ? a.att_dropped.data() : nullptr,
-                    attn_drop ? a.keep_att.data() : nullptr, attn_keep_scale_, T, C, NH);
-  Observe(n.softmax_dinp, bwd, g.preatt.data(), {NH, T, T}, example_index, hooks);
-  Observe(n.attn_dinp, bwd, g.qkv.data(), {T, 3 * C}, example_index, hooks);
-  MatmulBackward(g.ln1.data(), grad + o.qkv_w, grad + o.qkv_b, g.qkv.data(), a.ln1.data(),
-                 params + o.qkv_w, T, C, 3 * C);
-  Observe(n.qkv_dinp, bwd, g.ln1.data(), {T, C}, example_index, hooks);
-  LayerNormBackward(dblock_in, grad + o.ln1_w, grad + o.ln1_b, g.ln1.data(), block_in,
-                    params + o.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), T, C);
-  Observe(n.ln1_dinp, bwd, dblock_in, {T, C}, example_index, hooks);
+  matmul_backward(g.atty.data(), o.attn_proj_w, o.attn_proj_b, g.attproj.data(), a.atty.data(),
+                  C, C);
+  ObserveEach(n.attn_proj_dinp, bwd, g.atty.data(), {T, C}, hooks);
+  for (size_t e = 0; e < count_; ++e) {
+    AttentionBackward(g.qkv.data() + 3 * e * TC, g.att.data() + e * att,
+                      g.preatt.data() + e * att, g.atty.data() + e * TC,
+                      a.qkv.data() + 3 * e * TC, a.att.data() + e * att,
+                      attn_drop ? a.att_dropped.data() + e * att : nullptr,
+                      attn_drop ? a.keep_att.data() + e * att : nullptr, attn_keep_scale_, T, C,
+                      NH);
+  }
+  if (hooks.observer != nullptr || hooks.mutator != nullptr) {
+    for (size_t e = 0; e < count_; ++e) {  // per example: softmax, then attention input
+      Observe(n.softmax_dinp, bwd, g.preatt.data() + e * att, {NH, T, T}, first_example_ + e,
+              hooks);
+      Observe(n.attn_dinp, bwd, g.qkv.data() + 3 * e * TC, {T, 3 * C}, first_example_ + e,
+              hooks);
+    }
+  }
+  matmul_backward(g.ln1.data(), o.qkv_w, o.qkv_b, g.qkv.data(), a.ln1.data(), C, 3 * C);
+  ObserveEach(n.qkv_dinp, bwd, g.ln1.data(), {T, C}, hooks);
+  layernorm_backward(dblock_in, o.ln1_w, o.ln1_b, g.ln1.data(), block_in, a.ln1_mean.data(),
+                     a.ln1_rstd.data());
+  ObserveEach(n.ln1_dinp, bwd, dblock_in, {T, C}, hooks);
 }
 
 template <typename S>
 void ExampleEngine<S>::Backward(const S* params, const uint8_t* tokens, uint64_t example_index,
                                 S* grad, const ExampleHooks& hooks) {
+  S* const grads[1] = {grad};
+  BackwardBlock(params, tokens, 1, example_index, grads, hooks);
+}
+
+template <typename S>
+void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
+                                     uint64_t first_example, S* const* grads,
+                                     const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const int L = config_.num_layers;
+  const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
+  const int rows = T * static_cast<int>(count);
   const Phase bwd = Phase::kBackward;
-  // Fresh buffers: this example's gradient is its own, never an accumulation.
-  std::fill(grad, grad + layout_.total_size(), S(0));
+  if (count != count_ || first_example != first_example_ || tokens != tokens_) {
+    std::fprintf(stderr, "dgrr::model: BackwardBlock is not for the block last run forward\n");
+    std::abort();
+  }
+  // Fresh buffers: each example's gradient is its own, never an accumulation.
+  for (size_t e = 0; e < count; ++e) std::fill(grads[e], grads[e] + layout_.total_size(), S(0));
   Zero(dencoded_), Zero(dlnf_), Zero(dlogits_);
   for (LayerGrads& g : grads_) {
     for (std::vector<S>* v : {&g.ln1, &g.qkv, &g.preatt, &g.att, &g.atty, &g.attproj,
@@ -313,22 +421,38 @@ void ExampleEngine<S>::Backward(const S* params, const uint8_t* tokens, uint64_t
   }
   // d(mean of T token losses)/d(token loss) = 1/T.
   std::fill(dlosses_.begin(), dlosses_.end(), S(1) / static_cast<S>(T));
-  CrossEntropyBackward(dlogits_.data(), probs_.data(), tokens + 1, dlosses_.data(), T, V);
-  Observe(kLossDinp, bwd, dlogits_.data(), {T, V}, example_index, hooks);
-  LmHeadBackward(dlnf_.data(), grad + layout_.wte(), dlogits_.data(), lnf_.data(),
-                 params + layout_.wte(), T, C, V);
-  Observe(kLmHeadDinp, bwd, dlnf_.data(), {T, C}, example_index, hooks);
-  LayerNormBackward(grads_[L - 1].res3.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
-                    dlnf_.data(), acts_[L - 1].res3.data(), params + layout_.lnf_w(),
-                    lnf_mean_.data(), lnf_rstd_.data(), T, C);
-  Observe(kLnfDinp, bwd, grads_[L - 1].res3.data(), {T, C}, example_index, hooks);
+  for (size_t e = 0; e < count; ++e) {
+    const size_t row0 = e * static_cast<size_t>(T);
+    CrossEntropyBackward(dlogits_.data() + row0 * V, probs_.data() + row0 * V,
+                         tokens + e * window + 1, dlosses_.data() + row0, T, V);
+  }
+  ObserveEach(kLossDinp, bwd, dlogits_.data(), {T, V}, hooks);
+  // LM head: the input gradient for all rows at once, dwte per example.
+  Gemm(dlnf_.data(), dlogits_.data(), params + layout_.wte(), rows, V, C, /*accumulate=*/true);
+  for (size_t e = 0; e < count; ++e) {
+    const size_t row0 = e * static_cast<size_t>(T);
+    GemmTransA(grads[e] + layout_.wte(), dlogits_.data() + row0 * V, lnf_.data() + row0 * C, V,
+               T, C, /*accumulate=*/true);  // sum over t ascending
+  }
+  ObserveEach(kLmHeadDinp, bwd, dlnf_.data(), {T, C}, hooks);
+  S* dres = grads_[L - 1].res3.data();
+  const S* res = acts_[L - 1].res3.data();
+  for (size_t e = 0; e < count; ++e) {
+    const size_t row0 = e * static_cast<size_t>(T);
+    LayerNormBackward(dres + row0 * C, grads[e] + layout_.lnf_w(), grads[e] + layout_.lnf_b(),
+                      dlnf_.data() + row0 * C, res + row0 * C, params + layout_.lnf_w(),
+                      lnf_mean_.data() + row0, lnf_rstd_.data() + row0, T, C);
+  }
+  ObserveEach(kLnfDinp, bwd, dres, {T, C}, hooks);
   for (int l = L - 1; l >= 0; --l) {
     const S* block_in = l > 0 ? acts_[l - 1].res3.data() : encoded_.data();
     S* dblock_in = l > 0 ? grads_[l - 1].res3.data() : dencoded_.data();
-    BlockBackward(l, params, block_in, grads_[l].res3.data(), dblock_in, grad, example_index,
-                  hooks);
+    BlockBackward(l, params, block_in, grads_[l].res3.data(), dblock_in, grads, hooks);
   }
-  EncoderBackward(grad + layout_.wte(), grad + layout_.wpe(), dencoded_.data(), tokens, T, C);
+  for (size_t e = 0; e < count; ++e) {
+    EncoderBackward(grads[e] + layout_.wte(), grads[e] + layout_.wpe(), dencoded_.data() + e * TC,
+                    tokens + e * window, T, C);
+  }
 }
 
 template class ExampleEngine<float>;

@@ -37,8 +37,9 @@ struct BoundaryNames {
 template <typename S>
 class ExampleEngine {
  public:
-  // `config` must be valid (GptConfig::Validate).
-  explicit ExampleEngine(const GptConfig& config);
+  // `config` must be valid (GptConfig::Validate). The engine holds the
+  // activations of up to `max_examples` examples run together as one block.
+  explicit ExampleEngine(const GptConfig& config, size_t max_examples = 1);
 
   // Forward pass over tokens[0..seq_len]; returns the example's loss (mean of
   // the seq_len token losses, summed in ascending t, divided by seq_len).
@@ -50,8 +51,21 @@ class ExampleEngine {
   void Backward(const S* params, const uint8_t* tokens, uint64_t example_index, S* grad,
                 const ExampleHooks& hooks);
 
+  // The same for a block of `count` (1..max_examples) examples, windows of
+  // seq_len + 1 bytes back to back, global indices first_example + e. Their
+  // rows are stacked so each matrix multiply runs once for the block; every
+  // example's results are bitwise those it gets alone (each output row of a
+  // product depends on that row's inputs only, docs/model.md), and
+  // per-example boundaries are reported per example, in the documented order
+  // for each. losses[e] and grads[e][0..num_params) are example e's.
+  void ForwardBlock(const S* params, const uint8_t* tokens, size_t count, uint64_t first_example,
+                    const ExampleHooks& hooks, S* losses);
+  void BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
+                     uint64_t first_example, S* const* grads, const ExampleHooks& hooks);
+
   const GptConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
+  size_t max_examples() const { return max_examples_; }
 
  private:
   struct LayerActs {
@@ -67,14 +81,21 @@ class ExampleEngine {
 
   void Observe(const std::string& name, Phase phase, S* data, std::initializer_list<int64_t> dims,
                uint64_t example_index, const ExampleHooks& hooks) const;
-  void BlockForward(int l, const S* params, const S* block_in, uint64_t example_index,
-                    const ExampleHooks& hooks);
+  // Observe for each example of the block: example e's tensor starts at
+  // data + e * (product of dims).
+  void ObserveEach(const std::string& name, Phase phase, S* data,
+                   std::initializer_list<int64_t> dims, const ExampleHooks& hooks) const;
+  void BlockForward(int l, const S* params, const S* block_in, const ExampleHooks& hooks);
   void BlockBackward(int l, const S* params, const S* block_in, const S* dblock_out,
-                     S* dblock_in, S* grad, uint64_t example_index, const ExampleHooks& hooks);
+                     S* dblock_in, S* const* grads, const ExampleHooks& hooks);
 
   GptConfig config_;
   ParameterLayout layout_;
   BoundaryNames names_;
+  size_t max_examples_;
+  size_t count_ = 0;            // examples in the current block
+  uint64_t first_example_ = 0;  // global index of its first
+  const uint8_t* tokens_ = nullptr;
   S attn_keep_scale_, resid_keep_scale_;
   std::vector<S> encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
   std::vector<LayerActs> acts_;

@@ -24,15 +24,6 @@ namespace dgrr::model {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-// A per-thread scratch buffer; each worker thread owns its own, so the
-// backward functions need no allocation on the hot path and share nothing.
-template <typename S>
-S* LayerScratch(int slot, size_t n) {
-  thread_local std::vector<S> buffers[2];
-  if (buffers[slot].size() < n) buffers[slot].resize(n);
-  return buffers[slot].data();
-}
-
 // ---------------------------------------------------------------- embeddings
 template <typename S>
 void EncoderForward(S* out,              // [T,C]
@@ -143,13 +134,9 @@ void MatmulBackward(S* dinp,           // [T,C] accumulated
                     const S* weight,   // [C,OC]
                     int T, int C, int OC) {
   // dinp += dout . weight^T  (sum over oc ascending)
-  S* weight_t = LayerScratch<S>(0, static_cast<size_t>(C) * OC);  // [OC,C]
-  Transpose(weight_t, weight, C, OC);
-  Gemm(dinp, dout, weight_t, T, OC, C, /*accumulate=*/true);
+  GemmTransB(dinp, dout, weight, T, OC, C, /*accumulate=*/true);
   // dweight += inp^T . dout  (sum over t ascending)
-  S* inp_t = LayerScratch<S>(1, static_cast<size_t>(T) * C);  // [C,T]
-  Transpose(inp_t, inp, T, C);
-  Gemm(dweight, inp_t, dout, C, T, OC, /*accumulate=*/true);
+  GemmTransA(dweight, inp, dout, C, T, OC, /*accumulate=*/true);
   if (dbias == nullptr) return;
   for (int t = 0; t < T; ++t) {
     for (int o = 0; o < OC; ++o) dbias[o] += dout[t * OC + o];
@@ -163,9 +150,7 @@ void LmHeadForward(S* logits,      // [T,V]
                    const S* inp,   // [T,C]
                    const S* wte,   // [V,C]
                    int T, int C, int V) {
-  S* wte_t = LayerScratch<S>(0, static_cast<size_t>(C) * V);  // [C,V]
-  Transpose(wte_t, wte, V, C);
-  Gemm(logits, inp, wte_t, T, C, V, /*accumulate=*/false);
+  GemmTransB(logits, inp, wte, T, C, V, /*accumulate=*/false);
 }
 
 template <typename S>
@@ -176,9 +161,7 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
                     const S* wte,     // [V,C]
                     int T, int C, int V) {
   Gemm(dinp, dlogits, wte, T, V, C, /*accumulate=*/true);  // sum over v ascending
-  S* dlogits_t = LayerScratch<S>(1, static_cast<size_t>(V) * T);  // [V,T]
-  Transpose(dlogits_t, dlogits, T, V);
-  Gemm(dwte, dlogits_t, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
+  GemmTransA(dwte, dlogits, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
 }
 
 // ---------------------------------------------------------------- attention
@@ -198,16 +181,17 @@ void AttentionForward(S* out,              // [T,C]
   const S scale = S(1) / std::sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
+    // Every score q_t . k_t2 at once, lanes along t2 (each dot product still
+    // sums i ascending from 0); only t2 <= t is used below.
+    S* pre_head = preatt + static_cast<size_t>(h) * T * T;
+    GemmStrided(pre_head, T, qkv + h * hs, C3, 1, qkv + C + h * hs, 1, C3, T, hs, T,
+                /*accumulate=*/false);
     for (int t = 0; t < T; ++t) {
-      const S* q = qkv + t * C3 + h * hs;
       S* pre_row = preatt + (static_cast<size_t>(h) * T + t) * T;
       S* att_row = att + (static_cast<size_t>(h) * T + t) * T;
       S max_score = -INFINITY;
       for (int t2 = 0; t2 <= t; ++t2) {
-        const S* k = qkv + t2 * C3 + C + h * hs;
-        S dot = 0;
-        for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
-        pre_row[t2] = dot * scale;
+        pre_row[t2] = pre_row[t2] * scale;
         if (pre_row[t2] > max_score) max_score = pre_row[t2];
       }
       S denom = 0;
@@ -248,6 +232,10 @@ void AttentionBackward(S* dqkv,              // [T,3C] accumulated
   const S scale = S(1) / std::sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
+    // d loss / d att_used[t][t2] = dy_t . v_t2 for every pair at once (lanes
+    // along t2, each sum over i ascending from 0); t2 > t is discarded.
+    GemmStrided(datt + static_cast<size_t>(h) * T * T, T, dout + h * hs, C, 1,
+                qkv + 2 * C + h * hs, 1, C3, T, hs, T, /*accumulate=*/false);
     for (int t = 0; t < T; ++t) {
       const size_t row = (static_cast<size_t>(h) * T + t) * T;
       const S* used_row = (att_dropped != nullptr ? att_dropped : att) + row;
@@ -255,18 +243,14 @@ void AttentionBackward(S* dqkv,              // [T,3C] accumulated
       S* datt_row = datt + row;
       S* dpre_row = dpreatt + row;
       const S* dy = dout + t * C + h * hs;
-      for (int t2 = 0; t2 < T; ++t2) datt_row[t2] = dpre_row[t2] = 0;
-      // Through y = sum_t2 att_used[t2] * v[t2].
+      for (int t2 = 0; t2 < T; ++t2) dpre_row[t2] = 0;
+      for (int t2 = t + 1; t2 < T; ++t2) datt_row[t2] = 0;
+      // Through y = sum_t2 att_used[t2] * v[t2]: dv[t2] gets its terms in
+      // ascending t, as before the scores moved into one product.
       for (int t2 = 0; t2 <= t; ++t2) {
-        const S* v = qkv + t2 * C3 + 2 * C + h * hs;
         S* dv = dqkv + t2 * C3 + 2 * C + h * hs;
-        S d_used = 0;
-        for (int i = 0; i < hs; ++i) {
-          d_used += v[i] * dy[i];
-          dv[i] += used_row[t2] * dy[i];
-        }
-        if (keep != nullptr) d_used = keep[row + t2] ? d_used * keep_scale : S(0);
-        datt_row[t2] = d_used;
+        for (int i = 0; i < hs; ++i) dv[i] += used_row[t2] * dy[i];
+        if (keep != nullptr) datt_row[t2] = keep[row + t2] ? datt_row[t2] * keep_scale : S(0);
       }
       // Through the softmax: dpre = att * (datt - sum(att * datt)).
       S weighted = 0;

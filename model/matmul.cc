@@ -1,125 +1,296 @@
 #include "model/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 namespace dgrr::model {
 namespace {
 
 typedef float Float4 __attribute__((vector_size(16)));
 typedef float Float8 __attribute__((vector_size(32)));
+typedef float Float16 __attribute__((vector_size(64)));
 
-// One register tile: rows [m0, m0+MR) x two vectors of columns from n0. The k
-// loop is outermost, so each accumulator lane (one output element) sees its
-// products in ascending k, exactly as the reference loop does. Lanes are
-// independent IEEE operations (GCC vector extensions) and the build forbids
-// contraction, so every multiply and every add rounds on its own.
-template <typename Vec, int MR>
-[[gnu::always_inline]] inline void VectorTile(float* c, const float* a, const float* b, int m0,
-                                              int n0, int K, int N, bool accumulate) {
-  constexpr int W = sizeof(Vec) / sizeof(float);
-  Vec acc[MR][2];
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < 2; ++j) {
-      if (accumulate) {
-        __builtin_memcpy(&acc[i][j], c + static_cast<size_t>(m0 + i) * N + n0 + j * W, sizeof(Vec));
-      } else {
-        acc[i][j] = Vec{};
-      }
+// Operand views by strides: A(m,k) = a[m*rs + k*cs], B(k,n) = b[k*rs + n*cs],
+// so transposed operands need no copy.
+struct Strided {
+  const float* p;
+  ptrdiff_t rs, cs;
+};
+
+// Rows k0..k0+kc of B's columns n0..n0+nv, laid out [kc][NR] contiguous, the
+// lanes past nv zero (they are computed but never stored).
+template <int NR>
+[[gnu::always_inline]] inline void PackPanel(float* packed, Strided b, int k0, int kc, int n0,
+                                             int nv) {
+  const float* src = b.p + k0 * b.rs + n0 * b.cs;
+  if (b.cs == 1) {
+    for (int k = 0; k < kc; ++k) {
+      float* dst = packed + static_cast<size_t>(k) * NR;
+      std::memcpy(dst, src + k * b.rs, sizeof(float) * nv);
+      for (int j = nv; j < NR; ++j) dst[j] = 0.0f;
     }
+    return;
   }
-  for (int k = 0; k < K; ++k) {
-    const float* b_row = b + static_cast<size_t>(k) * N + n0;
-    Vec b0, b1;
-    __builtin_memcpy(&b0, b_row, sizeof(Vec));
-    __builtin_memcpy(&b1, b_row + W, sizeof(Vec));
-    for (int i = 0; i < MR; ++i) {
-      const float a_ik = a[static_cast<size_t>(m0 + i) * K + k];
-      Vec a_vec;
-      for (int l = 0; l < W; ++l) a_vec[l] = a_ik;
-      acc[i][0] += a_vec * b0;
-      acc[i][1] += a_vec * b1;
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < 2; ++j) {
-      __builtin_memcpy(c + static_cast<size_t>(m0 + i) * N + n0 + j * W, &acc[i][j], sizeof(Vec));
+  for (int j = 0; j < NR; ++j) {
+    if (j < nv) {
+      const float* col = src + j * b.cs;
+      for (int k = 0; k < kc; ++k) packed[static_cast<size_t>(k) * NR + j] = col[k * b.rs];
+    } else {
+      for (int k = 0; k < kc; ++k) packed[static_cast<size_t>(k) * NR + j] = 0.0f;
     }
   }
 }
 
-// Ragged edge: same order, no blocking.
-template <typename S>
-inline void EdgeTile(S* c, const S* a, const S* b, int m0, int m1, int n0, int n1, int K, int N,
-                     bool accumulate) {
-  for (int m = m0; m < m1; ++m) {
-    for (int n = n0; n < n1; ++n) {
-      S acc = accumulate ? c[static_cast<size_t>(m) * N + n] : S(0);
-      for (int k = 0; k < K; ++k) {
-        acc += a[static_cast<size_t>(m) * K + k] * b[static_cast<size_t>(k) * N + n];
+// One register tile: MR rows x two vectors of columns. The k loop is
+// outermost, so each accumulator lane (one output element) sees its products
+// in ascending k, exactly as the reference loop does. Lanes are independent
+// IEEE operations (GCC vector extensions; a scalar times a vector multiplies
+// every lane by that scalar) and the build forbids contraction, so every
+// multiply and every add rounds on its own.
+template <typename Vec, int MR>
+[[gnu::always_inline]] inline void Tile(float* c, int ldc, const float* a, ptrdiff_t a_rs,
+                                        ptrdiff_t a_cs, const float* packed, int kc, int nv,
+                                        bool load_c) {
+  constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
+  Vec acc[MR][2];
+  for (int i = 0; i < MR; ++i) {
+    const float* row = c + static_cast<size_t>(i) * ldc;
+    if (!load_c) {
+      acc[i][0] = acc[i][1] = Vec{};
+    } else if (nv == NR) {
+      std::memcpy(&acc[i][0], row, sizeof(Vec));
+      std::memcpy(&acc[i][1], row + W, sizeof(Vec));
+    } else {
+      float tmp[NR] = {};
+      std::memcpy(tmp, row, sizeof(float) * nv);
+      std::memcpy(&acc[i][0], tmp, sizeof(Vec));
+      std::memcpy(&acc[i][1], tmp + W, sizeof(Vec));
+    }
+  }
+  for (int k = 0; k < kc; ++k) {
+    Vec b0, b1;
+    std::memcpy(&b0, packed + static_cast<size_t>(k) * NR, sizeof(Vec));
+    std::memcpy(&b1, packed + static_cast<size_t>(k) * NR + W, sizeof(Vec));
+    const float* a_k = a + k * a_cs;
+    for (int i = 0; i < MR; ++i) {
+      const float a_ik = a_k[i * a_rs];
+      acc[i][0] += a_ik * b0;
+      acc[i][1] += a_ik * b1;
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* row = c + static_cast<size_t>(i) * ldc;
+    if (nv == NR) {
+      std::memcpy(row, &acc[i][0], sizeof(Vec));
+      std::memcpy(row + W, &acc[i][1], sizeof(Vec));
+    } else {
+      float tmp[NR];
+      std::memcpy(tmp, &acc[i][0], sizeof(Vec));
+      std::memcpy(tmp + W, &acc[i][1], sizeof(Vec));
+      std::memcpy(row, tmp, sizeof(float) * nv);
+    }
+  }
+}
+
+// The bottom rows that do not fill a whole tile: a tile of exactly that height.
+template <typename Vec, int R>
+[[gnu::always_inline]] inline void TileOfRows(int rows, float* c, int ldc, const float* a,
+                                              ptrdiff_t a_rs, ptrdiff_t a_cs, const float* packed,
+                                              int kc, int nv, bool load_c) {
+  if constexpr (R > 0) {
+    if (rows == R) {
+      Tile<Vec, R>(c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c);
+    } else {
+      TileOfRows<Vec, R - 1>(rows, c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c);
+    }
+  }
+}
+
+// k in blocks of KC (a packed panel stays in L1), then panels of NR columns,
+// then tiles of MR rows. Each output element still sees k ascending: a block
+// after the first starts from the float the previous block stored.
+template <typename Vec, int MR>
+[[gnu::always_inline]] inline void BlockedGemm(float* c, int ldc, Strided a, Strided b, int M,
+                                               int K, int N, bool accumulate) {
+  constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
+  constexpr int KC = 256;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate) {
+      for (int m = 0; m < M; ++m) std::fill(c + static_cast<size_t>(m) * ldc, c + static_cast<size_t>(m) * ldc + N, 0.0f);
+    }
+    return;
+  }
+  alignas(64) float packed[KC * NR];
+  for (int k0 = 0; k0 < K; k0 += KC) {
+    const int kc = std::min(KC, K - k0);
+    const bool load_c = accumulate || k0 > 0;
+    for (int n0 = 0; n0 < N; n0 += NR) {
+      const int nv = std::min(NR, N - n0);
+      PackPanel<NR>(packed, b, k0, kc, n0, nv);
+      const float* a_k0 = a.p + k0 * a.cs;
+      int m0 = 0;
+      for (; m0 + MR <= M; m0 += MR) {
+        Tile<Vec, MR>(c + static_cast<size_t>(m0) * ldc + n0, ldc, a_k0 + m0 * a.rs, a.rs, a.cs,
+                      packed, kc, nv, load_c);
       }
+      TileOfRows<Vec, MR - 1>(M - m0, c + static_cast<size_t>(m0) * ldc + n0, ldc, a_k0 + m0 * a.rs,
+                              a.rs, a.cs, packed, kc, nv, load_c);
+    }
+  }
+}
+
+// Builds of the same source for three vector widths, chosen at run time:
+// wider vectors hold more output elements, the per-element order is
+// untouched, so all give identical bits (tested). Register tiles: SSE2 and
+// AVX2 have 16 vector registers (4 or 6 rows x 2 vectors of accumulators),
+// AVX-512 has 32 (8 rows x 2).
+[[gnu::target("avx512f")]] void GemmAvx512(float* c, int ldc, Strided a, Strided b, int M, int K,
+                                           int N, bool accumulate) {
+  BlockedGemm<Float16, 8>(c, ldc, a, b, M, K, N, accumulate);
+}
+
+[[gnu::target("avx2")]] void GemmAvx2(float* c, int ldc, Strided a, Strided b, int M, int K, int N,
+                                      bool accumulate) {
+  BlockedGemm<Float8, 6>(c, ldc, a, b, M, K, N, accumulate);
+}
+
+void GemmSse2(float* c, int ldc, Strided a, Strided b, int M, int K, int N, bool accumulate) {
+  BlockedGemm<Float4, 4>(c, ldc, a, b, M, K, N, accumulate);
+}
+
+Strided ViewA(const float* a, int M, int K, bool trans) {
+  return trans ? Strided{a, 1, M} : Strided{a, K, 1};
+}
+Strided ViewB(const float* b, int K, int N, bool trans) {
+  return trans ? Strided{b, 1, K} : Strided{b, N, 1};
+}
+
+void GemmFloatStrided(GemmIsa isa, float* c, int ldc, Strided a, Strided b, int M, int K, int N,
+                      bool accumulate) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return GemmAvx512(c, ldc, a, b, M, K, N, accumulate);
+    case GemmIsa::kAvx2: return GemmAvx2(c, ldc, a, b, M, K, N, accumulate);
+    case GemmIsa::kSse2: return GemmSse2(c, ldc, a, b, M, K, N, accumulate);
+  }
+}
+
+void GemmFloat(GemmIsa isa, float* c, const float* a, const float* b, int M, int K, int N,
+               bool accumulate, bool trans_a, bool trans_b) {
+  GemmFloatStrided(isa, c, N, ViewA(a, M, K, trans_a), ViewB(b, K, N, trans_b), M, K, N,
+                   accumulate);
+}
+
+template <typename S>
+void ReferenceLoop(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate,
+                   bool trans_a, bool trans_b) {
+  const ptrdiff_t a_rs = trans_a ? 1 : K, a_cs = trans_a ? M : 1;
+  const ptrdiff_t b_rs = trans_b ? 1 : N, b_cs = trans_b ? K : 1;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      S acc = accumulate ? c[static_cast<size_t>(m) * N + n] : S(0);
+      for (int k = 0; k < K; ++k) acc += a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
       c[static_cast<size_t>(m) * N + n] = acc;
     }
   }
 }
 
-// Full tiles in vectors, the ragged right and bottom edges scalar.
-template <typename Vec, int MR>
-[[gnu::always_inline]] inline void TiledGemmFloat(float* c, const float* a, const float* b, int M,
-                                                  int K, int N, bool accumulate) {
-  constexpr int NR = 2 * static_cast<int>(sizeof(Vec) / sizeof(float));
-  const int m_full = M - M % MR;
-  const int n_full = N - N % NR;
-  for (int m0 = 0; m0 < m_full; m0 += MR) {
-    for (int n0 = 0; n0 < n_full; n0 += NR) VectorTile<Vec, MR>(c, a, b, m0, n0, K, N, accumulate);
-    EdgeTile(c, a, b, m0, m0 + MR, n_full, N, K, N, accumulate);
-  }
-  EdgeTile(c, a, b, m_full, M, 0, N, K, N, accumulate);
-}
-
-// Runtime dispatch between an AVX2 build (8 lanes) and the SSE2 baseline (4
-// lanes) of the same source: wider vectors hold more output elements, the
-// per-element order is untouched, so both give identical bits (tested).
-[[gnu::target("avx2")]] void GemmFloatAvx2(float* c, const float* a, const float* b, int M, int K,
-                                           int N, bool accumulate) {
-  TiledGemmFloat<Float8, 4>(c, a, b, M, K, N, accumulate);
-}
-
-void GemmFloatSse2(float* c, const float* a, const float* b, int M, int K, int N,
-                   bool accumulate) {
-  TiledGemmFloat<Float4, 4>(c, a, b, M, K, N, accumulate);
-}
-
 }  // namespace
 
-bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
+const char* GemmIsaName(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return "avx512";
+    case GemmIsa::kAvx2: return "avx2";
+    case GemmIsa::kSse2: return "sse2";
+  }
+  return "unknown";
+}
+
+bool CpuSupports(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return __builtin_cpu_supports("avx512f");
+    case GemmIsa::kAvx2: return __builtin_cpu_supports("avx2");
+    case GemmIsa::kSse2: return true;  // x86-64 baseline
+  }
+  return false;
+}
+
+GemmIsa BestGemmIsa() {
+  static const GemmIsa best = CpuSupports(GemmIsa::kAvx512) ? GemmIsa::kAvx512
+                              : CpuSupports(GemmIsa::kAvx2) ? GemmIsa::kAvx2
+                                                            : GemmIsa::kSse2;
+  return best;
+}
+
+bool CpuHasAvx2() { return CpuSupports(GemmIsa::kAvx2); }
+
+void GemmFloatWith(GemmIsa isa, float* c, const float* a, const float* b, int M, int K, int N,
+                   bool accumulate, bool trans_a, bool trans_b) {
+  GemmFloat(isa, c, a, b, M, K, N, accumulate, trans_a, trans_b);
 }
 
 template <>
 void Gemm<float>(float* c, const float* a, const float* b, int M, int K, int N, bool accumulate) {
-  if (CpuHasAvx2()) {
-    GemmFloatAvx2(c, a, b, M, K, N, accumulate);
-  } else {
-    GemmFloatSse2(c, a, b, M, K, N, accumulate);
-  }
+  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, false, false);
+}
+template <>
+void GemmTransA<float>(float* c, const float* a, const float* b, int M, int K, int N,
+                       bool accumulate) {
+  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, true, false);
+}
+template <>
+void GemmTransB<float>(float* c, const float* a, const float* b, int M, int K, int N,
+                       bool accumulate) {
+  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, false, true);
 }
 
+// The double path serves the finite-difference checks: the plain loop suffices.
 template <>
 void Gemm<double>(double* c, const double* a, const double* b, int M, int K, int N,
                   bool accumulate) {
-  // The double path serves the finite-difference checks: the plain loop suffices.
-  MatmulReference(c, a, b, M, K, N, accumulate);
+  ReferenceLoop(c, a, b, M, K, N, accumulate, false, false);
+}
+template <>
+void GemmTransA<double>(double* c, const double* a, const double* b, int M, int K, int N,
+                        bool accumulate) {
+  ReferenceLoop(c, a, b, M, K, N, accumulate, true, false);
+}
+template <>
+void GemmTransB<double>(double* c, const double* a, const double* b, int M, int K, int N,
+                        bool accumulate) {
+  ReferenceLoop(c, a, b, M, K, N, accumulate, false, true);
+}
+
+template <>
+void GemmStrided<float>(float* c, int ldc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                        const float* b, ptrdiff_t b_rs, ptrdiff_t b_cs, int M, int K, int N,
+                        bool accumulate) {
+  GemmFloatStrided(BestGemmIsa(), c, ldc, Strided{a, a_rs, a_cs}, Strided{b, b_rs, b_cs}, M, K, N,
+                   accumulate);
+}
+template <>
+void GemmStrided<double>(double* c, int ldc, const double* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                         const double* b, ptrdiff_t b_rs, ptrdiff_t b_cs, int M, int K, int N,
+                         bool accumulate) {
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double acc = accumulate ? c[static_cast<size_t>(m) * ldc + n] : 0.0;
+      for (int k = 0; k < K; ++k) acc += a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
+      c[static_cast<size_t>(m) * ldc + n] = acc;
+    }
+  }
 }
 
 void GemmFloatBaseline(float* c, const float* a, const float* b, int M, int K, int N,
                        bool accumulate) {
-  GemmFloatSse2(c, a, b, M, K, N, accumulate);
+  GemmFloat(GemmIsa::kSse2, c, a, b, M, K, N, accumulate, false, false);
 }
 
 template <typename S>
-void MatmulReference(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate) {
-  EdgeTile(c, a, b, 0, M, 0, N, K, N, accumulate);
+void MatmulReference(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate,
+                     bool trans_a, bool trans_b) {
+  ReferenceLoop(c, a, b, M, K, N, accumulate, trans_a, trans_b);
 }
 
 template <typename S>
@@ -137,8 +308,10 @@ void Transpose(S* out, const S* in, int rows, int cols) {
   }
 }
 
-template void MatmulReference<float>(float*, const float*, const float*, int, int, int, bool);
-template void MatmulReference<double>(double*, const double*, const double*, int, int, int, bool);
+template void MatmulReference<float>(float*, const float*, const float*, int, int, int, bool, bool,
+                                     bool);
+template void MatmulReference<double>(double*, const double*, const double*, int, int, int, bool,
+                                      bool, bool);
 template void Transpose<float>(float*, const float*, int, int);
 template void Transpose<double>(double*, const double*, int, int);
 

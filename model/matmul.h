@@ -1,17 +1,22 @@
 // Deterministic dense matrix multiply for the reference GPT.
 //
 // Every output element is summed in ONE fixed order, whatever the blocking,
-// the vector width the CPU offers or the number of threads:
+// the vector width the CPU offers, the number of rows in the call or the
+// number of threads:
 //
-//     c[m][n] = (accumulate ? c[m][n] : 0) + a[m][0]*b[0][n] + a[m][1]*b[1][n] + ... + a[m][K-1]*b[K-1][n]
+//     c[m][n] = (accumulate ? c[m][n] : 0) + A(m,0)*B(0,n) + A(m,1)*B(1,n) + ... + A(m,K-1)*B(K-1,n)
 //
 // evaluated strictly left to right, one rounding per multiply and one per add
 // (the build has -ffp-contract=off, so no fused multiply-add). The kernel keeps
 // k outermost inside a register tile and vectorises across n, the contiguous
 // dimension of the output; lanes of a vector hold different output elements,
 // never partial sums of one element, so vectorisation cannot change results.
-// MatmulReference() is the plain triple loop with that same order, and the two
-// agree bitwise (tested).
+// Blocking k is allowed because a partial sum is stored to c as the same float
+// the register held and the next block continues from it. Row m of c depends
+// on row m of A and on B only, so stacking several examples' rows into one
+// call gives each example exactly the bits it gets alone (tested).
+// MatmulReference() is the plain triple loop with that same order, and the
+// two agree bitwise (tested).
 #pragma once
 
 #include <cstddef>
@@ -22,13 +27,41 @@ namespace dgrr::model {
 template <typename S>
 void Gemm(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
 
-// The same contract, written as the textbook triple loop (the benchmark's
-// baseline and the tests' oracle).
+// c[M,N] (+)= a^T . b where a is stored [K,M] (e.g. dW = inp^T . dout without
+// materialising the transpose).
 template <typename S>
-void MatmulReference(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
+void GemmTransA(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
 
-// The SSE2 (4-lane) float kernel, whatever the CPU supports: lets tests check
-// that both dispatch targets give the same bits.
+// c[M,N] (+)= a . b^T where b is stored [N,K] (e.g. dinp = dout . W^T, or the
+// LM head's inp . wte^T).
+template <typename S>
+void GemmTransB(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
+
+// The general form: A(m,k) = a[m*a_rs + k*a_cs], B(k,n) = b[k*b_rs + n*b_cs],
+// c[m*ldc + n]; for operands inside larger tensors (one attention head's
+// q, k or v inside qkv).
+template <typename S>
+void GemmStrided(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs, const S* b,
+                 std::ptrdiff_t b_rs, std::ptrdiff_t b_cs, int M, int K, int N, bool accumulate);
+
+// The same contract, written as the textbook triple loop (the benchmark's
+// baseline and the tests' oracle). Transposed operands as above.
+template <typename S>
+void MatmulReference(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate,
+                     bool trans_a = false, bool trans_b = false);
+
+// The float kernel's instruction sets. Gemm dispatches at run time to the
+// widest the CPU supports; all give identical bits, because each lane runs
+// the same per-element sequence of IEEE multiplies and adds (tested).
+enum class GemmIsa { kSse2, kAvx2, kAvx512 };
+const char* GemmIsaName(GemmIsa isa);
+bool CpuSupports(GemmIsa isa);
+GemmIsa BestGemmIsa();
+// Gemm with a chosen instruction set (which the CPU must support).
+void GemmFloatWith(GemmIsa isa, float* c, const float* a, const float* b, int M, int K, int N,
+                   bool accumulate, bool trans_a = false, bool trans_b = false);
+
+// The SSE2 (4-lane) float kernel, whatever the CPU supports.
 void GemmFloatBaseline(float* c, const float* a, const float* b, int M, int K, int N,
                        bool accumulate);
 bool CpuHasAvx2();

@@ -5,7 +5,8 @@
 // order, worker 0 on the calling thread. Each index is handled whole by one
 // worker, so anything computed per index is independent of T by construction;
 // callers combine per-index results in an order keyed by index, never by
-// completion time.
+// completion time. Workers are kept across calls (one pool per calling
+// thread), so a call costs a wake-up, not a thread start.
 #pragma once
 
 #include <cstddef>

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -54,8 +55,104 @@ TEST(Matmul, DoubleGemmMatchesReferenceBitwise) {
   }
 }
 
-// Both dispatch targets (AVX2 where the CPU has it, the SSE2 baseline always)
-// give the same bits.
+// Bitwise equality where every NaN counts as equal: a vector add may take its
+// operands in the other order, which changes only which NaN's payload wins.
+bool SameBitsOrBothNan(const std::vector<float>& x, const std::vector<float>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+std::vector<GemmIsa> SupportedIsas() {
+  std::vector<GemmIsa> isas;
+  for (GemmIsa isa : {GemmIsa::kSse2, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Every instruction set the CPU offers (SSE2 always; AVX2 and AVX-512 where
+// present), with either operand transposed, on ragged shapes and on k longer
+// than one k-block (256), gives the reference loop's bits.
+TEST(Matmul, EveryIsaAndTransposeMatchesReferenceBitwise) {
+  int checked = 0;
+  for (GemmIsa isa : SupportedIsas()) {
+    for (int M : {1, 5, 8, 13, 64}) {
+      for (int K : {1, 7, 64, 300, 513}) {
+        for (int N : {1, 9, 16, 33, 64, 130}) {
+          for (int trans = 0; trans < 4; ++trans) {
+            const bool ta = trans & 1, tb = trans & 2, acc = (M + K + N + trans) % 2 == 0;
+            const auto a = RandomVector<float>(static_cast<size_t>(M) * K, 11);
+            const auto b = RandomVector<float>(static_cast<size_t>(K) * N, 12);
+            auto fast = RandomVector<float>(static_cast<size_t>(M) * N, 13);
+            auto reference = fast;
+            GemmFloatWith(isa, fast.data(), a.data(), b.data(), M, K, N, acc, ta, tb);
+            MatmulReference(reference.data(), a.data(), b.data(), M, K, N, acc, ta, tb);
+            ASSERT_EQ(0, std::memcmp(fast.data(), reference.data(), fast.size() * sizeof(float)))
+                << GemmIsaName(isa) << " M=" << M << " K=" << K << " N=" << N
+                << " trans_a=" << ta << " trans_b=" << tb << " accumulate=" << acc;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("isas", static_cast<int>(SupportedIsas().size()));
+  EXPECT_GT(checked, 0);
+}
+
+// Infinities, NaNs, signed zeros, subnormals and values whose products
+// overflow go through every instruction set exactly as through the scalar loop.
+TEST(Matmul, SpecialValuesAgreeAcrossIsas) {
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 3e38f,
+                            -3e38f, 1.0f, -1.0f, 1e-20f};
+  const int M = 11, K = 37, N = 45;
+  std::vector<float> a(M * K), b(K * N), c0(M * N);
+  SplitMixStream rng(21);
+  // One value in four special, so most sums stay finite and exercise -0,
+  // subnormals and overflow rather than all turning into NaN.
+  auto pick = [&]() {
+    const uint64_t r = rng.Next();
+    if (r % 4 != 0) return static_cast<float>(static_cast<double>(r >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    return specials[(r >> 8) % (sizeof specials / sizeof specials[0])];
+  };
+  for (float& x : a) x = pick();
+  for (float& x : b) x = pick();
+  for (float& x : c0) x = pick();
+  for (bool acc : {false, true}) {
+    auto reference = c0;
+    MatmulReference(reference.data(), a.data(), b.data(), M, K, N, acc);
+    for (GemmIsa isa : SupportedIsas()) {
+      auto fast = c0;
+      GemmFloatWith(isa, fast.data(), a.data(), b.data(), M, K, N, acc);
+      EXPECT_TRUE(SameBitsOrBothNan(fast, reference)) << GemmIsaName(isa) << " accumulate=" << acc;
+    }
+  }
+}
+
+// Stacking examples' rows into one call gives each row the bits it gets in a
+// call of its own: what lets the model multiply a whole block of examples at
+// once without changing any example's result.
+TEST(Matmul, StackedRowsEqualSeparateCalls) {
+  const int T = 64, K = 128, N = 384, examples = 7;
+  const auto a = RandomVector<float>(static_cast<size_t>(examples) * T * K, 31);
+  const auto b = RandomVector<float>(static_cast<size_t>(K) * N, 32);
+  for (bool tb : {false, true}) {
+    std::vector<float> stacked(static_cast<size_t>(examples) * T * N), separate(stacked.size());
+    GemmFloatWith(BestGemmIsa(), stacked.data(), a.data(), b.data(), examples * T, K, N, false,
+                  false, tb);
+    for (int e = 0; e < examples; ++e) {
+      GemmFloatWith(BestGemmIsa(), separate.data() + static_cast<size_t>(e) * T * N,
+                    a.data() + static_cast<size_t>(e) * T * K, b.data(), T, K, N, false, false, tb);
+    }
+    EXPECT_EQ(0, std::memcmp(stacked.data(), separate.data(), stacked.size() * sizeof(float)));
+  }
+}
+
+// The SSE2 baseline entry point keeps working (benchmarks compare with it).
 TEST(Matmul, DispatchTargetsAgreeBitwise) {
   const int M = 32, K = 64, N = 192;
   const auto a = RandomVector<float>(M * K, 5), b = RandomVector<float>(K * N, 6);
@@ -63,7 +160,7 @@ TEST(Matmul, DispatchTargetsAgreeBitwise) {
   Gemm(dispatched.data(), a.data(), b.data(), M, K, N, false);
   GemmFloatBaseline(baseline.data(), a.data(), b.data(), M, K, N, false);
   EXPECT_EQ(0, std::memcmp(dispatched.data(), baseline.data(), dispatched.size() * sizeof(float)));
-  RecordProperty("avx2", CpuHasAvx2() ? "yes" : "no");
+  RecordProperty("best_isa", GemmIsaName(BestGemmIsa()));
 }
 
 TEST(Matmul, SmallProductByHand) {

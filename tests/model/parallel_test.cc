@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
 #include <vector>
 
 namespace dgrr::model {
@@ -34,6 +39,49 @@ TEST(ParallelFor, PartitionIsContiguousAndCovers) {
     next = r.end;
   }
   EXPECT_EQ(next, 10u);
+}
+
+// Worker threads persist: a second call with the same thread count runs on
+// the same threads as the first instead of starting new ones.
+TEST(ParallelFor, ReusesWorkerThreadsAcrossCalls) {
+  auto thread_ids = [] {
+    std::vector<std::thread::id> ids(3);
+    ParallelFor(3, 3, [&](size_t i, int) { ids[i] = std::this_thread::get_id(); });
+    return ids;
+  };
+  const auto first = thread_ids(), second = thread_ids();
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(first[0], std::this_thread::get_id());
+  EXPECT_NE(first[1], first[0]);
+  EXPECT_NE(first[2], first[1]);
+}
+
+// A ParallelFor inside a worker uses that worker's own pool (no deadlock),
+// several threads may each drive their own, and a worker's exception reaches
+// the caller.
+TEST(ParallelFor, NestedConcurrentAndThrowing) {
+  std::vector<std::atomic<int>> hits(4 * 5);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 2; ++c) {
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < 50; ++round) {
+        ParallelFor(2, 2, [&](size_t outer, int) {
+          ParallelFor(5, 3, [&](size_t inner, int) { ++hits[(2 * c + outer) * 5 + inner]; });
+        });
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 50);
+  EXPECT_THROW(ParallelFor(4, 4, [](size_t i, int) {
+                 if (i == 3) throw std::runtime_error("worker failed");
+               }),
+               std::runtime_error);
+  int after = 0;  // the pool still works after a throw
+  ParallelFor(4, 4, [&](size_t, int worker) {
+    if (worker == 0) ++after;
+  });
+  EXPECT_EQ(after, 1);
 }
 
 }  // namespace
