@@ -2,32 +2,56 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <utility>
+
+#include "base/file.h"
 
 namespace dgrr {
 namespace {
 
-// The pid the holder wrote, for the message only ("" when it has not yet
-// written it, or the file holds something else).
+// The pid holding a flock on the file behind `fd`, from the kernel's table
+// of locks ("1: FLOCK  ADVISORY  WRITE 4242 08:01:1311 0 EOF"); "" when it
+// cannot be told (no /proc, or a holder in another pid namespace).
 std::string HolderPid(int fd) {
-  char buf[32] = {};
-  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  if (n <= 0) return "";
-  std::string pid;
-  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) pid += buf[i];
-  return pid;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return "";
+  auto table = ReadFileToString("/proc/locks", uint64_t{16} << 20);
+  if (!table.ok()) return "";
+  const std::string& text = *table;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    char kind[16] = {}, mode[16] = {}, access[16] = {};
+    long pid = 0;
+    unsigned major_id = 0, minor_id = 0;
+    uintmax_t inode = 0;
+    // "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ..."; blocked waiters ("->") do not parse.
+    if (std::sscanf(line.c_str(), "%*d: %15s %15s %15s %ld %x:%x:%" SCNuMAX, kind, mode, access, &pid,
+                    &major_id, &minor_id, &inode) != 7) {
+      continue;
+    }
+    if (std::string(kind) == "FLOCK" && inode == static_cast<uintmax_t>(st.st_ino) &&
+        major_id == major(st.st_dev) && minor_id == minor(st.st_dev) && pid > 0) {
+      return std::to_string(pid);
+    }
+  }
+  return "";
 }
 
 }  // namespace
 
 StatusOr<RunLock> RunLock::Acquire(const std::string& run_dir) {
-  std::string path = run_dir + "/" + kFileName;
-  // No O_TRUNC: a refused writer must not touch the holder's pid.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno("open lock file", path, errno);
+  const int fd = ::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open run directory", run_dir, errno);
   int rc;
   do {
     rc = ::flock(fd, LOCK_EX | LOCK_NB);
@@ -36,38 +60,30 @@ StatusOr<RunLock> RunLock::Acquire(const std::string& run_dir) {
     const int err = errno;
     if (err != EWOULDBLOCK) {
       ::close(fd);
-      return Status::FromErrno("lock", path, err);
+      return Status::FromErrno("lock", run_dir, err);
     }
     const std::string pid = HolderPid(fd);
     ::close(fd);
     return Status::IOError(run_dir + " is in use by another dgrr writer (" +
                            (pid.empty() ? std::string("pid unknown") : "pid " + pid) +
-                           ", lock " + path + "); wait for it to finish");
+                           "); wait for it to finish");
   }
-  // Ours now: record our pid for the message a refused writer prints.
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("write lock file", path, err);
-  }
-  return RunLock(fd, std::move(path));
+  return RunLock(fd, run_dir);
 }
 
 RunLock::RunLock(RunLock&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+    : fd_(std::exchange(other.fd_, -1)), dir_(std::move(other.dir_)) {}
 
 RunLock& RunLock::operator=(RunLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    path_ = std::move(other.path_);
+    dir_ = std::move(other.dir_);
   }
   return *this;
 }
 
-// Closing the descriptor releases the flock. The pid stays in the file: it
-// is read only while the lock is held, and removing the file is unsafe.
+// Closing the descriptor releases the flock.
 RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);
 }

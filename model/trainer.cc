@@ -1346,10 +1346,7 @@ Status Trainer::PrepareRunDirectory() const {
   const std::string& dir = options_.out_dir;
   if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
   DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
-  // The lock file (held by this process) does not make a directory a run.
-  const bool empty = std::all_of(names.begin(), names.end(),
-                                 [](const std::string& name) { return name == RunLock::kFileName; });
-  if (empty) return Status::OK();
+  if (names.empty()) return Status::OK();
   if (!options_.force) {
     return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
   }

@@ -64,12 +64,36 @@ TEST_F(RunLockTest, AHolderKilledBySigkillDoesNotBlock) {
   int status = 0;
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
-  // The file (with the dead holder's pid) is still there; the lock is not.
-  EXPECT_TRUE(fs::exists(dir_ + "/lock"));
+  // The kernel released the lock with the holder; the directory is as it was.
+  EXPECT_TRUE(fs::is_empty(dir_));
   auto after = RunLock::Acquire(dir_);
   EXPECT_TRUE(after.ok()) << after.status().ToString();
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+TEST_F(RunLockTest, LockingWritesNothingAndTouchesNoFileOfTheUsers) {
+  // A user's own file named like a lock, and a link out of the directory:
+  // neither is opened, let alone truncated.
+  { std::ofstream(dir_ + "/lock") << "my notes\n"; }
+  const std::string outside = dir_ + "_outside";
+  { std::ofstream(outside) << "keep\n"; }
+  fs::create_symlink(outside, dir_ + "/dgrr.lock");
+  {
+    auto lock = RunLock::Acquire(dir_);
+    ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+    EXPECT_FALSE(RunLock::Acquire(dir_).ok());
+  }
+  std::ifstream notes(dir_ + "/lock"), kept(outside);
+  std::string a, b;
+  std::getline(notes, a);
+  std::getline(kept, b);
+  EXPECT_EQ(a, "my notes");
+  EXPECT_EQ(b, "keep");
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 2u);
+  fs::remove(outside);
 }
 
 TEST_F(RunLockTest, AMissingDirectoryIsAnError) {

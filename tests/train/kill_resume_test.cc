@@ -122,12 +122,11 @@ void ExpectEveryCheckpointValid(const std::string& dir, const std::string& when)
   }
 }
 
-// Every file under `dir` with its bytes (the lock file aside: a reader never
-// touches it, and a killed writer's pid in it is no change to the run).
+// Every file under `dir` with its bytes.
 std::map<std::string, std::string> Snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().filename() == "lock") continue;
+    if (!e.is_regular_file()) continue;
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
