@@ -1,5 +1,7 @@
 #include "base/file.h"
 
+#include <signal.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,9 +33,31 @@ StatusOr<ScratchDirectory> ScratchDirectory::Create(const std::string& prefix, c
     if (ec) return Status::IOError("no temporary directory: " + ec.message());
   }
   DGRR_RETURN_IF_ERROR(CreateDirectories(base));
-  std::string name = base + "/" + prefix + "-XXXXXX";
+  RemoveScratchOfDeadProcesses(base, prefix);
+  // The creator's pid in the name lets a later command tell a scratch
+  // directory that a killed command left behind from one still in use.
+  std::string name = base + "/" + prefix + "-" + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(name.data()) == nullptr) return Status::FromErrno("create scratch directory", base, errno);
   return ScratchDirectory(std::move(name));
+}
+
+void ScratchDirectory::RemoveScratchOfDeadProcesses(const std::string& base, const std::string& prefix) {
+  auto names = ListDirectory(base);
+  if (!names.ok()) return;  // best effort: a leftover costs disk, not correctness
+  const std::string lead = prefix + "-";
+  for (const std::string& name : *names) {
+    if (name.compare(0, lead.size(), lead) != 0) continue;
+    const size_t dash = name.find('-', lead.size());
+    if (dash == std::string::npos || dash == lead.size()) continue;
+    const std::string pid_text = name.substr(lead.size(), dash - lead.size());
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    // Only a process that no longer exists; a live one (or one of another
+    // user's, EPERM) keeps its directory.
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(base + "/" + name, ec);
+  }
 }
 
 ScratchDirectory::~ScratchDirectory() {

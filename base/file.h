@@ -89,8 +89,9 @@ std::string TemporaryPathFor(const std::string& path);
 // re-execute a run.
 class ScratchDirectory {
  public:
-  // `parent`/`prefix`-XXXXXX; an empty `parent` is the system's temporary
-  // directory ($TMPDIR or /tmp).
+  // `parent`/`prefix`-PID-XXXXXX; an empty `parent` is the system's
+  // temporary directory ($TMPDIR or /tmp). Directories of the same prefix
+  // left there by processes that no longer exist are removed first.
   static StatusOr<ScratchDirectory> Create(const std::string& prefix, const std::string& parent = "");
   ScratchDirectory(ScratchDirectory&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
   ScratchDirectory& operator=(ScratchDirectory&&) = delete;
@@ -99,6 +100,9 @@ class ScratchDirectory {
 
  private:
   explicit ScratchDirectory(std::string path) : path_(std::move(path)) {}
+  // Removes `base`/`prefix`-PID-* directories whose process PID is gone: what
+  // a replay, rollback or bisect killed before its destructor ran left behind.
+  static void RemoveScratchOfDeadProcesses(const std::string& base, const std::string& prefix);
   std::string path_;
 };
 

@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-
-#include "tests/support/temp_dir_test.h"
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
-
 #include <filesystem>
+
+#include "tests/support/temp_dir_test.h"
 
 namespace dgrr {
 namespace {
@@ -225,6 +225,42 @@ TEST_F(FaultInjectorTest, OverrideIsScoped) {
     EXPECT_EQ(FileSystem::Default(), &injector);
   }
   EXPECT_EQ(FileSystem::Default(), before);
+}
+
+TEST_F(FileTest, AScratchDirectoryOfAKilledProcessIsRemovedByTheNextOne) {
+  int channel[2];
+  ASSERT_EQ(::pipe(channel), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Dies without running the destructor, as a SIGKILLed replay would.
+    auto scratch = ScratchDirectory::Create("dgrr-replay", dir_);
+    const std::string path = scratch.ok() ? scratch->path() : "";
+    if (::write(channel[1], path.data(), path.size()) < 0) ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(channel[1]);
+  char buf[4096] = {};
+  const ssize_t n = ::read(channel[0], buf, sizeof buf - 1);
+  ::close(channel[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_GT(n, 0);
+  const std::string left_behind(buf, static_cast<size_t>(n));
+  ASSERT_TRUE(std::filesystem::is_directory(left_behind));
+  EXPECT_NE(left_behind.find("dgrr-replay-" + std::to_string(child) + "-"), std::string::npos) << left_behind;
+  // One of a live process (this one), and one of another prefix, stay.
+  const std::string live = Path("dgrr-replay-" + std::to_string(::getpid()) + "-abcdef");
+  const std::string other = Path("dgrr-bisect-" + std::to_string(child) + "-abcdef");
+  std::filesystem::create_directories(live);
+  std::filesystem::create_directories(other);
+  {
+    auto next = ScratchDirectory::Create("dgrr-replay", dir_);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_FALSE(std::filesystem::exists(left_behind));
+    EXPECT_TRUE(std::filesystem::is_directory(next->path()));
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(live));
+  EXPECT_TRUE(std::filesystem::is_directory(other));
 }
 
 }  // namespace

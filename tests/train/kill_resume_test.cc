@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "checkpoint/checkpoint_file.h"
@@ -96,6 +97,10 @@ bool SameBody(const trace::RecordBody& a, const trace::RecordBody& b) {
 
 bool SameRecords(const std::vector<std::vector<trace::Record>>& a,
                  const std::vector<std::vector<trace::Record>>& b, std::string* why) {
+  if (a.size() != b.size()) {
+    *why = std::to_string(a.size()) + " ranks against " + std::to_string(b.size());
+    return false;
+  }
   for (size_t r = 0; r < a.size(); ++r) {
     if (a[r].size() != b[r].size()) {
       *why = "rank " + std::to_string(r) + ": " + std::to_string(a[r].size()) + " vs " +
@@ -143,8 +148,22 @@ class KillTest : public ::testing::Test {
     fs::create_directories(root_);
     clean_ = (root_ / "clean").string();
     run_ = (root_ / "killed").string();
+    // A killed replay or rollback leaves its scratch directory behind: keep
+    // those inside this test's root, not in the machine's /tmp.
+    const char* tmpdir = ::getenv("TMPDIR");
+    saved_tmpdir_ = tmpdir ? std::optional<std::string>(tmpdir) : std::nullopt;
+    fs::create_directories(root_ / "tmp");
+    ::setenv("TMPDIR", (root_ / "tmp").c_str(), 1);
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override {
+    if (saved_tmpdir_) {
+      ::setenv("TMPDIR", saved_tmpdir_->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+    fs::remove_all(root_);
+  }
+  std::optional<std::string> saved_tmpdir_;
 
   // One interrupted round: the command must die at exactly `kill_at`.
   void Kill(const std::vector<std::string>& args, const std::string& kill_at) {
