@@ -233,8 +233,8 @@ int RunInspect(const std::vector<std::string>& args) {
   positional.add("trace", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
-      kName, "dgrr inspect TRACE [--type boundary|step|event|name] [--step S | --from S --to S]\n"
-      "                    [--name GLOB] [--json]",
+      kName, "dgrr inspect TRACE [--step S] [--name GLOB] [--json]\n"
+      "                    [--type boundary|step|event|name] [--from S] [--to S]",
       "Lists a trace's header and records, validating as it reads (as 'dgrr verify').\n"
       "--type keeps one record type; --from/--to keep the records of a step range (NAME\n"
       "records have no step, so a range hides them); --step keeps the records of one step;\n"
