@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <string>
 
 namespace dgrr {
@@ -13,6 +14,7 @@ struct KillSpec {
   std::string stage;
   int64_t n = -1;
   int rank = -1;  // -1: any
+  int signal = SIGKILL;
 };
 
 // Parsed once; a malformed value disarms the hook rather than guess.
@@ -31,6 +33,16 @@ KillSpec ParseSpec() {
   } catch (const std::exception&) {
     return KillSpec{};
   }
+  if (const char* sig = ::getenv("DGRR_TEST_KILL_SIGNAL"); sig != nullptr && *sig != '\0') {
+    const std::string name(sig);
+    if (name == "INT") {
+      spec.signal = SIGINT;
+    } else if (name == "TERM") {
+      spec.signal = SIGTERM;
+    } else {
+      return KillSpec{};
+    }
+  }
   spec.set = true;
   return spec;
 }
@@ -41,7 +53,10 @@ void KillPoint(std::string_view stage, int64_t n, int rank) {
   static const KillSpec spec = ParseSpec();
   if (!spec.set || stage != spec.stage || n != spec.n) return;
   if (spec.rank >= 0 && rank != spec.rank) return;
-  ::raise(SIGKILL);
+  if (spec.signal == SIGKILL) ::raise(SIGKILL);
+  // A catchable signal is delivered once: a second Ctrl-C means "now".
+  static std::atomic<bool> raised{false};
+  if (!raised.exchange(true)) ::raise(spec.signal);
 }
 
 }  // namespace dgrr

@@ -5,7 +5,9 @@
 // Inert unless the environment variable DGRR_TEST_KILL_AT is set, to
 // "STAGE:N" or "STAGE:N:RANK"; then the process raises SIGKILL the first time
 // it reaches KillPoint(STAGE, N, rank) with a matching rank (any rank when
-// RANK is left out). The variable is read once. The stages:
+// RANK is left out). The variable is read once. With DGRR_TEST_KILL_SIGNAL
+// set to INT or TERM, the process raises that signal instead, once (not once
+// per rank), so that tests drive a graceful stop at a named point. The stages:
 //   step            trainer: after step N's records (STEP end) on a rank
 //   ckpt-temp       trainer: checkpoint of step N written to its temporary
 //                   file, before the rename

@@ -21,8 +21,17 @@ using namespace dgrr::trace;
 
 struct Filter {
   std::optional<uint64_t> step;
+  std::optional<uint64_t> from, to;     // step range, inclusive
+  std::optional<std::string> type;      // boundary, step, event or name
   std::optional<std::string> name_glob;
 };
+
+const char* TypeOf(const RecordBody& body) {
+  if (std::holds_alternative<BoundaryRecord>(body)) return "boundary";
+  if (std::holds_alternative<StepRecord>(body)) return "step";
+  if (std::holds_alternative<EventRecord>(body)) return "event";
+  return "name";
+}
 
 std::string HexBytes(std::string_view bytes) {
   static const char* digits = "0123456789abcdef";
@@ -51,7 +60,12 @@ std::optional<uint64_t> StepOf(const RecordBody& body) {
 // --name shows only boundaries whose name matches; --step only records of
 // that step. NAME records have neither, so either filter hides them.
 bool Selected(const Record& record, const TraceReader& reader, const Filter& filter) {
+  if (filter.type && *filter.type != TypeOf(record.body)) return false;
   if (filter.step && StepOf(record.body) != filter.step) return false;
+  if (filter.from || filter.to) {
+    const std::optional<uint64_t> step = StepOf(record.body);
+    if (!step || (filter.from && *step < *filter.from) || (filter.to && *step > *filter.to)) return false;
+  }
   if (filter.name_glob) {
     auto* b = std::get_if<BoundaryRecord>(&record.body);
     if (b == nullptr) return false;
@@ -211,14 +225,20 @@ int RunInspect(const std::vector<std::string>& args) {
   options.add_options()("trace", po::value<std::string>()->required(), "the trace file")(
       "step", po::value<uint64_t>(), "show only records of step S")(
       "name", po::value<std::string>(), "show only boundaries whose name matches GLOB (fnmatch)")(
+      "type", po::value<std::string>(), "show only records of this type: boundary, step, event or name")(
+      "from", po::value<uint64_t>(), "show only records of steps >= S")(
+      "to", po::value<uint64_t>(), "show only records of steps <= S")(
       "json", po::bool_switch(), "emit JSON (schema dgrr.inspect/1, docs/json/inspect.md)");
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
-      kName, "dgrr inspect TRACE [--step S] [--name GLOB] [--json]",
+      kName, "dgrr inspect TRACE [--step S] [--name GLOB] [--json]\n"
+      "                    [--type boundary|step|event|name] [--from S] [--to S]",
       "Lists a trace's header and records, validating as it reads (as 'dgrr verify').\n"
-      "--step keeps the records of one step; --name keeps the boundaries whose name\n"
+      "--type keeps one record type; --from/--to keep the records of a step range (NAME\n"
+      "records have no step, so a range hides them); --step keeps the records of one step;\n"
+      "--name keeps the boundaries whose name\n"
       "matches a shell glob. Either filter hides NAME records. Text output streams\n"
       "records as they are read, so a corrupt trace shows what precedes the damage\n"
       "before the error line; --json prints nothing to stdout unless the whole trace\n"
@@ -230,6 +250,22 @@ int RunInspect(const std::vector<std::string>& args) {
   Filter filter;
   if (vm.count("step")) filter.step = vm["step"].as<uint64_t>();
   if (vm.count("name")) filter.name_glob = vm["name"].as<std::string>();
+  if (vm.count("from")) filter.from = vm["from"].as<uint64_t>();
+  if (vm.count("to")) filter.to = vm["to"].as<uint64_t>();
+  if (vm.count("type")) {
+    filter.type = vm["type"].as<std::string>();
+    if (*filter.type != "boundary" && *filter.type != "step" && *filter.type != "event" && *filter.type != "name") {
+      return ReportError(kName, Status::InvalidArgument("--type: unknown record type '" + *filter.type +
+                                                        "' (boundary, step, event, name)"));
+    }
+  }
+  if (filter.step && (filter.from || filter.to)) {
+    return ReportError(kName, Status::InvalidArgument("--step S is one step; --from/--to a range: pass one"));
+  }
+  if (filter.from && filter.to && *filter.from > *filter.to) {
+    return ReportError(kName, Status::InvalidArgument("--from " + std::to_string(*filter.from) +
+                                                      " is after --to " + std::to_string(*filter.to)));
+  }
   const bool json = vm["json"].as<bool>();
 
   auto opened = TraceReader::Open(path);
@@ -276,6 +312,9 @@ int RunInspect(const std::vector<std::string>& args) {
           {"warning", warning.empty() ? ordered_json(nullptr) : ordered_json(warning)}}},
         {"filter",
          {{"step", filter.step ? ordered_json(*filter.step) : ordered_json(nullptr)},
+          {"type", filter.type ? ordered_json(*filter.type) : ordered_json(nullptr)},
+          {"from", filter.from ? ordered_json(*filter.from) : ordered_json(nullptr)},
+          {"to", filter.to ? ordered_json(*filter.to) : ordered_json(nullptr)},
           {"name", filter.name_glob ? ordered_json(*filter.name_glob) : ordered_json(nullptr)}}},
         {"records", std::move(records)}};
     std::cout << out.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";

@@ -15,6 +15,7 @@
 #include "base/run_lock.h"
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/json_input.h"
+#include "runtime/metrics_log.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
@@ -270,6 +271,9 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options) {
     result.ranks.push_back(rank);
     if (options.interrupt) DGRR_RETURN_IF_ERROR(options.interrupt(RollbackStage::kTraceCut, r));
   }
+
+  // The metrics log follows the traces (re-runnable: cutting twice is a no-op).
+  DGRR_RETURN_IF_ERROR(CutMetricsLog(MetricsPathFor(options.run_dir), step));
 
   // Stage 4: only now may the later checkpoints go.
   DGRR_RETURN_IF_ERROR(RemoveLaterCheckpoints(options, &result));

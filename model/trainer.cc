@@ -36,6 +36,7 @@
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
 #include "runtime/json_input.h"
+#include "runtime/metrics_log.h"
 #include "runtime/session.h"
 
 namespace dgrr::model {
@@ -237,7 +238,7 @@ struct Trainer::Impl {
   explicit Impl(Trainer& t);
   Status RunRank(int r);
   Status RunRankBody(int r);
-  Status Step(Rank& rank, int64_t step);
+  Status Step(Rank& rank, int64_t step, bool* stop);
   Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
   Status ReduceSlice(int r, int64_t step);
   Status RecordCollective(Rank& rank, uint64_t first);
@@ -263,9 +264,16 @@ struct Trainer::Impl {
   std::vector<float> example_losses;   // all B per-example losses
   std::vector<std::unique_ptr<Rank>> ranks;
   Clock::time_point start;
+  Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
   std::mutex dumps_mu;
   std::vector<std::string> dumps_written;  // guarded by dumps_mu
+  std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
+  // The stop request as rank 0 read it in the current step, between two
+  // barriers, so that every rank stops after the same step.
+  bool stop_sampled = false;
+  int64_t stopped_after = -1;              // set by rank 0
+  bool checkpoint_at_stop = false;
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
@@ -594,13 +602,15 @@ Status Trainer::Impl::RunRankBody(int r) {
   Status status;
   const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
   for (int64_t step = first_step; step < end && status.ok(); ++step) {
-    status = Step(rank, step);
+    bool stop = false;
+    status = Step(rank, step, &stop);
+    if (stop) break;
   }
   Status closed = s.Close();
   return status.ok() ? closed : status;
 }
 
-Status Trainer::Impl::Step(Rank& rank, int64_t step) {
+Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   Session& s = *rank.session;
   DGRR_RETURN_IF_ERROR(s.BeginStep(static_cast<uint64_t>(step)));
   const uint64_t B = static_cast<uint64_t>(t.batch_);
@@ -661,33 +671,67 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step) {
   }
   DGRR_RETURN_IF_ERROR(RecordCollective(rank, batch_first));
 
-  ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip);
+  const float grad_norm = ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip);
+  const float lr = schedule.At(step);
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
               rank.FlipsInOptimizer()
           ? &rank
           : nullptr;
-  rank.adamw.Step(rank.params.data(), rank.grad.data(), schedule.At(step), opt_observer,
+  rank.adamw.Step(rank.params.data(), rank.grad.data(), lr, opt_observer,
                   batch_first, static_cast<uint32_t>(B));
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
   KillPoint("step", step, rank.r);
   DGRR_RETURN_IF_ERROR(WriteDumps(rank));
+  const auto now = Clock::now();
+  // The line goes before the step's checkpoint, which syncs it: a checkpoint
+  // of step S always has its metrics line on disk.
+  if (rank.r == 0 && metrics) {
+    MetricsRow row;
+    row.step = step;
+    row.loss = rank.loss;
+    row.lr = lr;
+    row.grad_norm = grad_norm;
+    const double step_seconds = std::chrono::duration<double>(now - step_start).count();
+    row.tokens_per_second = step_seconds > 0 ? static_cast<double>(B) * model.seq_len / step_seconds : 0;
+    row.wall_seconds = std::chrono::duration<double>(now - start).count();
+    DGRR_RETURN_IF_ERROR(metrics->Append(row));
+  }
+  if (rank.r == 0) step_start = now;
   const bool periodic = t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
                         (step + 1) % t.options_.ckpt_every == 0;
-  if (periodic || (t.options_.checkpoint_last_step && step == t.options_.last_step)) {
-    DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
-  }
+  const bool last = t.options_.checkpoint_last_step && step == t.options_.last_step;
+  if (periodic || last) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
   if (rank.r == 0 && progress_) {
     TrainProgress p;
     p.step = step;
     p.steps = t.options_.steps;
     p.loss = rank.loss;
-    p.elapsed_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    p.lr = lr;
+    p.grad_norm = grad_norm;
+    p.elapsed_seconds = std::chrono::duration<double>(now - start).count();
     const double done = static_cast<double>(step + 1 - t.first_step_);
     p.tokens_per_second = p.elapsed_seconds > 0 ? done * B * model.seq_len / p.elapsed_seconds : 0;
     p.eta_seconds = p.elapsed_seconds / done * static_cast<double>(t.options_.steps - step - 1);
     progress_(p);
+  }
+  if (t.options_.stop != nullptr) {
+    // Rank 0 reads the request (also one raised from its progress callback)
+    // and the barrier hands it to all ranks, which then stop after this
+    // same step. Rank 0 writes it again only past the next step's barriers.
+    if (rank.r == 0) stop_sampled = t.options_.stop->load() != 0;
+    DGRR_RETURN_IF_ERROR(barrier.Wait());
+    const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
+    *stop = stop_sampled && step + 1 < end;
+    if (!*stop) return Status::OK();
+    // The checkpoint a resume continues from, when the run keeps checkpoints.
+    const bool at_stop = !periodic && !last && t.options_.write_checkpoints && t.options_.ckpt_every > 0;
+    if (at_stop) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+    if (rank.r == 0) {
+      stopped_after = step;
+      checkpoint_at_stop = periodic || last || at_stop;
+    }
   }
   return Status::OK();
 }
@@ -704,6 +748,7 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   DGRR_RETURN_IF_ERROR(s.Sync());
   DGRR_RETURN_IF_ERROR(barrier.Wait());
   if (rank.r == 0) {
+    if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
     checkpoint::CheckpointMeta meta;
     meta.step = static_cast<uint64_t>(step);
     meta.config_digest = t.StateConfigDigest();
@@ -922,7 +967,14 @@ size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).t
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
-  if (options.resume) DGRR_RETURN_IF_ERROR(t->LoadConfigForResume());
+  if (options.resume && !PathExists(ConfigPathFor(options.out_dir))) {
+    // Nothing to continue (no run yet, or one killed before its config was
+    // written): the same command line starts it.
+    t->options_.resume = false;
+    t->options_.fallback = false;
+    t->options_.resumed_fresh = true;
+  }
+  if (t->options_.resume) DGRR_RETURN_IF_ERROR(t->LoadConfigForResume());
   DGRR_RETURN_IF_ERROR(t->Validate());
   return t;
 }
@@ -1327,6 +1379,7 @@ Status Trainer::PrepareResume() {
   }
   // A writer killed mid-checkpoint leaves only its temporary file; drop it.
   DGRR_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(options_.out_dir).status());
+  DGRR_RETURN_IF_ERROR(CutMetricsLog(MetricsPathFor(options_.out_dir), static_cast<int64_t>(ckpt.meta.step)));
   first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
   resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
   return Status::OK();
@@ -1339,17 +1392,50 @@ Status Trainer::LockRunDirectory() {
   DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
   DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(dir));
   lock_.emplace(std::move(lock));
+  // A directory Run would refuse is refused here, before a front end prints.
+  if (!options_.resume) DGRR_RETURN_IF_ERROR(CheckRunDirectoryFree());
+  return Status::OK();
+}
+
+namespace {
+
+bool IsRunFileName(const std::string& name) {
+  return name == "config.json" || name == kPendingRollbackFile || name == kMetricsFileName ||
+         (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")));
+}
+
+// What dgrr leaves in a run directory that is no run: the temporary files
+// of writers killed before their rename (the writer lock is on the directory
+// itself and leaves no file).
+bool IsLeftoverName(const std::string& name) { return IsTemporaryName(name); }
+
+}  // namespace
+
+Status Trainer::CheckRunDirectoryFree() const {
+  const std::string& dir = options_.out_dir;
+  if (!IsDirectory(dir)) return Status::OK();
+  DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
+  // --resume without a config.json may replace what a killed run left.
+  const bool replace = options_.force || options_.resumed_fresh;
+  for (const std::string& name : names) {
+    if (IsLeftoverName(name)) continue;
+    if (replace && (IsRunFileName(name) || name == "ckpt")) continue;
+    if (options_.resumed_fresh) {
+      return Status::FailedPrecondition(dir + " has no config.json, so nothing to resume, and holds '" +
+                                        name + "', which dgrr did not write: refusing to start a run there");
+    }
+    if (options_.force) return Status::OK();  // --force keeps the user's other files
+    return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run" +
+                                      " (or --resume to continue it)");
+  }
   return Status::OK();
 }
 
 Status Trainer::PrepareRunDirectory() const {
   const std::string& dir = options_.out_dir;
   if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
+  DGRR_RETURN_IF_ERROR(CheckRunDirectoryFree());
   DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(dir));
-  if (names.empty()) return Status::OK();
-  if (!options_.force) {
-    return Status::FailedPrecondition(dir + " is not empty: pass --force to replace its run");
-  }
   // Remove only what a run writes, never anything else the user keeps
   // there; a leftover (a stale ckpt/ that --resume would take) is an error.
   for (const std::string& name : names) {
@@ -1360,8 +1446,7 @@ Status Trainer::PrepareRunDirectory() const {
       std::error_code ec;
       std::filesystem::remove(path, ec);  // now empty
       if (ec) return Status::IOError(path + ": remove directory: " + ec.message());
-    } else if (name == "config.json" || name == kPendingRollbackFile ||
-               (name.rfind("rank", 0) == 0 && (EndsWith(name, ".trace") || EndsWith(name, ".env.json")))) {
+    } else if (IsRunFileName(name) || IsTemporaryName(name)) {
       DGRR_RETURN_IF_ERROR(RemoveFile(path));
     }
   }
@@ -1388,7 +1473,13 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
   Impl& impl = *impl_;
   impl.progress_ = progress;
   for (int r = 0; r < options_.ranks; ++r) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, r));
-  impl.start = Clock::now();
+  // Only a recording run keeps a metrics log; a replay checks, and a
+  // rollback's re-execution happens in scratch space.
+  if (options_.verify_against.empty()) {
+    DGRR_ASSIGN_OR_RETURN(impl.metrics,
+                          MetricsLog::Open(MetricsPathFor(options_.out_dir), /*fresh=*/first_step_ == 0));
+  }
+  impl.start = impl.step_start = Clock::now();
   std::vector<Status> statuses(static_cast<size_t>(options_.ranks));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(options_.ranks));
@@ -1409,10 +1500,15 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
   DGRR_RETURN_IF_ERROR(spawn);
   // A failing rank aborts the others with its own status, so any is the cause.
   for (const Status& s : statuses) DGRR_RETURN_IF_ERROR(s);
+  if (impl.metrics) DGRR_RETURN_IF_ERROR(impl.metrics->Close());
 
   if (result != nullptr) {
     // A replay or rollback stops after last_step, not at the run's end.
-    const int64_t end = options_.last_step >= 0 ? options_.last_step + 1 : options_.steps;
+    int64_t end = options_.last_step >= 0 ? options_.last_step + 1 : options_.steps;
+    result->stopped = impl.stopped_after >= 0;
+    result->checkpoint_at_stop = impl.checkpoint_at_stop;
+    if (result->stopped) end = impl.stopped_after + 1;
+    result->first_step = first_step_;
     result->steps = end;
     result->final_loss = impl.ranks[0]->loss;
     result->seconds = std::chrono::duration<double>(Clock::now() - impl.start).count();

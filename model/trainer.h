@@ -18,6 +18,7 @@
 //      parameter fingerprint, checked across ranks.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -84,6 +85,14 @@ struct TrainOptions {
   // `fallback`, a corrupt newest checkpoint is skipped for an older good one.
   bool resume = false;
   bool fallback = false;
+  // Set by Create when `resume` found no config.json in out_dir (a run killed
+  // before it was written, or none yet): the run starts fresh with these
+  // options, replacing whatever dgrr files (traces, temporaries) are there.
+  bool resumed_fresh = false;
+  // Stop at the next step boundary once this is nonzero (a front end's signal
+  // handler sets it). All ranks stop after the same step; with checkpoints on
+  // (ckpt_every > 0) a checkpoint of that step is written first.
+  const std::atomic<int>* stop = nullptr;
 
   // Replay (dgrr replay): start from the state in this checkpoint file, into
   // fresh traces in out_dir, checking every record against the recorded run
@@ -104,16 +113,23 @@ struct TrainOptions {
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir);
 
 struct TrainProgress {
-  int64_t step = 0;             // just finished (0-based)
-  int64_t steps = 0;
+  int64_t step = 0;             // just finished (0-based: steps run 0..steps-1)
+  int64_t steps = 0;            // how many the run has in all
   float loss = 0;
+  float lr = 0;                 // the learning rate of this step's update
+  float grad_norm = 0;          // the gradient's global L2 norm, before clipping
   double tokens_per_second = 0;
   double elapsed_seconds = 0;
   double eta_seconds = 0;
 };
 
 struct TrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;            // steps 0..steps-1 are done (also after a stop)
+  int64_t first_step = 0;       // where this process started (after a resume: > 0)
+  // A stop request (TrainOptions::stop) ended the run early, after step
+  // steps-1; checkpoint_at_stop says whether a checkpoint of that step exists.
+  bool stopped = false;
+  bool checkpoint_at_stop = false;
   float final_loss = 0;
   double tokens_per_second = 0;
   double seconds = 0;
@@ -159,6 +175,9 @@ class Trainer {
   Status Validate();
   Status LoadConfigForResume();
   Status PrepareRunDirectory() const;
+  // Refuses a directory holding anything but dgrr's lock and temporaries,
+  // unless --force (or a fresh start asked by --resume) may replace it.
+  Status CheckRunDirectoryFree() const;
   Status PrepareResume();
   StatusOr<checkpoint::Checkpoint> FindResumeCheckpoint() const;
   Status PrepareRestore();

@@ -14,6 +14,7 @@
 #include "rng/rng_streams.h"
 #include "runtime/op_guard.h"
 #include "runtime/rank_group.h"
+#include "runtime/metrics_log.h"
 #include "runtime/recording_mode.h"
 #include "runtime/session.h"
 #include "runtime/state_registry.h"
