@@ -25,24 +25,39 @@ CertifyWalker::CertifyWalker(const CertifyOptions& options) : options_(options) 
   if (options_.isolation_window == 0) options_.isolation_window = 1;
 }
 
-void CertifyWalker::StopPrefixAt(std::optional<uint64_t> first_uncompared_a,
-                                 std::optional<uint64_t> first_uncompared_b) {
-  stop_a_ = first_uncompared_a;
-  stop_b_ = first_uncompared_b;
+void CertifyWalker::StopPrefixAt(std::optional<FirstUncompared> first_a,
+                                 std::optional<FirstUncompared> first_b) {
+  stop_a_ = first_a;
+  stop_b_ = first_b;
+}
+
+// past_a (past_b): the pair about to be walked lies after the first
+// uncompared boundary of A (of B). An uncompared boundary of the last run's
+// step belongs to that run. So does the next pair when it has the run's step
+// and no uncompared boundary of A lies between them: then only replicas can
+// separate it from the run in A order. When one of A does and has another
+// step, the next pair starts a new run, even under the same step number (a
+// resumed run repeats step numbers).
+bool CertifyWalker::StopCutsLastRun(bool past_a, bool past_b, uint64_t next_step) const {
+  if (step_runs_ == 0) return false;
+  if (past_a && stop_a_->step == last_step_) return true;
+  if (past_b && stop_b_->step == last_step_) return true;
+  return !past_a && next_step == last_step_;
 }
 
 void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a,
                         const BoundaryItem& b) {
   const bool equal = FingerprintsEqual(a, b);
   const uint64_t ordinal = report_.pairs++;
-  if (!diverged_ && !prefix_closed_ &&
-      ((stop_a_ && index_a > *stop_a_) || (stop_b_ && index_b > *stop_b_))) {
+  const bool past_a = stop_a_ && index_a > stop_a_->index;
+  const bool past_b = stop_b_ && index_b > stop_b_->index;
+  if (!diverged_ && !prefix_closed_ && (past_a || past_b)) {
     // An uncompared boundary lies before this pair: nothing from here on is
     // certified, though divergences are still found and reported. The step
-    // the stop cuts is not certified.
+    // the uncompared boundary belongs to is not certified.
     prefix_closed_ = true;
     report_.stopped_at_uncompared = true;
-    report_.certified_steps = step_runs_ > 0 && a.step == last_step_ ? step_runs_ - 1 : step_runs_;
+    report_.certified_steps = StopCutsLastRun(past_a, past_b, a.step) ? step_runs_ - 1 : step_runs_;
   }
   if (!diverged_) {
     if (equal) {
@@ -106,13 +121,14 @@ CertifyReport CertifyWalker::Finish() {
   CertifyReport report = report_;
   if (!diverged_) {
     if (!prefix_closed_) {
-      // An uncompared boundary after the last pair still cuts the last step.
+      // Uncompared boundaries after the last pair: the prefix ends there,
+      // and the last step is cut only when one of them belongs to it; one of
+      // a later step leaves it certified.
       const bool open_end = stop_a_.has_value() || stop_b_.has_value();
-      report.certified_steps = step_runs_;
-      if (open_end && step_runs_ > 0) {
-        report.stopped_at_uncompared = true;
-        report.certified_steps = step_runs_ - 1;
-      }
+      const bool cuts = step_runs_ > 0 && ((stop_a_ && stop_a_->step == last_step_) ||
+                                           (stop_b_ && stop_b_->step == last_step_));
+      report.stopped_at_uncompared = open_end;
+      report.certified_steps = cuts ? step_runs_ - 1 : step_runs_;
     }
     report.kind = DivergenceKind::kNone;
   } else if (judged_after_ == 0) {
@@ -127,7 +143,12 @@ CertifyReport Certify(std::span<const BoundaryItem> a, std::span<const BoundaryI
                       const Alignment& alignment, const CertifyOptions& options) {
   CertifyWalker walker(options);
   const Coverage coverage = CoverageOf(alignment);
-  walker.StopPrefixAt(coverage.first_a, coverage.first_b);
+  auto first = [](std::optional<uint64_t> index,
+                  std::span<const BoundaryItem> items) -> std::optional<FirstUncompared> {
+    if (!index) return std::nullopt;
+    return FirstUncompared{*index, items[*index].step};
+  };
+  walker.StopPrefixAt(first(coverage.first_a, a), first(coverage.first_b, b));
   for (const AlignedPair& pair : alignment.pairs) {
     walker.Add(pair.index_a, pair.index_b, a[pair.index_a], b[pair.index_b]);
   }

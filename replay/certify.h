@@ -53,8 +53,10 @@ struct CertifyReport {
   uint64_t certified_pairs = 0;
   // The prefix stops at an uncompared boundary (before any divergence).
   bool stopped_at_uncompared = false;
-  // Steps whose pairs all lie in the certified prefix: the number of runs of
-  // equal A step among the prefix, less the run the first divergence cuts.
+  // Steps certified whole: the number of runs of equal A step among the
+  // prefix, less the last run when the boundary that ends the prefix belongs
+  // to it (the first divergence, the first uncompared boundary, or a pair of
+  // that step past the prefix).
   uint64_t certified_steps = 0;
   std::optional<PairView> first_divergence;
   std::vector<PairView> before;   // up to `context` pairs before it, in walk order
@@ -62,6 +64,14 @@ struct CertifyReport {
   uint64_t later_differing = 0;   // pairs after the first divergence that differ
   uint64_t differing = 0;         // all differing pairs (first included)
   DivergenceKind kind = DivergenceKind::kNone;
+};
+
+// The first boundary of one side that was never compared: where it sits in
+// that side's sequence, and its step, which decides whether it cuts the last
+// step of the prefix.
+struct FirstUncompared {
+  uint64_t index = 0;
+  uint64_t step = 0;
 };
 
 // The certification walk as a state machine: Add() each aligned pair in walk
@@ -72,9 +82,10 @@ class CertifyWalker {
   explicit CertifyWalker(const CertifyOptions& options);
 
   // The first boundary of A (of B) that was never compared: the certified
-  // prefix ends before the first pair past it on either side.
-  void StopPrefixAt(std::optional<uint64_t> first_uncompared_a,
-                    std::optional<uint64_t> first_uncompared_b);
+  // prefix ends before the first pair past it on either side, and the step
+  // it belongs to is not certified.
+  void StopPrefixAt(std::optional<FirstUncompared> first_a,
+                    std::optional<FirstUncompared> first_b);
 
   void Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a, const BoundaryItem& b);
   // Same as Add() for each k of a run of lockstep pairs (index first + k on
@@ -89,7 +100,10 @@ class CertifyWalker {
   CertifyReport report_;
   bool diverged_ = false;
   bool prefix_closed_ = false;    // an uncompared boundary ended the prefix
-  std::optional<uint64_t> stop_a_, stop_b_;
+  // Does the boundary that ends the prefix belong to its last run of steps?
+  bool StopCutsLastRun(bool past_a, bool past_b, uint64_t next_step) const;
+
+  std::optional<FirstUncompared> stop_a_, stop_b_;
   uint64_t step_runs_ = 0;        // runs of equal A step in the prefix so far
   uint64_t last_step_ = 0;
   std::deque<PairView> recent_;   // the last `context` pairs of the prefix

@@ -269,8 +269,17 @@ void PairRepeatedKey(std::span<const BoundaryItem> a, std::span<const BoundaryIt
   }
 }
 
-// Why occurrence k of `from` stayed unpaired.
-Unpaired WhyUnpaired(const Occurrences& from, size_t k, const Occurrences& to,
+// Does any occurrence of `side` stay unpaired? Asked once per key and side
+// after pairing, not once per unpaired occurrence: for a key that repeats on
+// every step of a long run, the per-occurrence scan would be quadratic.
+bool AnyUnpaired(const Occurrences& side) {
+  return std::any_of(side.partner.begin(), side.partner.end(),
+                     [](int64_t p) { return p == kNone; });
+}
+
+// Why occurrence k of `from` stayed unpaired; to_has_unpaired is
+// AnyUnpaired(to).
+Unpaired WhyUnpaired(const Occurrences& from, size_t k, const Occurrences& to, bool to_has_unpaired,
                      std::span<const BoundaryItem> from_items, std::span<const BoundaryItem> to_items) {
   size_t unpaired_in_reach = 0, seen_back = 0;
   for (size_t l = from.candidates[k].first; l < from.candidates[k].second; ++l) {
@@ -286,9 +295,7 @@ Unpaired WhyUnpaired(const Occurrences& from, size_t k, const Occurrences& to,
   // k is out of their reach, as they are out of its.
   if (seen_back > 0) return Unpaired::kAmbiguous;
   if (unpaired_in_reach > 0) return Unpaired::kOutsideReach;
-  const bool any_unpaired =
-      std::any_of(to.partner.begin(), to.partner.end(), [](int64_t p) { return p == kNone; });
-  return any_unpaired ? Unpaired::kOutsideReach : Unpaired::kNoCounterpart;
+  return to_has_unpaired ? Unpaired::kOutsideReach : Unpaired::kNoCounterpart;
 }
 
 void FinishStats(Alignment* alignment) {
@@ -462,6 +469,7 @@ Alignment AlignTolerant(std::span<const BoundaryItem> a, std::span<const Boundar
     FindCandidates(&oa, ob, band);
     FindCandidates(&ob, oa, band);
     PairRepeatedKey(a, b, compare_rank, band, &oa, &ob);
+    const bool a_has_unpaired = AnyUnpaired(oa), b_has_unpaired = AnyUnpaired(ob);
     for (size_t k = 0; k < oa.index.size(); ++k) {
       const uint64_t i = oa.index[k];
       if (oa.partner[k] != kNone) {
@@ -472,11 +480,11 @@ Alignment AlignTolerant(std::span<const BoundaryItem> a, std::span<const Boundar
         ++(oa.origin[k] == PairOrigin::kFingerprint ? alignment.stats.fingerprint_pairs
                                                     : alignment.stats.repeat_key_pairs);
       } else {
-        why_a[i] = WhyUnpaired(oa, k, ob, a, b);
+        why_a[i] = WhyUnpaired(oa, k, ob, b_has_unpaired, a, b);
       }
     }
     for (size_t l = 0; l < ob.index.size(); ++l) {
-      if (ob.partner[l] == kNone) why_b[ob.index[l]] = WhyUnpaired(ob, l, oa, b, a);
+      if (ob.partner[l] == kNone) why_b[ob.index[l]] = WhyUnpaired(ob, l, oa, a_has_unpaired, b, a);
     }
   }
 

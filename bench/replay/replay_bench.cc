@@ -6,7 +6,9 @@
 //     inserted boundaries aligned in <= 2 s, planted divergence found exactly
 //     (baseline: std::sort of 1 M 64-bit keys, the cost of one sort pass);
 //   - hard pairs: the same with keys repeating at several distances
-//     (replay/synthetic.h), the planted divergence named exactly.
+//     (replay/synthetic.h), the planted divergence named exactly;
+//   - one key repeated 50,000 times, half its occurrences without a
+//     counterpart: the cost of saying why stays linear.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -142,6 +144,57 @@ void BM_AlignHardPairs1M(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * pair.a.size());
 }
 BENCHMARK(BM_AlignHardPairs1M)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
+
+// One key repeated N times (every 4th boundary of one long step, as a
+// key that recurs on every step of a long run would), B keeping only the
+// first half of its occurrences: N / 2 occurrences of A stay unpaired with
+// no candidate in reach, and the reason given for each must not cost a scan
+// of all of B's occurrences (WhyUnpaired). Every one must be said to have no
+// counterpart (else the benchmark errors).
+struct RepeatedKeyPair {
+  std::vector<BoundaryItem> a, b;
+  uint64_t dropped = 0;
+};
+RepeatedKeyPair LongRepeatedKey(uint64_t occurrences) {
+  SyntheticOptions options;
+  options.length = 4 * occurrences;
+  options.boundaries_per_step = static_cast<uint32_t>(options.length);
+  options.repeated_key_every = 4;
+  RepeatedKeyPair p;
+  for (uint64_t i = 0; i < options.length; ++i) p.a.push_back(SyntheticBoundary(options, i));
+  // The generator varies phase and dtype along the step: one key everywhere.
+  const BoundaryKey repeated = p.a[3].key;
+  for (BoundaryItem& item : p.a) {
+    if (item.key.name_hash == repeated.name_hash) item.key = repeated;
+  }
+  for (uint64_t i = 0; i < options.length; ++i) {
+    if (i >= options.length / 2 && p.a[i].key.name_hash == repeated.name_hash) {
+      ++p.dropped;
+      continue;
+    }
+    p.b.push_back(p.a[i]);
+  }
+  return p;
+}
+
+void BM_AlignLongRepeatedKey(benchmark::State& state) {
+  const RepeatedKeyPair pair = LongRepeatedKey(static_cast<uint64_t>(state.range(0)));
+  for (auto _ : state) {
+    const Alignment alignment = Align(pair.a, pair.b, MapperOptions{});
+    const Coverage coverage = CoverageOf(alignment);
+    if (coverage.no_counterpart != pair.dropped || coverage.uncompared() != pair.dropped) {
+      state.SkipWithError("the dropped occurrences are not exactly the uncompared ones");
+    }
+    state.counters["unpaired"] = static_cast<double>(coverage.uncompared());
+  }
+  state.SetItemsProcessed(state.iterations() * pair.a.size());
+}
+BENCHMARK(BM_AlignLongRepeatedKey)
+    ->Arg(50'000)
+    ->Arg(200'000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
 
 // Baseline: one std::sort of 1 M 64-bit keys (the mapper sorts twice).
 void BM_SortBaseline1M(benchmark::State& state) {

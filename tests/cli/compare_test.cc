@@ -2,6 +2,7 @@
 // (dgrr.compare/2), --ignore, --perfetto, configs listed first, bad input.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -233,6 +234,31 @@ TEST_F(CompareCommandTest, BoundariesNeverComparedAreCountedListedAndEndThePrefi
   doc = json::parse(out);
   EXPECT_EQ(doc["coverage"]["uncompared"], 1);
   EXPECT_EQ(doc["certification"]["certified_pairs"], 13);
+}
+
+// A run and a copy rolled back to step 9: the copy's traces are the run's
+// first 10 steps, so steps 0..9 were all compared and equal. The surplus of
+// A begins step 10, so it ends the prefix without cutting step 9.
+TEST_F(CompareCommandTest, ARunCutAfterAStepCertifiesEveryStepItKept) {
+  const std::string full = Path("full"), cut = Path("cut");
+  CommandOutput r = RunCaptured({"train", "--model", "tiny", "--steps", "20", "--out", full, "--quiet"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::error_code ec;
+  std::filesystem::copy(full, cut, std::filesystem::copy_options::recursive, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  r = RunCaptured({"rollback", cut, "--step", "9", "--quiet"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string out;
+  ASSERT_EQ(Compare({full, cut, "--json"}, &out), 0) << out;
+  const json doc = json::parse(out);
+  EXPECT_EQ(doc["coverage"]["ambiguous"], 0);
+  EXPECT_EQ(doc["coverage"]["first"][0]["boundary"]["step"], 10);
+  EXPECT_EQ(doc["certification"]["prefix_ends_at"], "uncompared");
+  EXPECT_EQ(doc["certification"]["certified_pairs"], doc["certification"]["pairs"]);
+  EXPECT_EQ(doc["certification"]["certified_steps"], 10);
+  ASSERT_EQ(Compare({full, cut}, &out), 0);
+  EXPECT_NE(out.find(" pairs, 10 steps (ends at the first uncompared boundary)"), std::string::npos)
+      << out;
 }
 
 TEST_F(CompareCommandTest, ConfigDifferencesComeFirstWithAWarning) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 #include "replay/mapper.h"
@@ -163,6 +164,91 @@ TEST(CertifyTest, WalkFollowsTheOrderOfA) {
   EXPECT_EQ(report.first_divergence->index_a, 3u);
   EXPECT_EQ(report.first_divergence->index_b, 2u);
   EXPECT_EQ(report.certified_pairs, 3u);
+}
+
+// A hand-made alignment: A and B are the same boundaries except that
+// `only_a` (an index of A) has no counterpart in B, or `only_b` (an index of B)
+// none in A. Every other boundary pairs with its copy, in order.
+struct Uncompared {
+  Case c;
+  Alignment alignment;
+};
+Uncompared WithOneUncompared(uint64_t length, uint32_t per_step, std::optional<uint64_t> only_a,
+                             std::optional<uint64_t> only_b, uint64_t only_b_step = 0) {
+  Uncompared u;
+  u.c = MakeCase(length, per_step, {});
+  if (only_a) u.c.b.erase(u.c.b.begin() + static_cast<int64_t>(*only_a));
+  if (only_b) {
+    BoundaryItem extra = u.c.a[*only_b];
+    extra.key.name_hash ^= 0x5555;  // a boundary A does not have
+    extra.step = only_b_step;
+    u.c.b.insert(u.c.b.begin() + static_cast<int64_t>(*only_b), extra);
+  }
+  for (uint64_t i = 0, j = 0; i < u.c.a.size(); ++i, ++j) {
+    if (only_a && i == *only_a) {
+      u.alignment.unmatched_a.push_back(i);
+      u.alignment.why_a.push_back(Unpaired::kNoCounterpart);
+      --j;
+      continue;
+    }
+    if (only_b && j == *only_b) {
+      u.alignment.unmatched_b.push_back(j);
+      u.alignment.why_b.push_back(Unpaired::kNoCounterpart);
+      ++j;
+    }
+    u.alignment.pairs.push_back({i, j, PairOrigin::kAnchor});
+  }
+  return u;
+}
+
+TEST(CertifyTest, UncomparedLastBoundaryOfAStepCutsThatStepNotTheNext) {
+  // 4 boundaries a step; A's boundary 7 (the last of step 1) has no
+  // counterpart. Step 1 is not fully compared even though the next pair,
+  // the first of step 2, lies in another step.
+  const Uncompared u = WithOneUncompared(24, 4, 7, std::nullopt);
+  const CertifyReport report = Certify(u.c.a, u.c.b, u.alignment, {});
+  EXPECT_TRUE(report.stopped_at_uncompared);
+  EXPECT_EQ(report.certified_pairs, 7u);
+  EXPECT_EQ(report.certified_steps, 1u);
+  EXPECT_FALSE(report.first_divergence.has_value());
+}
+
+TEST(CertifyTest, UncomparedBoundaryOfBCutsTheStepItBelongsTo) {
+  // B has an extra boundary at the end of step 1 (B index 8, before the
+  // first boundary of step 2): step 1 is not certified.
+  const Uncompared in_step_1 = WithOneUncompared(24, 4, std::nullopt, 8, /*only_b_step=*/1);
+  const CertifyReport cut = Certify(in_step_1.c.a, in_step_1.c.b, in_step_1.alignment, {});
+  EXPECT_TRUE(cut.stopped_at_uncompared);
+  EXPECT_EQ(cut.certified_pairs, 8u);
+  EXPECT_EQ(cut.certified_steps, 1u);
+  // The same extra boundary at the start of step 2: steps 0 and 1 were
+  // compared whole and stay certified.
+  const Uncompared in_step_2 = WithOneUncompared(24, 4, std::nullopt, 8, /*only_b_step=*/2);
+  const CertifyReport kept = Certify(in_step_2.c.a, in_step_2.c.b, in_step_2.alignment, {});
+  EXPECT_TRUE(kept.stopped_at_uncompared);
+  EXPECT_EQ(kept.certified_pairs, 8u);
+  EXPECT_EQ(kept.certified_steps, 2u);
+}
+
+TEST(CertifyTest, TrailingUncomparedBoundariesCutOnlyTheirOwnStep) {
+  // B is A's first 5 steps (a run cut after step 4): every pair is compared
+  // and equal, and A's surplus starts a later step, so all 5 steps stand.
+  Case prefix = MakeCase(40, 4, {});
+  prefix.b.resize(20);
+  const CertifyReport whole = Certify(prefix.a, prefix.b, AlignLockstep(prefix.a, prefix.b), {});
+  EXPECT_TRUE(whole.stopped_at_uncompared);
+  EXPECT_EQ(whole.certified_pairs, 20u);
+  EXPECT_EQ(whole.certified_steps, 5u);
+  // The same from B's side.
+  const CertifyReport swapped = Certify(prefix.b, prefix.a, AlignLockstep(prefix.b, prefix.a), {});
+  EXPECT_EQ(swapped.certified_steps, 5u);
+  // Cut in the middle of step 4: its first half was compared, its second
+  // half was not, so step 4 is not certified.
+  Case half = prefix;
+  half.b.resize(18);
+  const CertifyReport cut = Certify(half.a, half.b, AlignLockstep(half.a, half.b), {});
+  EXPECT_EQ(cut.certified_pairs, 18u);
+  EXPECT_EQ(cut.certified_steps, 4u);
 }
 
 TEST(LockstepComparerTest, StreamingEqualsCertifyOverTheWholeSequence) {

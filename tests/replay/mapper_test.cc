@@ -377,6 +377,59 @@ TEST(MapperTest, BandIsTheReachOfARepeatedKey) {
   EXPECT_EQ(report.certified_pairs, 599u);
 }
 
+// One key at every 4th position of a long step, 50,000 times in A; B keeps
+// only the occurrences in A's first half. The kept ones pair with their own
+// copies; the 25,000 dropped ones stay unpaired with no counterpart (every
+// occurrence of B is paired), each said so (the reason is found without a
+// scan of the other side per occurrence: bench BM_AlignLongRepeatedKey).
+// With one more occurrence of the key at the end of B, unpaired, the dropped
+// ones have an unpaired occurrence to point at: out of reach or ambiguous.
+TEST(MapperTest, AKeyRepeated50000TimesHalfDroppedIsSaidToHaveNoCounterpart) {
+  SyntheticOptions options;
+  options.length = 200'000;
+  options.boundaries_per_step = 200'000;
+  options.repeated_key_every = 4;
+  std::vector<BoundaryItem> a, b;
+  for (uint64_t i = 0; i < options.length; ++i) a.push_back(SyntheticBoundary(options, i));
+  // The generator varies phase and dtype along the step: make the repeated
+  // name one key everywhere.
+  const BoundaryKey repeated = a[3].key;
+  for (BoundaryItem& item : a) {
+    if (item.key.name_hash == repeated.name_hash) item.key = repeated;
+  }
+  std::vector<uint64_t> dropped;
+  for (uint64_t i = 0; i < a.size(); ++i) {
+    if (i >= a.size() / 2 && a[i].key.name_hash == repeated.name_hash) {
+      dropped.push_back(i);
+    } else {
+      b.push_back(a[i]);
+    }
+  }
+  ASSERT_EQ(dropped.size(), 25'000u);
+  const Alignment alignment = Align(a, b, MapperOptions{});
+  ExpectWellFormed(a, b, alignment);
+  for (const AlignedPair& p : alignment.pairs) {
+    ASSERT_EQ(a[p.index_a].xor64, b[p.index_b].xor64) << p.index_a;  // each with its own copy
+  }
+  EXPECT_EQ(alignment.unmatched_a, dropped);
+  EXPECT_TRUE(alignment.unmatched_b.empty());
+  const Coverage coverage = CoverageOf(alignment);
+  EXPECT_EQ(coverage.no_counterpart, 25'000u);
+  EXPECT_EQ(coverage.uncompared(), 25'000u);
+
+  BoundaryItem extra = a[3];
+  extra.xor64 ^= 1;
+  b.push_back(extra);
+  const Alignment with_extra = Align(a, b, MapperOptions{});
+  ExpectWellFormed(a, b, with_extra);
+  EXPECT_EQ(with_extra.unmatched_a, dropped);
+  ASSERT_EQ(with_extra.unmatched_b.size(), 1u);
+  EXPECT_EQ(with_extra.unmatched_b[0], b.size() - 1);
+  const Coverage extra_coverage = CoverageOf(with_extra);
+  EXPECT_EQ(extra_coverage.no_counterpart, 0u);
+  EXPECT_EQ(extra_coverage.outside_reach + extra_coverage.ambiguous, 25'001u);
+}
+
 TEST(MapperTest, EmptySequences) {
   const SyntheticPair pair = MakeSyntheticPair(Small(50));
   const std::vector<BoundaryItem> empty;
