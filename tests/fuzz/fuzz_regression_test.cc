@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct Input {
   std::string kind;  // the folder: trace, checkpoint, tensor_dump, config_json, compare_json, cli
   std::string path;
 };
+
+// What gtest prints for a parameter (the default dumps the object's bytes).
+void PrintTo(const Input& in, std::ostream* os) { *os << in.kind << "/" << fs::path(in.path).filename().string(); }
 
 std::vector<Input> AllInputs() {
   std::vector<Input> inputs;
@@ -102,7 +106,9 @@ void CheckTrace(const std::string& path) {
   auto whole = trace::ReadWholeTrace(path);
   ExpectClean(whole.status(), path);
   EXPECT_EQ(whole.ok(), scan.ok());
-  if (MustBeRefused()) EXPECT_FALSE(scan.ok());
+  if (MustBeRefused()) {
+    EXPECT_FALSE(scan.ok());
+  }
 }
 
 void CheckCompareJson(const std::string& bytes) {
@@ -115,7 +121,9 @@ void CheckCompareJson(const std::string& bytes) {
   if (a.is_discarded() || b.is_discarded()) return;  // compare refuses these with a Status
   std::vector<replay::KeyDifference> diffs;
   EXPECT_NO_THROW(diffs = replay::DiffJson(a, b));
-  if (nul == std::string::npos) EXPECT_TRUE(diffs.empty());
+  if (nul == std::string::npos) {
+    EXPECT_TRUE(diffs.empty());
+  }
   EXPECT_NO_THROW(replay::DiffJson(replay::EnvironmentForDiff(a), replay::EnvironmentForDiff(b)));
 }
 
@@ -137,7 +145,9 @@ void CheckCommandLine(const std::string& text) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_GE(rc, 0);
   EXPECT_LE(rc, 5) << err;
-  if (rc != 0) EXPECT_FALSE(err.empty());
+  if (rc != 0) {
+    EXPECT_FALSE(err.empty());
+  }
 }
 
 TEST_P(FuzzRegression, EndsInACleanStatus) {
@@ -149,17 +159,23 @@ TEST_P(FuzzRegression, EndsInACleanStatus) {
     ExpectClean(checkpoint::ReadCheckpointHeader(path).status(), path);
     auto ckpt = checkpoint::ReadCheckpoint(path);
     ExpectClean(ckpt.status(), path);
-    if (MustBeRefused()) EXPECT_FALSE(ckpt.ok());
+    if (MustBeRefused()) {
+      EXPECT_FALSE(ckpt.ok());
+    }
   } else if (in.kind == "tensor_dump") {
     const std::string path = Place("dump.rank0.h5");
     auto dump = checkpoint::ReadTensorDump(path);
     ExpectClean(dump.status(), path);
-    if (MustBeRefused()) EXPECT_FALSE(dump.ok());
+    if (MustBeRefused()) {
+      EXPECT_FALSE(dump.ok());
+    }
   } else if (in.kind == "config_json") {
     const std::string path = Place("config.json");
     auto options = model::TrainOptionsFromRun(dir_.string());
     ExpectClean(options.status(), path);
-    if (MustBeRefused()) EXPECT_FALSE(options.ok()) << "steps " << options->steps;
+    if (MustBeRefused()) {
+      EXPECT_FALSE(options.ok()) << "steps " << options->steps;
+    }
     ExpectClean(checkpoint::PlansFromJson(ReadBytes(path), "plan.json").status(), "plan.json");
   } else if (in.kind == "compare_json") {
     CheckCompareJson(ReadBytes(in.path));
