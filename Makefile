@@ -2,11 +2,21 @@
 # first (scripts/install-deps.sh is idempotent and quiet when nothing is missing).
 BUILD      ?= build
 SAN_BUILD  ?= build-sanitize
+FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
+# Seconds per fuzz target: `make fuzz` (a real session) and `make fuzz-smoke` (CI).
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 20
+# ctest selection for `make tsan`: the whole suite (trainer workers, ranks, the
+# trace writer's I/O thread, sessions, rollback, replay, kill tests) except
+# bisect's, which replay the same rank threads as the replay tests and take a
+# third of the time under TSan.
+TSAN_TESTS ?= -E '^BisectCommandTest\.'
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build test run sanitize bench clean
+.PHONY: all deps build test run sanitize fuzz-build fuzz fuzz-smoke tsan bench clean
 
 all: build
 
@@ -32,8 +42,30 @@ sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(SAN_BUILD) $(CTEST_ARGS)
 
+# libFuzzer targets (fuzz/README.md): clang, ASan+UBSan, no CUDA, own build dir.
+fuzz-build: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_FUZZ=ON \
+	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_TESTS=OFF -DDGRR_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g"
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_all dgrr
+	./fuzz/make-seeds.sh $(FUZZ_BUILD)/cli/dgrr $(FUZZ_BUILD)/fuzz-seeds
+
+fuzz: fuzz-build
+	./fuzz/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	./fuzz/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS)
+
+# ThreadSanitizer over the threaded paths; suppressions (third-party only) in scripts/tsan.supp.
+tsan: deps
+	cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_TSAN=ON \
+	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp" \
+	  ctest --test-dir $(TSAN_BUILD) $(CTEST_ARGS) $(TSAN_TESTS)
+
 bench: build
 	./scripts/run-benchmarks.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

@@ -12,6 +12,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   python3
+  # make fuzz / fuzz-smoke: clang-14 and its libFuzzer + ASan/UBSan runtimes
+  # (libclang_rt.fuzzer*.a and the sanitizer headers are in libclang-rt-14-dev,
+  # only a Recommends of clang, so named here). make tsan uses gcc's libtsan2,
+  # which g++ already pulls in.
+  clang libclang-rt-14-dev
 )
 
 missing=()
