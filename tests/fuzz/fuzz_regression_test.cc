@@ -41,8 +41,7 @@ std::vector<Input> AllInputs() {
   const fs::path root = fs::path(DGRR_TEST_DATA_DIR) / "fuzz-regressions";
   std::error_code ec;
   for (const auto& kind : fs::directory_iterator(root, ec)) {
-    // pending/: inputs whose fix is in another branch (README.md there).
-    if (!kind.is_directory() || kind.path().filename() == "pending") continue;
+    if (!kind.is_directory()) continue;
     for (const auto& file : fs::directory_iterator(kind.path())) {
       if (file.is_regular_file()) inputs.push_back({kind.path().filename(), file.path()});
     }
