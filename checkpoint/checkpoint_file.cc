@@ -696,11 +696,11 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
   const uint64_t state_digest = CombineStateDigests(digests);
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
-    // Every HDF5 failure is named with the file it was writing.
+    // Every HDF5 failure is named with the file it was writing, once.
     if (Status s = WriteHdf5File(tmp, meta, state_digest, rank_plans, datasets, chunks,
                                  options.zstd_level);
         !s.ok()) {
-      return s.WithPrefix(tmp);
+      return NamingFile(s, tmp);
     }
     if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
     return StampHeader(tmp, meta.step, state_digest);

@@ -57,4 +57,9 @@ Status Hdf5WriteFailure(const std::string& file, const std::string& what) {
   return Status::IOError(file + ": " + what + ": " + cause);
 }
 
+Status NamingFile(const Status& status, const std::string& file) {
+  if (status.ok() || status.message().rfind(file, 0) == 0) return status;
+  return status.WithPrefix(file);
+}
+
 }  // namespace dgrr::checkpoint

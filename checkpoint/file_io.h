@@ -24,4 +24,8 @@ StatusOr<uint64_t> HashFileBody(RandomAccessFile& file, uint64_t from, uint64_t*
 // which crashes after a failed close; see file_io.cc.)
 Status Hdf5WriteFailure(const std::string& file, const std::string& what);
 
+// `status` with `file` named once: prefixed with it unless its message
+// already starts with it (Hdf5WriteFailure's do).
+Status NamingFile(const Status& status, const std::string& file);
+
 }  // namespace dgrr::checkpoint

@@ -333,7 +333,7 @@ Status WriteTensorDump(const std::string& path, const TensorDump& dump, int zstd
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
     // Every HDF5 failure is named with the file it was writing.
-    if (Status s = WriteHdf5(tmp, dump, zstd_level); !s.ok()) return s.WithPrefix(tmp);
+    if (Status s = WriteHdf5(tmp, dump, zstd_level); !s.ok()) return NamingFile(s, tmp);
     return StampHeader(tmp);
   });
 }
