@@ -181,17 +181,24 @@ TEST(FingerprintTest, EveryLengthUpTo2200MatchesSeparatePasses) {
 }
 
 // Every stripe consumer this machine can run, against libxxhash and the XOR
-// definition: lengths over blocks and block boundaries, aligned and not.
-std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> Consumers() {
-  std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> consumers = {
-      {"scalar", fingerprint_internal::ConsumeStripesScalar}};
+// definition: lengths over blocks and block boundaries, aligned and not. The
+// list is the library's own, so a consumer added there is tested here; the
+// check below makes sure a CPU's fastest consumers are really in it.
+std::vector<fingerprint_internal::NamedStripeConsumer> Consumers() {
+  return fingerprint_internal::AvailableStripeConsumers();
+}
+
+TEST(FingerprintTest, EveryConsumerThisCpuCanRunIsListed) {
+  std::vector<std::string> names;
+  for (const auto& consumer : Consumers()) names.emplace_back(consumer.name);
+  std::vector<std::string> expected = {"scalar"};
 #if defined(__x86_64__) && defined(__GNUC__)
-  consumers.push_back({"sse2", fingerprint_internal::ConsumeStripesSse2});
-  if (__builtin_cpu_supports("avx2")) {
-    consumers.push_back({"avx2", fingerprint_internal::ConsumeStripesAvx2});
-  }
+  expected.push_back("sse2");
+  if (__builtin_cpu_supports("avx2")) expected.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f")) expected.push_back("avx512");
 #endif
-  return consumers;
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(std::string(fingerprint_internal::BestStripeConsumerName()), expected.back());
 }
 
 TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
