@@ -165,10 +165,11 @@ const uint8_t* DefaultXxh3Secret() {
 Fingerprint FingerprintBytes(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   // Small inputs sit in L1 after the XOR, and libxxhash's hash (AVX-512 where
-  // present) then beats the single pass, whose fixed cost shows: measured
-  // two passes vs single pass 35 vs 17 GB/s at 1 KiB, 43 vs 36 at 4 KiB,
-  // equal at 8 KiB, 45 vs 50 at 16 KiB, 44 vs 55 at 64 KiB.
-  constexpr size_t kSinglePassMinBytes = 8 * 1024;
+  // present) then beats the single pass, whose fixed cost shows. With the
+  // AVX-512 consumer (BM_Xor64ThenXxh3 vs BM_SinglePass, GB/s): 36 vs 17 at
+  // 1 KiB, 46 vs 28 at 2 KiB, equal (46) at 4 KiB, 56 vs 75 at 8 KiB. With the
+  // AVX2 one the two were equal at 8 KiB; 4 KiB costs it at most a little.
+  constexpr size_t kSinglePassMinBytes = 4 * 1024;
   if (n < kSinglePassMinBytes) return {Xor64FromLane0(p, n), Xxh3(p, n)};
   return fingerprint_internal::FingerprintLong(p, n, fingerprint_internal::BestStripeConsumer());
 }

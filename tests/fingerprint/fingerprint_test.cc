@@ -158,8 +158,10 @@ TEST(FingerprintTest, EmptyInput) {
 TEST(FingerprintTest, FusedEqualsSeparatePasses) {
   const size_t chunk = fingerprint_internal::kFusedChunkBytes;
   const std::vector<uint8_t> buf = RandomBytes(3 * chunk + 100, 3);
-  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{8191}, size_t{8192},
-                   size_t{8193}, chunk - 1, chunk, chunk + 1, 2 * chunk + 3, buf.size()}) {
+  // 4095/4096/4097: either side of FingerprintBytes' switch to the single pass.
+  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{4095}, size_t{4096},
+                   size_t{4097}, size_t{8191}, size_t{8192}, size_t{8193}, chunk - 1, chunk,
+                   chunk + 1, 2 * chunk + 3, buf.size()}) {
     const Fingerprint fused = FingerprintBytes(buf.data(), n);
     EXPECT_EQ(fused.xor64, Xor64(buf.data(), n)) << "n=" << n;
     EXPECT_EQ(fused.xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
@@ -385,7 +387,6 @@ TEST(FingerprinterTest, CopiesAreIndependent) {
   EXPECT_EQ(moved.bytes(), 901u);
 }
 
-
 #if defined(__x86_64__) && defined(__GNUC__)
 // XINUSE (xgetbv with ecx = 1) says which register state components are not
 // in their initial configuration; bit 2 is the upper halves of the YMM
@@ -416,10 +417,10 @@ TEST(FingerprintTest, LeavesTheUpperVectorStateClean) {
   std::vector<uint8_t> data(3 << 20);
   std::mt19937_64 rng(17);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
-  // Every path: the one-shot hash below 8 KiB (libxxhash's dispatched
+  // Every path: the one-shot hash below 4 KiB (libxxhash's dispatched
   // kernels), the fused single pass above, and the chunked streaming state.
-  for (size_t n : {size_t{1}, size_t{64}, size_t{240}, size_t{1000}, size_t{4096}, size_t{8191},
-                   size_t{8192}, size_t{1} << 20, data.size()}) {
+  for (size_t n : {size_t{1}, size_t{64}, size_t{240}, size_t{1000}, size_t{4095}, size_t{4096},
+                   size_t{8191}, size_t{8192}, size_t{1} << 20, data.size()}) {
     (void)FingerprintBytes(data.data(), n);
     const uint32_t after_fingerprint = Xinuse();
     (void)Xxh3(data.data(), n);
