@@ -5,7 +5,7 @@ Both run in this process on the very same memory: torch.sum on the tensor,
 dgrr's FingerprintBytes (and each stripe consumer, and a plain read pass) on
 its bytes through ctypes (libfingerprint_torch_helper.so, built by the
 `fingerprint_torch_helper` target). Every round times every candidate once,
-in a rotated order, so all of them see the same machine load; 256 MiB is
+in a freshly shuffled order, so all of them see the same machine load; 256 MiB is
 far above the L3, so every pass streams from memory.
 
 Two clocks: the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), the fair
@@ -20,6 +20,7 @@ import argparse
 import ctypes
 import json
 import os
+import random
 import statistics
 import time
 
@@ -83,14 +84,22 @@ def main():
     names = list(candidates)
     wall = {name: [] for name in names}
     cpu = {name: [] for name in names}
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+    shuffler = random.Random(1)
+    for _ in range(args.rounds):
+        # A fresh order every round: no candidate always runs right after the
+        # same one (in particular after the 2-thread sum, see below).
+        order = list(names)
+        shuffler.shuffle(order)
         for name in order:
             c0, t0 = time.thread_time(), time.perf_counter()
             candidates[name]()
             t1, c1 = time.perf_counter(), time.thread_time()
             wall[name].append(t1 - t0)
             cpu[name].append(c1 - c0)
+            if name == "torch.sum 2 threads":
+                # OpenMP's worker spins for a while after a parallel region;
+                # let it go to sleep before the next candidate is timed.
+                time.sleep(0.05)
     torch.set_num_threads(1)
 
     print("# %s MiB float32, %d rounds, best consumer %s, torch %s, load %s" % (
