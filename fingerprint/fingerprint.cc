@@ -120,6 +120,15 @@ uint64_t FusedPass(const uint8_t* p, size_t n, size_t chunk_bytes, XXH3_state_t*
   return acc;
 }
 
+size_t SinglePassMinBytes() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (fingerprint_internal::BestStripeConsumer() == fingerprint_internal::ConsumeStripesAvx512) {
+    return 4 * 1024;
+  }
+#endif
+  return 8 * 1024;
+}
+
 }  // namespace
 
 uint64_t Xor64(const void* data, size_t n) {
@@ -166,10 +175,10 @@ Fingerprint FingerprintBytes(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   // Small inputs sit in L1 after the XOR, and libxxhash's hash (AVX-512 where
   // present) then beats the single pass, whose fixed cost shows. With the
-  // AVX-512 consumer (BM_Xor64ThenXxh3 vs BM_SinglePass, GB/s): 36 vs 17 at
-  // 1 KiB, 46 vs 28 at 2 KiB, equal (46) at 4 KiB, 56 vs 75 at 8 KiB. With the
-  // AVX2 one the two were equal at 8 KiB; 4 KiB costs it at most a little.
-  constexpr size_t kSinglePassMinBytes = 4 * 1024;
+  // AVX-512 consumer (BM_Xor64ThenXxh3 vs BM_SinglePass, GB/s): 45 vs 20 at
+  // 1 KiB, 45 vs 29 at 2 KiB, equal (46-48) at 4 KiB, 53 vs 77 at 8 KiB. With
+  // the AVX2 one: 43 vs 36 at 4 KiB, equal at 8 KiB.
+  static const size_t kSinglePassMinBytes = SinglePassMinBytes();
   if (n < kSinglePassMinBytes) return {Xor64FromLane0(p, n), Xxh3(p, n)};
   return fingerprint_internal::FingerprintLong(p, n, fingerprint_internal::BestStripeConsumer());
 }
