@@ -120,6 +120,15 @@ uint64_t FusedPass(const uint8_t* p, size_t n, size_t chunk_bytes, XXH3_state_t*
   return acc;
 }
 
+size_t SinglePassMinBytes() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (fingerprint_internal::BestStripeConsumer() == fingerprint_internal::ConsumeStripesAvx512) {
+    return 4 * 1024;
+  }
+#endif
+  return 8 * 1024;
+}
+
 }  // namespace
 
 uint64_t Xor64(const void* data, size_t n) {
@@ -165,10 +174,11 @@ const uint8_t* DefaultXxh3Secret() {
 Fingerprint FingerprintBytes(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   // Small inputs sit in L1 after the XOR, and libxxhash's hash (AVX-512 where
-  // present) then beats the single pass, whose fixed cost shows: measured
-  // two passes vs single pass 35 vs 17 GB/s at 1 KiB, 43 vs 36 at 4 KiB,
-  // equal at 8 KiB, 45 vs 50 at 16 KiB, 44 vs 55 at 64 KiB.
-  constexpr size_t kSinglePassMinBytes = 8 * 1024;
+  // present) then beats the single pass, whose fixed cost shows. With the
+  // AVX-512 consumer (BM_Xor64ThenXxh3 vs BM_SinglePass, GB/s): 45 vs 20 at
+  // 1 KiB, 45 vs 29 at 2 KiB, equal (46-48) at 4 KiB, 53 vs 77 at 8 KiB. With
+  // the AVX2 one: 43 vs 36 at 4 KiB, equal at 8 KiB.
+  static const size_t kSinglePassMinBytes = SinglePassMinBytes();
   if (n < kSinglePassMinBytes) return {Xor64FromLane0(p, n), Xxh3(p, n)};
   return fingerprint_internal::FingerprintLong(p, n, fingerprint_internal::BestStripeConsumer());
 }

@@ -27,10 +27,11 @@ struct Fingerprint {
 uint64_t Xor64(const void* data, size_t n);
 // XXH3_64bits(data, n), seed 0.
 uint64_t Xxh3(const void* data, size_t n);
-// Both at once, reading the memory once: from 8 KiB each 64-byte stripe feeds
-// the XOR and XXH3's accumulator from one load (fingerprint_simd.h; AVX2 where
-// the CPU has it, else SSE2); smaller inputs are XORed and then hashed by
-// libxxhash from L1. The xxh3 value is XXH3_64bits' exactly (tested).
+// Both at once, reading the memory once: from 4 KiB (8 KiB without AVX-512F)
+// each 64-byte stripe feeds the XOR and XXH3's accumulator from one load
+// (fingerprint_simd.h; AVX-512F or AVX2 where the CPU has it, else SSE2);
+// smaller inputs are XORed and then hashed by libxxhash from L1. The xxh3
+// value is XXH3_64bits' exactly (tested).
 Fingerprint FingerprintBytes(const void* data, size_t n);
 
 // The 32-bit XOR signature of OpGuard (XOR of little-endian 32-bit words, the

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fingerprint/fingerprint.h"
 
@@ -31,10 +32,19 @@ void ConsumeStripesSse2(StripeState* state, const uint8_t* p, size_t count,
                         const uint8_t* secret);  // x86-64 baseline
 void ConsumeStripesAvx2(StripeState* state, const uint8_t* p, size_t count,
                         const uint8_t* secret);  // only where the CPU has AVX2
+void ConsumeStripesAvx512(StripeState* state, const uint8_t* p, size_t count,
+                          const uint8_t* secret);  // only where the CPU has AVX-512F
 #endif
 // The fastest consumer this CPU supports (chosen once).
 StripeConsumer BestStripeConsumer();
-// "avx2", "sse2" or "scalar": which one BestStripeConsumer picked.
+// Every consumer this build and CPU can run, slowest first, with its name
+// (the tests and the benchmarks iterate over it).
+struct NamedStripeConsumer {
+  const char* name;
+  StripeConsumer consume;
+};
+std::vector<NamedStripeConsumer> AvailableStripeConsumers();
+// "avx512", "avx2", "sse2" or "scalar": which one BestStripeConsumer picked.
 const char* BestStripeConsumerName();
 
 // XXH3's final stripe (the last 64 bytes of the whole input, which may overlap

@@ -1,7 +1,9 @@
 // Fingerprint throughput against a plain read of the same memory, measured in
 // the same run. Rates are per CPU second (Google Benchmark's default), which
-// keeps time lost to other processes on a shared machine out of the figures. Targets (256 MiB):
-// xor64 >= 0.9x the read pass, fused xor64+xxh3 >= 0.7x. Results go to bench/README.md.
+// keeps time lost to other processes on a shared machine out of the figures.
+// Targets (256 MiB): xor64 >= 0.9x the read pass, fused xor64+xxh3 >= 0.7x.
+// Results go to bench/README.md. The comparison with torch.sum on the same
+// tensor is compare_torch.sh (ctypes, one process).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -85,6 +87,17 @@ void BM_Fused(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 
+// The single pass at any size (FingerprintBytes takes it from 4 KiB), to
+// place that threshold against BM_Xor64ThenXxh3.
+void BM_SinglePass(benchmark::State& state) {
+  const auto& buf = Buffer(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(dgrr::fingerprint_internal::FingerprintLong(
+        buf.data(), buf.size(), dgrr::fingerprint_internal::BestStripeConsumer()));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+}
+
 // The libxxhash route (XOR a chunk, then hash it from cache with libxxhash),
 // the alternative the single pass replaced.
 void BM_FusedLibxxhash(benchmark::State& state) {
@@ -143,6 +156,14 @@ void BM_Interleaved_Fused(benchmark::State& state) {
   InterleavedAgainstRead(state,
                          [](const uint8_t* p, size_t n) { return dgrr::FingerprintBytes(p, n); });
 }
+// The consumer FingerprintBytes used before the AVX-512 one (and still uses
+// on CPUs with AVX2 only).
+void BM_Interleaved_FusedAvx2(benchmark::State& state) {
+  InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
+    return dgrr::fingerprint_internal::FingerprintLong(
+        p, n, dgrr::fingerprint_internal::ConsumeStripesAvx2);
+  });
+}
 void BM_Interleaved_FusedSse2(benchmark::State& state) {
   InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
     return dgrr::fingerprint_internal::FingerprintLong(
@@ -172,11 +193,14 @@ constexpr int64_t k4K = 4 << 10, k1M = 1 << 20, k256M = int64_t{256} << 20;
 BENCHMARK(BM_ReadPass) DGRR_SIZES;
 BENCHMARK(BM_Xor64) DGRR_SIZES;
 BENCHMARK(BM_Xxh3) DGRR_SIZES;
-BENCHMARK(BM_Xor64ThenXxh3) DGRR_SIZES->Arg(16 << 10)->Arg(64 << 10)->Arg(256 << 10);
+BENCHMARK(BM_Xor64ThenXxh3) DGRR_SIZES->Arg(512)->Arg(1 << 10)->Arg(2 << 10)->Arg(8 << 10)
+    ->Arg(16 << 10)->Arg(64 << 10)->Arg(256 << 10);
 BENCHMARK(BM_Fused) DGRR_SIZES->Arg(16 << 10)->Arg(64 << 10)->Arg(256 << 10);
 BENCHMARK(BM_FusedLibxxhash) DGRR_SIZES;
+BENCHMARK(BM_SinglePass)->Arg(512)->Arg(1 << 10)->Arg(2 << 10)->Arg(4 << 10)->Arg(8 << 10);
 BENCHMARK(BM_Interleaved_Xor64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_Fused)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved_FusedAvx2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_FusedSse2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_Streaming)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved_FusedLibxxhash)->Unit(benchmark::kMillisecond);

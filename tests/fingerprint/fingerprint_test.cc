@@ -158,8 +158,10 @@ TEST(FingerprintTest, EmptyInput) {
 TEST(FingerprintTest, FusedEqualsSeparatePasses) {
   const size_t chunk = fingerprint_internal::kFusedChunkBytes;
   const std::vector<uint8_t> buf = RandomBytes(3 * chunk + 100, 3);
-  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{8191}, size_t{8192},
-                   size_t{8193}, chunk - 1, chunk, chunk + 1, 2 * chunk + 3, buf.size()}) {
+  // 4095/4096/4097: either side of FingerprintBytes' switch to the single pass.
+  for (size_t n : {size_t{0}, size_t{5}, size_t{240}, size_t{241}, size_t{4095}, size_t{4096},
+                   size_t{4097}, size_t{8191}, size_t{8192}, size_t{8193}, chunk - 1, chunk,
+                   chunk + 1, 2 * chunk + 3, buf.size()}) {
     const Fingerprint fused = FingerprintBytes(buf.data(), n);
     EXPECT_EQ(fused.xor64, Xor64(buf.data(), n)) << "n=" << n;
     EXPECT_EQ(fused.xor64, ReferenceXor64(buf.data(), n)) << "n=" << n;
@@ -181,17 +183,24 @@ TEST(FingerprintTest, EveryLengthUpTo2200MatchesSeparatePasses) {
 }
 
 // Every stripe consumer this machine can run, against libxxhash and the XOR
-// definition: lengths over blocks and block boundaries, aligned and not.
-std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> Consumers() {
-  std::vector<std::pair<const char*, fingerprint_internal::StripeConsumer>> consumers = {
-      {"scalar", fingerprint_internal::ConsumeStripesScalar}};
+// definition: lengths over blocks and block boundaries, aligned and not. The
+// list is the library's own, so a consumer added there is tested here; the
+// check below makes sure a CPU's fastest consumers are really in it.
+std::vector<fingerprint_internal::NamedStripeConsumer> Consumers() {
+  return fingerprint_internal::AvailableStripeConsumers();
+}
+
+TEST(FingerprintTest, EveryConsumerThisCpuCanRunIsListed) {
+  std::vector<std::string> names;
+  for (const auto& consumer : Consumers()) names.emplace_back(consumer.name);
+  std::vector<std::string> expected = {"scalar"};
 #if defined(__x86_64__) && defined(__GNUC__)
-  consumers.push_back({"sse2", fingerprint_internal::ConsumeStripesSse2});
-  if (__builtin_cpu_supports("avx2")) {
-    consumers.push_back({"avx2", fingerprint_internal::ConsumeStripesAvx2});
-  }
+  expected.push_back("sse2");
+  if (__builtin_cpu_supports("avx2")) expected.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f")) expected.push_back("avx512");
 #endif
-  return consumers;
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(std::string(fingerprint_internal::BestStripeConsumerName()), expected.back());
 }
 
 TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
@@ -378,7 +387,6 @@ TEST(FingerprinterTest, CopiesAreIndependent) {
   EXPECT_EQ(moved.bytes(), 901u);
 }
 
-
 #if defined(__x86_64__) && defined(__GNUC__)
 // XINUSE (xgetbv with ecx = 1) says which register state components are not
 // in their initial configuration; bit 2 is the upper halves of the YMM
@@ -398,26 +406,43 @@ uint32_t Xinuse() {
 }
 
 constexpr uint32_t kUpperYmmInUse = 1u << 2;
+// Bits 256..511 of ZMM0-15 (AVX-512's ZMM_Hi256 component), cleared by the
+// same vzeroupper. ZMM16-31 (Hi16_ZMM) are not checked: legacy SSE cannot
+// address them, so their state costs SSE code nothing.
+constexpr uint32_t kUpperZmmInUse = 1u << 6;
+constexpr uint32_t kDirtyUpperState = kUpperYmmInUse | kUpperZmmInUse;
 
 TEST(FingerprintTest, LeavesTheUpperVectorStateClean) {
   if (!CpuReportsXinuse()) GTEST_SKIP() << "this CPU cannot report XINUSE (xgetbv with ecx=1)";
   std::vector<uint8_t> data(3 << 20);
   std::mt19937_64 rng(17);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
-  // Every path: the one-shot hash below 8 KiB (libxxhash's dispatched
+  // Every path: the one-shot hash below 4 KiB (libxxhash's dispatched
   // kernels), the fused single pass above, and the chunked streaming state.
-  for (size_t n : {size_t{1}, size_t{64}, size_t{240}, size_t{1000}, size_t{4096}, size_t{8191},
-                   size_t{8192}, size_t{1} << 20, data.size()}) {
+  for (size_t n : {size_t{1}, size_t{64}, size_t{240}, size_t{1000}, size_t{4095}, size_t{4096},
+                   size_t{8191}, size_t{8192}, size_t{1} << 20, data.size()}) {
     (void)FingerprintBytes(data.data(), n);
     const uint32_t after_fingerprint = Xinuse();
     (void)Xxh3(data.data(), n);
     const uint32_t after_xxh3 = Xinuse();
     (void)fingerprint_internal::FingerprintBytesChunked(data.data(), n, 64 * 1024);
     const uint32_t after_chunked = Xinuse();
-    EXPECT_EQ(after_fingerprint & kUpperYmmInUse, 0u) << "FingerprintBytes, n=" << n;
-    EXPECT_EQ(after_xxh3 & kUpperYmmInUse, 0u) << "Xxh3, n=" << n;
-    EXPECT_EQ(after_chunked & kUpperYmmInUse, 0u) << "FingerprintBytesChunked, n=" << n;
+    EXPECT_EQ(after_fingerprint & kDirtyUpperState, 0u) << "FingerprintBytes, n=" << n;
+    EXPECT_EQ(after_xxh3 & kDirtyUpperState, 0u) << "Xxh3, n=" << n;
+    EXPECT_EQ(after_chunked & kDirtyUpperState, 0u) << "FingerprintBytesChunked, n=" << n;
   }
+  // Each stripe consumer on its own (FingerprintBytes runs only the best), and
+  // the streaming Fingerprinter, whose updates end inside a consumer.
+  for (const auto& consumer : Consumers()) {
+    (void)fingerprint_internal::FingerprintLong(data.data(), data.size(), consumer.consume);
+    EXPECT_EQ(Xinuse() & kDirtyUpperState, 0u) << consumer.name;
+  }
+  Fingerprinter streaming;
+  streaming.Update(data.data(), data.size() - 5);
+  EXPECT_EQ(Xinuse() & kDirtyUpperState, 0u) << "Fingerprinter::Update";
+  streaming.Update(data.data(), 5);
+  (void)streaming.Digest();
+  EXPECT_EQ(Xinuse() & kDirtyUpperState, 0u) << "Fingerprinter::Digest";
 }
 #endif
 

@@ -1,0 +1,72 @@
+// A small shared library that lets bench/fingerprint/compare_torch.py call
+// dgrr's fingerprint on the very bytes of a torch tensor (ctypes, by pointer),
+// so torch.sum and FingerprintBytes are timed on the same memory in the same
+// process, interleaved. Plain C entry points; nothing here is part of dgrr's
+// API.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "fingerprint/fingerprint.h"
+#include "fingerprint/fingerprint_simd.h"
+
+namespace {
+
+// Reads every 64-bit word once, eight accumulators: the memory-speed baseline
+// (same loop as fingerprint_bench's BM_ReadPass).
+uint64_t ReadPass(const uint8_t* p, size_t n) {
+  uint64_t lanes[8] = {};
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (size_t k = 0; k < 8; ++k) {
+      uint64_t v;
+      std::memcpy(&v, p + i + 8 * k, 8);
+      lanes[k] += v;
+    }
+  }
+  uint64_t sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (uint64_t lane : lanes) sum += lane;
+  return sum;
+}
+
+}  // namespace
+
+extern "C" {
+
+// FingerprintBytes(data, n) into out[0] = xor64, out[1] = xxh3.
+__attribute__((visibility("default"))) void dgrr_bench_fingerprint(const void* data, size_t n,
+                                                                    uint64_t* out) {
+  const dgrr::Fingerprint f = dgrr::FingerprintBytes(data, n);
+  out[0] = f.xor64;
+  out[1] = f.xxh3;
+}
+
+// The single pass with a named stripe consumer ("avx512", "avx2", "sse2",
+// "scalar"); returns 0 when this CPU or build has no such consumer.
+__attribute__((visibility("default"))) int dgrr_bench_fingerprint_with(const void* data, size_t n,
+                                                                       const char* consumer,
+                                                                       uint64_t* out) {
+  using dgrr::fingerprint_internal::StripeConsumer;
+  StripeConsumer consume = nullptr;
+  for (const auto& [name, fn] : dgrr::fingerprint_internal::AvailableStripeConsumers()) {
+    if (std::strcmp(name, consumer) == 0) consume = fn;
+  }
+  if (consume == nullptr || n <= 240) return 0;
+  const dgrr::Fingerprint f =
+      dgrr::fingerprint_internal::FingerprintLong(static_cast<const uint8_t*>(data), n, consume);
+  out[0] = f.xor64;
+  out[1] = f.xxh3;
+  return 1;
+}
+
+__attribute__((visibility("default"))) uint64_t dgrr_bench_read_pass(const void* data, size_t n) {
+  return ReadPass(static_cast<const uint8_t*>(data), n);
+}
+
+// Which consumer FingerprintBytes uses on this CPU.
+__attribute__((visibility("default"))) const char* dgrr_bench_best_consumer() {
+  return dgrr::fingerprint_internal::BestStripeConsumerName();
+}
+
+}  // extern "C"
