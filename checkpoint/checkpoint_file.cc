@@ -454,8 +454,11 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
       const auto* a = static_cast<const uint8_t*>(first.data);
       const auto* b = static_cast<const uint8_t*>(e.data);
       if (e.bytes > 0 && std::memcmp(a, b, e.bytes) != 0) {
+        // The same registration with other bytes: the ranks' copies of state
+        // that must be identical have diverged (a silent data corruption, as
+        // the per-step SDC check reports it), not a misuse of the API.
         const uint64_t at = std::mismatch(a, a + e.bytes, b).first - a;
-        return Status::FailedPrecondition(who + " (first difference at byte " + std::to_string(at) + ")");
+        return Status::Divergence(who + " (first difference at byte " + std::to_string(at) + ")");
       }
     }
   }
