@@ -10,11 +10,29 @@
 #include <cinttypes>
 #include <cstdio>
 #include <utility>
-
-#include "base/file.h"
+#include <vector>
 
 namespace dgrr {
 namespace {
+
+// /proc/locks in as few read(2) calls as it takes, from the start: a
+// seq_file regenerates its text at every call, so reading it at offsets
+// (pread, as the file layer does) while other processes take and drop locks
+// splices lines of two different tables. Not dgrr's file: read directly.
+std::string ReadLockTable() {
+  const int fd = ::open("/proc/locks", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  std::vector<char> buffer(1 << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || text.size() > (size_t{16} << 20)) break;
+    text.append(buffer.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
 
 // The pid holding a flock on the file behind `fd`, from the kernel's table
 // of locks ("1: FLOCK  ADVISORY  WRITE 4242 08:01:1311 0 EOF"); "" when it
@@ -22,9 +40,7 @@ namespace {
 std::string HolderPid(int fd) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return "";
-  auto table = ReadFileToString("/proc/locks", uint64_t{16} << 20);
-  if (!table.ok()) return "";
-  const std::string& text = *table;
+  const std::string text = ReadLockTable();
   for (size_t begin = 0; begin < text.size();) {
     size_t end = text.find('\n', begin);
     if (end == std::string::npos) end = text.size();
