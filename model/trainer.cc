@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <mutex>
 #include <new>
 #include <random>
@@ -1020,6 +1021,13 @@ Status Trainer::Validate() {
     data_ = std::make_unique<Dataset>(std::move(d));
   } else {
     auto d = Dataset::FromFile(o.data_file, preset_.model.seq_len);
+    if (!d.ok() && !o.config_path.empty()) {
+      // Named by the run's config.json, not by a flag: a file that is no
+      // corpus is the run file's error (exit 3); one that cannot be read, I/O.
+      const Status& e = d.status();
+      const std::string where = o.config_path + ": key 'data.path'";
+      return e.IsInvalidArgument() ? Status::Corruption(where + ": " + e.message()) : e.WithPrefix(where);
+    }
     if (!d.ok()) return d.status().WithPrefix("--data");
     data_ = std::make_unique<Dataset>(std::move(d).value());
     data_source = "file";
@@ -1035,8 +1043,15 @@ Status Trainer::Validate() {
                                                         ParameterLayout(preset_.model));
   const FaultRun run{o.ranks, o.steps, batch_, o.resume};
   std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each bitflip
-  for (const auto& f : o.faults) {
-    DGRR_RETURN_IF_ERROR(CheckFault(f, *fault_targets_, run));
+  for (size_t i = 0; i < o.faults.size(); ++i) {
+    const FaultSpec& f = o.faults[i];
+    if (Status s = CheckFault(f, *fault_targets_, run); !s.ok()) {
+      // A fault the run's own config.json names is the file's error (exit 3).
+      if (i < o.faults_from_config) {
+        return Status::Corruption(o.config_path + ": key 'inject[" + std::to_string(i) + "]': " + s.message());
+      }
+      return s;
+    }
     if (f.kind == FaultKind::kBitflip && !flips.emplace(f.step, f.rank).second) {
       return Status::InvalidArgument("inject " + f.text + ": a second bitflip at step " +
                                      std::to_string(f.step) + " on rank " + std::to_string(f.rank) +
@@ -1153,6 +1168,36 @@ static Status CheckRunShape(const TrainOptions& o, const JsonObjectReader& c) {
   return Status::OK();
 }
 
+// config.json also writes values the preset and the learning rate fix, for
+// its reader's information; they are never read back. One that differs from
+// what the preset gives is an edited file: refused, never silently ignored.
+static Status CheckDerivedFields(const TrainOptions& o, const JsonObjectReader& model,
+                                 const JsonObjectReader& optimizer) {
+  auto preset = PresetByName(o.preset);
+  if (!preset.ok()) return preset.status();
+  auto same = [](const JsonObjectReader& section, std::string_view key, double min, double max,
+                 float expected) -> Status {
+    DGRR_ASSIGN_OR_RETURN(const double value, section.Double(key, min, max));
+    if (static_cast<float>(value) == expected) return Status::OK();
+    std::ostringstream what;
+    what << value << " is not the preset's " << expected
+         << " (fixed by the preset and --lr, written for information and never read back)";
+    return section.Error(key, what.str());
+  };
+  DGRR_RETURN_IF_ERROR(same(model, "attn_dropout", 0, 1, preset->model.attn_dropout));
+  DGRR_RETURN_IF_ERROR(same(model, "resid_dropout", 0, 1, preset->model.resid_dropout));
+  DGRR_RETURN_IF_ERROR(same(optimizer, "min_lr", 0, kMaxLearningRate, *o.lr * 0.1f));
+  DGRR_RETURN_IF_ERROR(same(optimizer, "weight_decay", 0, 1e9, preset->train.weight_decay));
+  DGRR_RETURN_IF_ERROR(same(optimizer, "grad_clip", 0, 1e30, preset->train.grad_clip));
+  DGRR_ASSIGN_OR_RETURN(const int64_t warmup, optimizer.Int("warmup_steps", 0, kMaxSteps));
+  if (warmup != preset->train.warmup_steps) {
+    return optimizer.Error("warmup_steps", std::to_string(warmup) + " is not the preset's " +
+                                               std::to_string(preset->train.warmup_steps) +
+                                               " (fixed by the preset, written for information and never read back)");
+  }
+  return Status::OK();
+}
+
 // Every field is checked for presence, type and range against the same
 // limits Trainer::Validate applies to command-line values, so that a damaged
 // or hand-edited config.json is reported as the run's file (Corruption, exit
@@ -1210,6 +1255,9 @@ StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
     o.faults.push_back(*spec);
   }
   DGRR_RETURN_IF_ERROR(CheckRunShape(o, c));
+  DGRR_RETURN_IF_ERROR(CheckDerivedFields(o, m, optimizer));
+  o.config_path = path;
+  o.faults_from_config = o.faults.size();
   return o;
 }
 

@@ -79,6 +79,11 @@ struct TrainOptions {
   RecordMode mode = RecordMode::kFull;
   int64_t ckpt_every = 0;       // 0: no checkpoints
   std::vector<FaultSpec> faults;
+  // Set by TrainOptionsFromRun: the run's config.json, and how many of
+  // `faults` (the first ones) it named, so that a value it holds which
+  // validation refuses is reported as the file's error (exit 3), not a flag's.
+  std::string config_path;
+  size_t faults_from_config = 0;
   bool force = false;           // replace an existing run's files
   // Continue the run in out_dir from its newest checkpoint (everything else
   // comes from its config.json; only skip-restore faults may be added). With

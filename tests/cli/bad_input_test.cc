@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/hdf5_util.h"
@@ -150,6 +151,33 @@ TEST_F(BadInputTest, MissingOrOutOfRangeConfigValuesAreExitThree) {
     c["batch"] = 0;
   });
   ExpectRunFileError(RunCaptured({"plan", run}), "batch");
+}
+
+TEST_F(BadInputTest, ValuesTheRunsOwnConfigNamesAreTheFilesErrorNotAFlags) {
+  const std::string run = TrainedRun();
+  const std::string original = ReadBytes(run + "/config.json");
+  // A fault target the model never records: refused by the same check as
+  // --inject, but reported as config.json's key (exit 3), not as a flag.
+  EditConfig(run, [](json& c) { c["inject"] = json::array({"bitflip:step=1,rank=0,at=nope"}); });
+  ExpectRunFileError(RunCaptured({"replay", run}), "inject[0]");
+  // A data file that is no corpus (a device), named by the file.
+  WriteBytes(run + "/config.json", original);
+  EditConfig(run, [](json& c) {
+    c["data"]["source"] = "file";
+    c["data"]["path"] = "/dev/zero";
+  });
+  ExpectRunFileError(RunCaptured({"replay", run}), "data.path");
+  // Values written for information that the preset fixes: an edit is
+  // refused instead of silently ignored.
+  for (const auto& [section, key, value] :
+       {std::tuple<std::string, std::string, double>{"model", "attn_dropout", 1.0},
+        {"optimizer", "weight_decay", 0.5}, {"optimizer", "min_lr", 1.0}, {"optimizer", "warmup_steps", 3}}) {
+    WriteBytes(run + "/config.json", original);
+    EditConfig(run, [&, section = section, key = key, value = value](json& c) { c[section][key] = value; });
+    ExpectRunFileError(RunCaptured({"replay", run}), section + "." + key);
+  }
+  WriteBytes(run + "/config.json", original);
+  EXPECT_EQ(RunCaptured({"replay", run}).rc, 0);
 }
 
 TEST_F(BadInputTest, NonFiniteOrNonPositiveLearningRateIsRefused) {
