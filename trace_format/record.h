@@ -193,15 +193,19 @@ static_assert(kDims + 8 * kInlineDims == kRecordCrcOffset);
 inline bool BoundaryFieldsValid(const uint8_t* p) {
   namespace at = boundary_layout;
   const uint8_t ndim = p[at::kNdim];
-  bool valid = (p[0] == static_cast<uint8_t>(RecordType::kBoundary)) & (p[at::kPhase] <= kMaxPhase) &
-               (p[at::kDirection] <= 1) & IsValidDType(p[at::kDType]) &
-               ((p[29] | p[30] | p[31]) == 0);
+  const bool valid = (p[0] == static_cast<uint8_t>(RecordType::kBoundary)) &
+                     (p[at::kPhase] <= kMaxPhase) & (p[at::kDirection] <= 1) &
+                     IsValidDType(p[at::kDType]) & ((p[29] | p[30] | p[31]) == 0);
+  // Bit i set: shape slot i holds a nonzero value (compared with zero, so
+  // byte order is moot). Slots at and above ndim must be zero.
+  unsigned nonzero_slots = 0;
   for (size_t i = 0; i < kInlineDims; ++i) {
     uint64_t dim;
-    std::memcpy(&dim, p + at::kDims + 8 * i, 8);  // compared with zero: byte order is moot
-    valid &= (i < ndim) | (dim == 0);
+    std::memcpy(&dim, p + at::kDims + 8 * i, 8);
+    nonzero_slots |= static_cast<unsigned>(dim != 0) << i;
   }
-  return valid;
+  const unsigned used_slots = ndim >= kInlineDims ? 0x3fu : (1u << ndim) - 1;
+  return valid & ((nonzero_slots & ~used_slots) == 0);
 }
 
 // Read-only fields of a BOUNDARY record in its encoded bytes, for bytes the
