@@ -139,7 +139,8 @@ class TraceReader {
   const TraceHeader header_;
 
   // Starts small (a short trace costs little to open) and grows while reads
-  // fill it, up to 1 MiB. Not zero-filled.
+  // fill it, up to 256 KiB (the CRC and check passes then read it from L2).
+  // Not zero-filled.
   size_t capacity_;
   std::unique_ptr<uint8_t[]> buffer_;
   std::unique_ptr<uint32_t[]> crcs_;  // computed CRC of each whole record in buffer_
