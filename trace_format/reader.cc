@@ -15,7 +15,7 @@ namespace dgrr::trace {
 namespace {
 
 constexpr size_t kFirstReadBufferBytes = 8 * 1024;
-constexpr size_t kMaxReadBufferBytes = 1 << 20;
+constexpr size_t kMaxReadBufferBytes = 1 << 18;
 static_assert(kFirstReadBufferBytes % kRecordSize == 0 && kMaxReadBufferBytes % kRecordSize == 0);
 
 // Up to `n` bytes at `offset`; fewer only at end of file.

@@ -22,7 +22,8 @@
 namespace dgrr::replay {
 namespace {
 
-// DGRR_COMPARE_BENCH_RECORDS overrides the size (default 10 M per trace).
+// DGRR_COMPARE_BENCH_RECORDS overrides the size (default 10 M per trace),
+// DGRR_COMPARE_BENCH_CHUNK the lockstep chunk (CompareOptions::chunk_items).
 uint64_t RecordCount() {
   const char* env = std::getenv("DGRR_COMPARE_BENCH_RECORDS");
   return env ? std::strtoull(env, nullptr, 10) : 10'000'000;
@@ -82,7 +83,11 @@ const Fixture& Traces() {
 void BM_CompareLockstepFiles(benchmark::State& state) {
   const Fixture& f = Traces();
   for (auto _ : state) {
-    auto result = CompareRuns(f.a, f.b, {});
+    CompareOptions options;
+    if (const char* chunk = std::getenv("DGRR_COMPARE_BENCH_CHUNK")) {
+      options.chunk_items = std::strtoull(chunk, nullptr, 10);
+    }
+    auto result = CompareRuns(f.a, f.b, options);
     if (!result.ok() || result->diverged() || !result->lockstep ||
         result->certify.pairs + kBoundariesPerStep < f.records) {
       state.SkipWithError("compare did not certify the identical traces");
