@@ -1,8 +1,13 @@
 #include "replay/compare.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 
 #include "base/coding.h"
 #include "base/file.h"
@@ -175,15 +180,96 @@ SideSummary Summarise(const RunInput& run, const BoundaryStream& stream) {
   return s;
 }
 
+// Reads one side's chunks on a second thread, one chunk ahead: reading and
+// validating the two traces is nearly all of a lockstep comparison, and the
+// two sides are independent until they are compared. What a chunk holds and
+// every status are those of calling stream.Read on the caller's thread; an
+// exception on the reading thread is rethrown on the caller's.
+class ChunkPrefetcher {
+ public:
+  ChunkPrefetcher(BoundaryStream& stream, size_t chunk) : stream_(stream), chunk_(chunk) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ChunkPrefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  ChunkPrefetcher(const ChunkPrefetcher&) = delete;
+  ChunkPrefetcher& operator=(const ChunkPrefetcher&) = delete;
+
+  // The next chunk, as stream.Read(chunk, out) would give it.
+  Status Read(std::vector<BoundaryItem>* out) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return ready_ || finished_; });
+    if (error_) std::rethrow_exception(error_);
+    if (!ready_) {  // the stream ended or failed: it would say so again
+      out->clear();
+      return status_;
+    }
+    out->swap(chunk_items_);  // the caller's spent vector is reused for the next chunk
+    ready_ = false;
+    changed_.notify_all();
+    return status_;
+  }
+
+ private:
+  void Run() {
+    std::vector<BoundaryItem> items;
+    try {
+      for (;;) {
+        Status status = stream_.Read(chunk_, &items);
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return !ready_ || stop_; });
+        if (stop_) break;
+        const bool last = !status.ok() || items.empty();
+        chunk_items_.swap(items);
+        status_ = std::move(status);
+        ready_ = true;
+        changed_.notify_all();
+        if (last) break;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    changed_.notify_all();
+  }
+
+  BoundaryStream& stream_;
+  const size_t chunk_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<BoundaryItem> chunk_items_;  // the chunk ready for Read
+  Status status_;
+  bool ready_ = false;
+  bool finished_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once everything above exists
+};
+
 // The streaming pass; true when the sequences lined up to their ends.
 StatusOr<bool> TryLockstep(BoundaryStream& sa, BoundaryStream& sb, bool compare_rank,
                            const CertifyOptions& certify_options, size_t chunk,
                            CertifyReport* report) {
   LockstepComparer comparer(compare_rank, certify_options);
   std::vector<BoundaryItem> ca, cb;
+  // B is read on a second thread when the system gives one, else here.
+  std::optional<ChunkPrefetcher> prefetch_b;
+  try {
+    prefetch_b.emplace(sb, chunk);
+  } catch (const std::system_error&) {
+    prefetch_b.reset();
+  }
   for (;;) {
     DGRR_RETURN_IF_ERROR(sa.Read(chunk, &ca));
-    DGRR_RETURN_IF_ERROR(sb.Read(chunk, &cb));
+    DGRR_RETURN_IF_ERROR(prefetch_b ? prefetch_b->Read(&cb) : sb.Read(chunk, &cb));
     if (ca.empty() && cb.empty()) break;
     if (!comparer.Feed(ca, cb)) return false;
   }

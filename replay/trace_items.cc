@@ -124,7 +124,9 @@ struct BoundaryStream::RankReader {
   bool has_peek = false;
   bool done = false;
   BoundaryItem peek;
-  trace::Record record;  // reused: decoding into a live variant saves its set-up
+  // The reader's current run of validated boundaries, read where they lie.
+  trace::BoundaryRun run;
+  size_t run_pos = 0;
   // The last shape digested: consecutive boundaries often share a shape.
   uint8_t last_ndim = 0xff;
   std::array<uint64_t, trace::kInlineDims> last_dims{};
@@ -161,42 +163,98 @@ std::vector<std::string> BoundaryStream::warnings() const {
   return out;
 }
 
-Status BoundaryStream::NextOfRank(RankReader& rank, BoundaryItem* item, bool* have) {
-  trace::Record& record = rank.record;
-  while (!rank.done) {
-    bool done = false;
-    DGRR_RETURN_IF_ERROR(rank.reader->Next(&record, &done));
-    if (done) {
-      rank.done = true;
-      break;
-    }
-    const auto* b = std::get_if<trace::BoundaryRecord>(&record.body);
-    if (b == nullptr) continue;
-    if (b->name_id >= rank.hash_of_id.size()) {
-      rank.hash_of_id.resize(b->name_id + 1, 0);
-      rank.ignored_id.resize(b->name_id + 1, -1);
-    }
-    if (rank.ignored_id[b->name_id] < 0) {
-      const std::string& name = *rank.reader->name(b->name_id);  // the reader checked it exists
-      rank.ignored_id[b->name_id] = filter_.Ignored(name) ? 1 : 0;
-      rank.hash_of_id[b->name_id] = BoundaryNameHash(name);
-      names_.emplace(rank.hash_of_id[b->name_id], name);
-    }
-    if (rank.ignored_id[b->name_id] == 1) {
-      ++rank.ignored;
-      continue;
-    }
-    if (b->ndim != rank.last_ndim || b->dims != rank.last_dims) {
-      rank.last_ndim = b->ndim;
-      rank.last_dims = b->dims;
-      rank.last_shape_digest = BoundaryShapeDigest(*b);
-    }
-    *item = MakeBoundaryItem(*b, rank.hash_of_id[b->name_id], record.index,
-                             rank.last_shape_digest);
-    *have = true;
-    return Status::OK();
+namespace {
+
+constexpr size_t kRunRecords = 1024;
+
+// The shape digest of a boundary's bytes (BoundaryShapeDigest's value).
+uint64_t ShapeDigestOf(const trace::BoundaryView& view) {
+  uint64_t h = Mix64(view.ndim() + 0x9e3779b97f4a7c15ULL);
+  for (size_t i = 0; i < trace::kInlineDims; ++i) h = Mix64(h ^ view.dim(i));
+  return h;
+}
+
+}  // namespace
+
+// The slow part of a new or ignored name, out of the hot loop: true when the
+// boundary is kept.
+bool BoundaryStream::KeepName(RankReader& rank, uint32_t name_id) {
+  if (name_id >= rank.hash_of_id.size()) {
+    rank.hash_of_id.resize(name_id + 1, 0);
+    rank.ignored_id.resize(name_id + 1, -1);
   }
-  *have = false;
+  if (rank.ignored_id[name_id] < 0) {
+    const std::string& name = *rank.reader->name(name_id);  // the reader checked it exists
+    rank.ignored_id[name_id] = filter_.Ignored(name) ? 1 : 0;
+    rank.hash_of_id[name_id] = BoundaryNameHash(name);
+    names_.emplace(rank.hash_of_id[name_id], name);
+  }
+  return rank.ignored_id[name_id] == 0;
+}
+
+// Items from the rest of the reader's current run, into out[0, max): the
+// hot loop of a comparison, with no Status and no call per item.
+size_t BoundaryStream::ItemsFromRun(RankReader& rank, BoundaryItem* out, size_t max) {
+  size_t n = 0;
+  size_t known_names = rank.ignored_id.size();
+  while (n < max && rank.run_pos < rank.run.count) {
+    const size_t at = rank.run_pos++;
+    const trace::BoundaryView b(rank.run.bytes + at * trace::kRecordSize);
+    const uint32_t name_id = b.name_id();
+    if (name_id >= known_names || rank.ignored_id[name_id] != 0) [[unlikely]] {
+      const bool keep = KeepName(rank, name_id);
+      known_names = rank.ignored_id.size();
+      if (!keep) {
+        ++rank.ignored;
+        continue;
+      }
+    }
+    // Consecutive boundaries often share a shape: digest it only on change.
+    uint64_t shape_change = b.ndim() ^ rank.last_ndim;
+    for (size_t i = 0; i < trace::kInlineDims; ++i) shape_change |= b.dim(i) ^ rank.last_dims[i];
+    if (shape_change != 0) [[unlikely]] {
+      rank.last_ndim = b.ndim();
+      for (size_t i = 0; i < trace::kInlineDims; ++i) rank.last_dims[i] = b.dim(i);
+      rank.last_shape_digest = ShapeDigestOf(b);
+    }
+    BoundaryItem& item = out[n++];
+    item.key.name_hash = rank.hash_of_id[name_id];
+    item.key.shape_digest = rank.last_shape_digest;
+    item.key.first_example = b.first_example();
+    item.key.example_count = b.example_count();
+    item.key.rank = b.rank();
+    item.key.phase = static_cast<uint8_t>(b.phase());
+    item.key.direction = static_cast<uint8_t>(b.direction());
+    item.key.dtype = static_cast<uint8_t>(b.dtype());
+    item.step = b.step();
+    item.record_index = rank.run.first_index + at;
+    item.xor64 = b.xor64();
+    item.xxh3 = b.xxh3();
+  }
+  return n;
+}
+
+Status BoundaryStream::ReadOfRank(RankReader& rank, BoundaryItem* out, size_t max, size_t* n) {
+  *n = 0;
+  while (*n < max && !rank.done) {
+    if (rank.run_pos == rank.run.count) {
+      bool done = false;
+      rank.run_pos = 0;
+      DGRR_RETURN_IF_ERROR(rank.reader->NextBoundaryRun(kRunRecords, &rank.run, &done));
+      if (done) {
+        rank.done = true;
+        break;
+      }
+    }
+    *n += ItemsFromRun(rank, out + *n, max - *n);
+  }
+  return Status::OK();
+}
+
+Status BoundaryStream::NextOfRank(RankReader& rank, BoundaryItem* item, bool* have) {
+  size_t n = 0;
+  DGRR_RETURN_IF_ERROR(ReadOfRank(rank, item, 1, &n));
+  *have = n == 1;
   return Status::OK();
 }
 
@@ -239,18 +297,26 @@ Status BoundaryStream::LoadNextStep() {
 }
 
 Status BoundaryStream::Read(size_t max, std::vector<BoundaryItem>* out) {
-  out->clear();
   if (ranks_.size() == 1) {
     // One trace: its own order, no step buffering.
+    // Items are written in place: a push_back per item costs more than
+    // decoding one.
     RankReader& rank = *ranks_.front();
-    while (out->size() < max) {
-      BoundaryItem item;
-      bool have = false;
-      DGRR_RETURN_IF_ERROR(NextOfRank(rank, &item, &have));
-      if (!have) break;
-      out->push_back(item);
+    size_t n = 0;
+    while (n < max && !rank.done) {
+      // Grown by doubling, not to `max` at once: a caller may ask for "all".
+      if (n == out->size()) out->resize(std::min(max, std::max<size_t>(1024, 2 * n)));
+      size_t got = 0;
+      Status s = ReadOfRank(rank, out->data() + n, out->size() - n, &got);
+      if (!s.ok()) {
+        out->clear();
+        return s;
+      }
+      n += got;
     }
+    out->resize(n);
   } else {
+    out->clear();
     while (out->size() < max) {
       if (step_pos_ == step_items_.size()) {
         DGRR_RETURN_IF_ERROR(LoadNextStep());

@@ -95,6 +95,10 @@ class BoundaryStream {
   BoundaryStream(RankOrder order, ItemFilter filter);
   // Next boundary of one rank, skipping ignored ones; false at its end.
   Status NextOfRank(RankReader& reader, BoundaryItem* item, bool* have);
+  // Up to `max` next boundaries of one rank into out[0, *n).
+  Status ReadOfRank(RankReader& reader, BoundaryItem* out, size_t max, size_t* n);
+  size_t ItemsFromRun(RankReader& reader, BoundaryItem* out, size_t max);
+  bool KeepName(RankReader& reader, uint32_t name_id);
   // Refills step_items_ with the next step of every rank, in stream order.
   Status LoadNextStep();
 

@@ -15,7 +15,7 @@ namespace dgrr::trace {
 namespace {
 
 constexpr size_t kFirstReadBufferBytes = 8 * 1024;
-constexpr size_t kMaxReadBufferBytes = 1 << 20;
+constexpr size_t kMaxReadBufferBytes = 1 << 18;
 static_assert(kFirstReadBufferBytes % kRecordSize == 0 && kMaxReadBufferBytes % kRecordSize == 0);
 
 // Up to `n` bytes at `offset`; fewer only at end of file.
@@ -204,9 +204,102 @@ Status TraceReader::CheckSequence(const RecordBody& body) {
   return Status::OK();
 }
 
+size_t TraceReader::TakeCleanBoundaries(size_t max) {
+  if (pending_) return 0;
+  const size_t limit = std::min(max, (end_ - pos_) / kRecordSize);
+  const uint8_t* base = buffer_.get() + pos_;
+  const uint32_t* crcs = crcs_.get() + pos_ / kRecordSize;  // Fill checksummed the buffer
+  const size_t defined_names = names_.size();
+  const uint32_t world_size = header_.world_size;
+  bool has_seq = has_seq_;
+  uint64_t last_seq = last_seq_;
+  size_t n = 0;
+  for (; n < limit; ++n) {
+    const uint8_t* p = base + n * kRecordSize;
+    const BoundaryView view(p);
+    const uint64_t seq = view.seq();
+    // & rather than &&: every check is cheap and almost always passes, so
+    // one branch per record beats one per rule. A record that fails any of
+    // them ends the run; Next() then names the reason.
+    const bool clean = (StoredRecordCrc(p) == crcs[n]) & BoundaryFieldsValid(p) &
+                       (view.name_id() < defined_names) & (view.rank() < world_size) &
+                       (!has_seq | (seq > last_seq));
+    if (!clean) break;
+    has_seq = true;
+    last_seq = seq;
+  }
+  if (n == 0) return 0;
+  has_seq_ = true;
+  last_seq_ = last_seq;
+  torn_tail_bytes_ = 0;
+  torn_by_zeros_ = false;
+  next_index_ += n;
+  pos_ += n * kRecordSize;
+  clean_prefix_records_ = next_index_;
+  return n;
+}
+
+bool TraceReader::TakeCleanBoundary(BoundaryRecord* out) {
+  if (TakeCleanBoundaries(1) == 0) return false;
+  DecodeBoundaryIfValid(buffer_.get() + pos_ - kRecordSize, out);  // checked: cannot fail
+  return true;
+}
+
+Status TraceReader::NextRecords(size_t max, BoundaryRun* run, Record* record, bool* done) {
+  *done = false;
+  *run = BoundaryRun{};
+  if (!failure_.ok()) return failure_;
+  if (const size_t n = TakeCleanBoundaries(std::max<size_t>(1, max)); n > 0) {
+    *run = BoundaryRun{buffer_.get() + pos_ - n * kRecordSize, n, next_index_ - n};
+    return Status::OK();
+  }
+  DGRR_RETURN_IF_ERROR(Next(record, done));
+  if (!*done && std::holds_alternative<BoundaryRecord>(record->body)) {
+    // Decoded by the general path (after a refill of the buffer): its bytes
+    // are still the last record consumed.
+    *run = BoundaryRun{buffer_.get() + pos_ - kRecordSize, 1, record->index};
+  }
+  return Status::OK();
+}
+
+Status TraceReader::NextBoundaryRun(size_t max, BoundaryRun* run, bool* done) {
+  do {
+    DGRR_RETURN_IF_ERROR(NextRecords(max, run, &scratch_, done));
+  } while (!*done && run->count == 0);
+  return Status::OK();
+}
+
+Status TraceReader::NextBoundary(BoundaryRecord* record, uint64_t* index, bool* done) {
+  *done = false;
+  for (;;) {
+    if (failure_.ok() && TakeCleanBoundary(record)) {
+      *index = next_index_ - 1;
+      return Status::OK();
+    }
+    // Anything else, one record through the general path: NAME, STEP and
+    // EVENT records, the end of the buffer or file, and every error.
+    DGRR_RETURN_IF_ERROR(Next(&scratch_, done));
+    if (*done) return Status::OK();
+    if (const auto* b = std::get_if<BoundaryRecord>(&scratch_.body)) {
+      *record = *b;
+      *index = scratch_.index;
+      return Status::OK();
+    }
+  }
+}
+
 Status TraceReader::Next(Record* record, bool* done) {
   *done = false;
   if (!failure_.ok()) return failure_;
+  if (end_ - pos_ >= kRecordSize &&
+      buffer_[pos_] == static_cast<uint8_t>(RecordType::kBoundary)) {
+    auto* boundary = std::get_if<BoundaryRecord>(&record->body);
+    if (boundary == nullptr) boundary = &record->body.emplace<BoundaryRecord>();
+    if (TakeCleanBoundary(boundary)) {
+      record->index = next_index_ - 1;
+      return Status::OK();
+    }
+  }
   bool have_record = false;
   DGRR_RETURN_IF_ERROR(Fill(&have_record));
   torn_tail_bytes_ = 0;
@@ -303,14 +396,27 @@ Status VerifyTrace(const std::string& path, VerifySummary* summary) {
   TraceReader& reader = **opened;
   summary->header = reader.header();
   Record record;
+  constexpr size_t kRunRecords = 1024;
   for (;;) {
     bool done = false;
-    Status s = reader.Next(&record, &done);
+    BoundaryRun run;
+    Status s = reader.NextRecords(kRunRecords, &run, &record, &done);
     if (!s.ok()) {
       summary->error = reader.last_error();
       return s;
     }
     if (done) break;
+    if (run.count > 0) {
+      uint64_t run_last_step = BoundaryView(run.bytes).step();
+      for (size_t i = 1; i < run.count; ++i) {
+        run_last_step = std::max(run_last_step, BoundaryView(run.bytes + i * kRecordSize).step());
+      }
+      summary->boundaries += run.count;
+      summary->last_step =
+          summary->has_step ? std::max(summary->last_step, run_last_step) : run_last_step;
+      summary->has_step = true;
+      continue;
+    }
     const RecordBody& body = record.body;
     summary->boundaries += std::holds_alternative<BoundaryRecord>(body);
     summary->steps += std::holds_alternative<StepRecord>(body);

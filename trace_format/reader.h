@@ -38,6 +38,15 @@ struct TraceError {
   std::string reason;
 };
 
+// Consecutive BOUNDARY records that passed every check of the reader, in
+// their encoded bytes (read them through BoundaryView): valid until the
+// reader's next call.
+struct BoundaryRun {
+  const uint8_t* bytes = nullptr;  // count * kRecordSize bytes
+  size_t count = 0;
+  uint64_t first_index = 0;  // record index of the first
+};
+
 class TraceReader {
  public:
   // Opens `path` and validates its header. NotFound/IOError when it cannot be
@@ -65,6 +74,25 @@ class TraceReader {
   // *done = true at the end of the complete records. After a corruption
   // every call returns the same error.
   Status Next(Record* record, bool* done);
+
+  // The scan of a caller that wants only the BOUNDARY records: the next one
+  // into *record (its index into *index), every record before it validated
+  // and consumed exactly as Next() would (names defined, steps and events
+  // checked), so errors, warnings and state are those of calling Next() and
+  // skipping the rest; *done at the end. Faster than Next(): a boundary that
+  // breaks no rule is decoded straight from the buffer, without building a
+  // RecordBody or a Status.
+  Status NextBoundary(BoundaryRecord* record, uint64_t* index, bool* done);
+
+  // The fastest scan, for callers that read a few fields: up to `max` (at
+  // least 1) boundaries as a run of bytes (run->count > 0), or, when the next
+  // record is anything else, that record decoded into *record (run->count ==
+  // 0). Validation, errors, warnings and state are exactly Next()'s; a run
+  // stops at the end of the reader's buffer and before any record that is
+  // not a boundary or breaks a rule (which then goes through Next()).
+  Status NextRecords(size_t max, BoundaryRun* run, Record* record, bool* done);
+  // NextRecords, skipping every record that is not a boundary.
+  Status NextBoundaryRun(size_t max, BoundaryRun* run, bool* done);
 
   // Random access for bisect: reads record `index` and validates it on its
   // own (CRC, type, fields). The cross-record rules need a scan (Next); names
@@ -95,6 +123,14 @@ class TraceReader {
   // Makes at least one whole record available at buffer_[pos_]; false at end.
   Status Fill(bool* have_record);
   Status CheckSequence(const RecordBody& body);
+  // The fast path shared by Next and NextBoundary: when the record at pos_
+  // is a boundary that passes every check (CRC, fields, sequence rules),
+  // decodes it into *out, consumes it and returns true. False leaves the
+  // reader untouched, for the general path to find the reason.
+  bool TakeCleanBoundary(BoundaryRecord* out);
+  // Consumes up to `max` consecutive records at pos_ that are boundaries
+  // passing every check; returns how many (0 leaves the reader untouched).
+  size_t TakeCleanBoundaries(size_t max);
   Status Fail(uint64_t index, std::string reason);
   StatusOr<bool> RestOfFileIsZero(uint64_t from_offset);
 
@@ -103,7 +139,8 @@ class TraceReader {
   const TraceHeader header_;
 
   // Starts small (a short trace costs little to open) and grows while reads
-  // fill it, up to 1 MiB. Not zero-filled.
+  // fill it, up to 256 KiB (the CRC and check passes then read it from L2).
+  // Not zero-filled.
   size_t capacity_;
   std::unique_ptr<uint8_t[]> buffer_;
   std::unique_ptr<uint32_t[]> crcs_;  // computed CRC of each whole record in buffer_
@@ -127,6 +164,7 @@ class TraceReader {
   uint64_t first_data_after_zeros_ = 0;  // set when RestOfFileIsZero finds data
   Status failure_;
   TraceError error_;
+  Record scratch_;  // NextBoundary's record for the general path
 };
 
 // A whole trace decoded in memory (compare and inspect use it).

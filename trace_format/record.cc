@@ -27,6 +27,14 @@ constexpr size_t kPhase = 1, kDirection = 2, kDType = 3, kNameId = 4, kSeq = 8, 
                  kRank = 24, kNdim = 28, kByteCount = 32, kXor64 = 40, kXxh3 = 48,
                  kFirstExample = 56, kExampleCount = 64, kHostTime = 68, kDims = 76;
 static_assert(kDims + 8 * kInlineDims == kRecordCrcOffset);
+static_assert(kPhase == boundary_layout::kPhase && kDirection == boundary_layout::kDirection &&
+              kDType == boundary_layout::kDType && kNameId == boundary_layout::kNameId &&
+              kSeq == boundary_layout::kSeq && kStep == boundary_layout::kStep &&
+              kRank == boundary_layout::kRank && kNdim == boundary_layout::kNdim &&
+              kByteCount == boundary_layout::kByteCount && kXor64 == boundary_layout::kXor64 &&
+              kXxh3 == boundary_layout::kXxh3 && kFirstExample == boundary_layout::kFirstExample &&
+              kExampleCount == boundary_layout::kExampleCount &&
+              kHostTime == boundary_layout::kHostTime && kDims == boundary_layout::kDims);
 }  // namespace bnd
 namespace stp {
 constexpr size_t kKind = 1, kLossDType = 2, kStep = 8, kHostTime = 16, kLossBits = 24,
@@ -358,10 +366,6 @@ void SealRecords(uint8_t* records, size_t count) {
   }
 }
 
-uint32_t StoredRecordCrc(const uint8_t* record) {
-  return crc32c::Unmask(DecodeFixed32(record + kRecordCrcOffset));
-}
-
 bool RecordCrcMatches(const uint8_t* record) {
   return crc32c::Unmask(DecodeFixed32(record + kRecordCrcOffset)) ==
          crc32c::Value(record, kRecordCrcOffset);
@@ -374,6 +378,29 @@ T* Hold(RecordBody* body) {
   if (T* held = std::get_if<T>(body)) return held;
   return &body->emplace<T>();
 }
+
+bool DecodeBoundaryIfValid(const uint8_t* src, BoundaryRecord* r) {
+  if (!BoundaryFieldsValid(src)) [[unlikely]] return false;
+  const BoundaryView view(src);
+  r->phase = view.phase();
+  r->direction = view.direction();
+  r->dtype = view.dtype();
+  r->name_id = view.name_id();
+  r->seq = view.seq();
+  r->step = view.step();
+  r->rank = view.rank();
+  r->ndim = view.ndim();
+  r->byte_count = view.byte_count();
+  r->xor64 = view.xor64();
+  r->xxh3 = view.xxh3();
+  r->first_example = view.first_example();
+  r->example_count = view.example_count();
+  r->host_time_ns = view.host_time_ns();
+  for (size_t i = 0; i < kInlineDims; ++i) r->dims[i] = view.dim(i);
+  return true;
+}
+
+static_assert(crc32c::kMaskDelta == 0xa282ead8u, "StoredRecordCrc inlines crc32c::Unmask");
 
 Status DecodeRecord(const uint8_t* src, RecordBody* body) {
   if (!RecordCrcMatches(src)) return Bad("CRC mismatch");

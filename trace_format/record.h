@@ -10,10 +10,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <variant>
 
+#include "base/coding.h"
 #include "base/dtype.h"
 #include "base/status.h"
 
@@ -176,7 +178,75 @@ Status DecodeRecord(const uint8_t* src, RecordBody* body);
 // DecodeRecord without the CRC check, for a caller that has checked it
 // (the reader checks a whole buffer of records at once).
 Status DecodeRecordFields(const uint8_t* src, RecordBody* body);
-// The unmasked CRC stored in a record.
-uint32_t StoredRecordCrc(const uint8_t* record);
+// Where a BOUNDARY record keeps its fields (docs/trace-format.md, "Records").
+namespace boundary_layout {
+inline constexpr size_t kPhase = 1, kDirection = 2, kDType = 3, kNameId = 4, kSeq = 8, kStep = 16,
+                        kRank = 24, kNdim = 28, kByteCount = 32, kXor64 = 40, kXxh3 = 48,
+                        kFirstExample = 56, kExampleCount = 64, kHostTime = 68, kDims = 76;
+static_assert(kDims + 8 * kInlineDims == kRecordCrcOffset);
+}  // namespace boundary_layout
+
+// True when the bytes are a BOUNDARY record that keeps every rule local to
+// it apart from the CRC: known phase, direction and dtype, reserved bytes and
+// unused shape slots zero. Branch-free (the rules almost always hold, so one
+// branch on the result beats one per rule); inline for the reader's scan.
+inline bool BoundaryFieldsValid(const uint8_t* p) {
+  namespace at = boundary_layout;
+  const uint8_t ndim = p[at::kNdim];
+  const bool valid = (p[0] == static_cast<uint8_t>(RecordType::kBoundary)) &
+                     (p[at::kPhase] <= kMaxPhase) & (p[at::kDirection] <= 1) &
+                     IsValidDType(p[at::kDType]) & ((p[29] | p[30] | p[31]) == 0);
+  // Bit i set: shape slot i holds a nonzero value (compared with zero, so
+  // byte order is moot). Slots at and above ndim must be zero.
+  unsigned nonzero_slots = 0;
+  for (size_t i = 0; i < kInlineDims; ++i) {
+    uint64_t dim;
+    std::memcpy(&dim, p + at::kDims + 8 * i, 8);
+    nonzero_slots |= static_cast<unsigned>(dim != 0) << i;
+  }
+  const unsigned used_slots = ndim >= kInlineDims ? 0x3fu : (1u << ndim) - 1;
+  return valid & ((nonzero_slots & ~used_slots) == 0);
+}
+
+// Read-only fields of a BOUNDARY record in its encoded bytes, for bytes the
+// reader has validated (TraceReader::NextBoundaryRun): a scan that needs a
+// few fields reads them where they lie instead of decoding the whole record.
+class BoundaryView {
+ public:
+  explicit BoundaryView(const uint8_t* bytes) : p_(bytes) {}
+  Phase phase() const { return static_cast<Phase>(p_[boundary_layout::kPhase]); }
+  Direction direction() const { return static_cast<Direction>(p_[boundary_layout::kDirection]); }
+  DType dtype() const { return static_cast<DType>(p_[boundary_layout::kDType]); }
+  uint32_t name_id() const { return DecodeFixed32(p_ + boundary_layout::kNameId); }
+  uint64_t seq() const { return DecodeFixed64(p_ + boundary_layout::kSeq); }
+  uint64_t step() const { return DecodeFixed64(p_ + boundary_layout::kStep); }
+  uint32_t rank() const { return DecodeFixed32(p_ + boundary_layout::kRank); }
+  uint8_t ndim() const { return p_[boundary_layout::kNdim]; }
+  uint64_t byte_count() const { return DecodeFixed64(p_ + boundary_layout::kByteCount); }
+  uint64_t xor64() const { return DecodeFixed64(p_ + boundary_layout::kXor64); }
+  uint64_t xxh3() const { return DecodeFixed64(p_ + boundary_layout::kXxh3); }
+  uint64_t first_example() const { return DecodeFixed64(p_ + boundary_layout::kFirstExample); }
+  uint32_t example_count() const { return DecodeFixed32(p_ + boundary_layout::kExampleCount); }
+  uint64_t host_time_ns() const { return DecodeFixed64(p_ + boundary_layout::kHostTime); }
+  uint64_t dim(size_t i) const { return DecodeFixed64(p_ + boundary_layout::kDims + 8 * i); }
+  const uint8_t* bytes() const { return p_; }
+
+ private:
+  const uint8_t* p_;
+};
+
+// The hot path of a scan: decodes a BOUNDARY record whose CRC the caller has
+// checked and returns true when every local rule holds (known phase,
+// direction and dtype, reserved bytes and unused shape slots zero), with one
+// branch for all of them. False says only "not a clean boundary": the record
+// may be of another type or break a rule, and DecodeRecordFields then gives
+// the reason; *record is unspecified after false.
+bool DecodeBoundaryIfValid(const uint8_t* src, BoundaryRecord* record);
+// The unmasked CRC stored in a record (inline: the reader's scan calls it
+// once a record).
+inline uint32_t StoredRecordCrc(const uint8_t* record) {
+  const uint32_t rot = DecodeFixed32(record + kRecordCrcOffset) - 0xa282ead8u;  // crc32c::Unmask
+  return (rot >> 17) | (rot << 15);
+}
 
 }  // namespace dgrr::trace

@@ -165,5 +165,45 @@ void BM_Crc32cRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_Crc32cRecord)->Arg(0)->Arg(1);
 
+// The reader's batch CRC: every record of a 256 KiB buffer (the reader's
+// largest) at once, independent chains interleaved.
+void BM_Crc32cBlocks(benchmark::State& state) {
+  constexpr size_t kRecords = (256 << 10) / kRecordSize;
+  std::vector<uint8_t> bytes(kRecords * kRecordSize, 0x33);
+  std::vector<uint32_t> crcs(kRecords);
+  for (auto _ : state) {
+    bytes[0]++;
+    crc32c::ValueOfBlocks(bytes.data(), kRecordSize, kRecordCrcOffset, kRecords, crcs.data());
+    benchmark::DoNotOptimize(crcs.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kRecords);
+  state.SetBytesProcessed(state.iterations() * kRecords * kRecordCrcOffset);
+}
+BENCHMARK(BM_Crc32cBlocks);
+
+// The reader's scan through NextBoundaryRun (what compare and verify use):
+// runs of validated boundaries read in place, against Next() above.
+void BM_ReadAndValidateRuns(benchmark::State& state) {
+  const std::string& path = ReadFixture();
+  for (auto _ : state) {
+    auto reader = TraceReader::Open(path);
+    bool done = false;
+    uint64_t n = 0, xor_all = 0;
+    for (;;) {
+      BoundaryRun run;
+      Status s = (*reader)->NextBoundaryRun(1024, &run, &done);
+      if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+      if (done || !s.ok()) break;
+      for (size_t i = 0; i < run.count; ++i) xor_all ^= BoundaryView(run.bytes + i * kRecordSize).xor64();
+      n += run.count;
+    }
+    benchmark::DoNotOptimize(xor_all);
+    if (n + 1 != kReadRecords) state.SkipWithError("wrong boundary count");
+  }
+  state.SetItemsProcessed(state.iterations() * kReadRecords);
+  state.SetBytesProcessed(state.iterations() * RecordOffset(kReadRecords));
+}
+BENCHMARK(BM_ReadAndValidateRuns)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace dgrr::trace
