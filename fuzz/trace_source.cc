@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <string>
 
+#include "base/file_system.h"
 #include "fuzz/scratch.h"
 #include "trace_format/reader.h"
 
 namespace dgrr::fuzz {
 namespace {
 
-// Bytes -> a path the reader can open. The switch point for an in-memory source.
+// Bytes -> a path, for the readers that take one (ReadWholeTrace, VerifyTrace).
 std::string TracePathFor(std::string_view bytes) { return WriteScratchFile("input.trace", bytes); }
 
 // Next() until done or an error; a second pass past the end must stay done
@@ -31,9 +32,10 @@ Status Scan(trace::TraceReader& reader) {
 }  // namespace
 
 Status ExerciseTraceReader(std::string_view bytes) {
-  const std::string path = TracePathFor(bytes);
+  // The reader itself reads the bytes from memory (base/file_system.h's
+  // in-memory file), as it reads a file through the file layer.
   trace::TraceError error;
-  auto opened = trace::TraceReader::Open(path, &error);
+  auto opened = trace::TraceReader::Open(NewMemoryFile("input.trace", std::string(bytes)), &error);
   if (!opened.ok()) return opened.status();
   trace::TraceReader& reader = **opened;
   const Status scan = Scan(reader);
@@ -49,6 +51,7 @@ Status ExerciseTraceReader(std::string_view bytes) {
     }
   }
 
+  const std::string path = TracePathFor(bytes);
   auto whole = trace::ReadWholeTrace(path);
   trace::VerifySummary summary;
   const Status verified = trace::VerifyTrace(path, &summary);

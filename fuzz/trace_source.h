@@ -1,7 +1,7 @@
 // The one place where fuzz targets hand bytes to the trace reader.
 //
-// Today TraceReader opens a path, so the bytes go through a scratch file;
-// when the file layer gains an in-memory source, only trace_source.cc changes.
+// TraceReader reads the bytes from an in-memory file (base/file_system.h);
+// ReadWholeTrace and VerifyTrace, which take a path, read a scratch copy.
 #pragma once
 
 #include <string_view>
