@@ -23,6 +23,7 @@
 #include "base/file.h"
 #include "base/file_system.h"
 #include "tests/cli/run_captured.h"
+#include "tests/cli/run_process.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace dgrr::cli {
@@ -36,54 +37,6 @@ std::vector<std::string> TrainArgs(const std::string& out) {
   std::vector<std::string> args = {"train", "--out", out};
   args.insert(args.end(), kTrain.begin(), kTrain.end());
   return args;
-}
-
-struct ProcessResult {
-  bool exited = false;  // false: it ended on a signal
-  int rc = -1;
-  std::string err;
-};
-
-// Runs the real dgrr binary with `args`, optionally with DGRR_TEST_FAULT set
-// and a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored), and its stderr kept.
-ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const std::string& fault,
-                             rlim_t max_file_bytes, const std::string& err_file) {
-  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
-  ProcessResult result;
-  if (!fs::exists(dgrr)) {
-    ADD_FAILURE() << dgrr << " must be built before cli_test runs";
-    return result;
-  }
-  std::vector<std::string> argv_storage = {dgrr};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    if (err_fd < 0 || null_fd < 0) ::_exit(100);
-    ::dup2(err_fd, 2);
-    ::dup2(null_fd, 1);
-    if (!fault.empty()) ::setenv("DGRR_TEST_FAULT", fault.c_str(), 1);
-    if (max_file_bytes != RLIM_INFINITY) {
-      ::signal(SIGXFSZ, SIG_IGN);
-      struct rlimit limit;
-      ::getrlimit(RLIMIT_FSIZE, &limit);
-      limit.rlim_cur = max_file_bytes;
-      ::setrlimit(RLIMIT_FSIZE, &limit);
-    }
-    ::execv(dgrr.c_str(), argv.data());
-    ::_exit(101);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exited = WIFEXITED(status);
-  result.rc = result.exited ? WEXITSTATUS(status) : -WTERMSIG(status);
-  std::ifstream in(err_file, std::ios::binary);
-  result.err.assign(std::istreambuf_iterator<char>(in), {});
-  return result;
 }
 
 size_t Lines(const std::string& text) {
@@ -127,7 +80,7 @@ TEST_F(FileFaultCli, CheckpointShortWriteThroughTheTestHook) {
   const std::string run = Path("run");
   std::vector<std::string> args = TrainArgs(run);
   // The second write-at under ckpt/ stamps the header of the second checkpoint (step 3).
-  ProcessResult r = RunDgrrProcess(args, "write-at+short:2:ENOSPC:/ckpt/", RLIM_INFINITY, Path("stderr.txt"));
+  ProcessResult r = RunDgrrProcess(args, {{{"DGRR_TEST_FAULT", "write-at+short:2:ENOSPC:/ckpt/"}}}, Path("stderr.txt"));
   ASSERT_TRUE(r.exited) << "dgrr ended on signal " << -r.rc;
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(Lines(r.err), 1u) << r.err;
@@ -144,7 +97,7 @@ TEST_F(FileFaultCli, CheckpointFailingInsideLibhdf5) {
   const std::string run = Path("run");
   // The tiny model's first checkpoint holds ~1.4 MB of incompressible
   // floats; the traces, config and environment stay well below the limit.
-  ProcessResult r = RunDgrrProcess(TrainArgs(run), "", 700 * 1024, Path("stderr.txt"));
+  ProcessResult r = RunDgrrProcess(TrainArgs(run), {{}, 700 * 1024}, Path("stderr.txt"));
   ASSERT_TRUE(r.exited) << "dgrr ended on signal " << -r.rc << ": " << r.err;
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(Lines(r.err), 1u) << r.err;

@@ -19,6 +19,7 @@
 
 #include "base/file.h"
 #include "tests/cli/run_captured.h"
+#include "tests/cli/run_process.h"
 #include "tests/support/temp_dir_test.h"
 
 namespace dgrr::cli {
@@ -34,45 +35,14 @@ std::vector<std::string> Train(const std::string& out, std::vector<std::string> 
   return args;
 }
 
-struct ProcessResult {
-  bool exited = false;
-  int rc = -1;
-  std::string err;
-};
-
-// The real binary, for what needs a process of its own: a kill, a signal.
+// The real binary, for what needs a process of its own: a kill, a signal
+// (at the named point `kill_at`, base/kill_point.h).
 ProcessResult RunProcess(const std::vector<std::string>& args, const std::string& kill_at,
                          const std::string& signal_name, const std::string& err_file) {
-  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
-  ProcessResult result;
-  if (!fs::exists(dgrr)) {
-    ADD_FAILURE() << dgrr << " must be built before cli_test runs";
-    return result;
-  }
-  std::vector<std::string> storage = {dgrr};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    if (err_fd < 0 || null_fd < 0) ::_exit(100);
-    ::dup2(err_fd, 2);
-    ::dup2(null_fd, 1);
-    ::setenv("DGRR_TEST_KILL_AT", kill_at.c_str(), 1);
-    if (!signal_name.empty()) ::setenv("DGRR_TEST_KILL_SIGNAL", signal_name.c_str(), 1);
-    ::execv(dgrr.c_str(), argv.data());
-    ::_exit(101);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exited = WIFEXITED(status);
-  result.rc = result.exited ? WEXITSTATUS(status) : -WTERMSIG(status);
-  std::ifstream in(err_file, std::ios::binary);
-  result.err.assign(std::istreambuf_iterator<char>(in), {});
-  return result;
+  ProcessOptions options;
+  options.env["DGRR_TEST_KILL_AT"] = kill_at;
+  if (!signal_name.empty()) options.env["DGRR_TEST_KILL_SIGNAL"] = signal_name;
+  return RunDgrrProcess(args, options, err_file);
 }
 
 // metrics.jsonl without the fields that depend on the clock.

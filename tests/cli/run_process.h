@@ -1,0 +1,75 @@
+// Runs the real dgrr binary in a process of its own, for what an in-process
+// run (run_captured.h) cannot show: a kill, a signal, a file-size limit, a
+// fault injected through the environment. stdout goes to /dev/null, stderr
+// to a file whose text comes back.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dgrr::cli {
+
+struct ProcessResult {
+  bool exited = false;  // false: it ended on a signal
+  int rc = -1;          // the exit code, or -signal
+  std::string err;
+};
+
+struct ProcessOptions {
+  std::map<std::string, std::string> env;  // set in the child, e.g. DGRR_TEST_KILL_AT
+  rlim_t max_file_bytes = RLIM_INFINITY;   // RLIMIT_FSIZE, with SIGXFSZ ignored
+};
+
+inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const ProcessOptions& options,
+                                    const std::string& err_file) {
+  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr";
+  ProcessResult result;
+  if (!std::filesystem::exists(dgrr)) {
+    ADD_FAILURE() << dgrr << " must be built before cli_test runs";
+    return result;
+  }
+  std::vector<std::string> storage = {dgrr};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (err_fd < 0 || null_fd < 0) ::_exit(100);
+    ::dup2(err_fd, 2);
+    ::dup2(null_fd, 1);
+    for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
+    if (options.max_file_bytes != RLIM_INFINITY) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit limit;
+      ::getrlimit(RLIMIT_FSIZE, &limit);
+      limit.rlim_cur = options.max_file_bytes;
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+    }
+    ::execv(dgrr.c_str(), argv.data());
+    ::_exit(101);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exited = WIFEXITED(status);
+  result.rc = result.exited ? WEXITSTATUS(status) : -WTERMSIG(status);
+  std::ifstream in(err_file, std::ios::binary);
+  result.err.assign(std::istreambuf_iterator<char>(in), {});
+  return result;
+}
+
+}  // namespace dgrr::cli
