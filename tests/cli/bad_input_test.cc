@@ -102,14 +102,20 @@ TEST_F(BadInputTest, NestingUpToTheCapParsesAndOneMoreLevelDoesNot) {
 
 TEST_F(BadInputTest, JsonDiffOfADeepDocumentDoesNotRecurse) {
   // DiffJson is public: a document built in memory is not depth-capped.
-  json deep = json::array();
-  json* inner = &deep;
-  for (int i = 0; i < 100000; ++i) {
-    inner->push_back(json::array());
-    inner = &(*inner)[0];
-  }
-  inner->push_back(1);
-  json other = deep;
+  // Built level by level, twice: copying it would recurse per level in
+  // nlohmann's copy constructor (and overflow under ASan's larger frames).
+  auto build = [] {
+    json deep = json::array();
+    json* inner = &deep;
+    for (int i = 0; i < 100000; ++i) {
+      inner->push_back(json::array());
+      inner = &(*inner)[0];
+    }
+    inner->push_back(1);
+    return deep;
+  };
+  json deep = build();
+  json other = build();
   const auto d = replay::DiffJson(deep, other);
   EXPECT_TRUE(d.empty());
   // Tear down without the recursive destructor of older nlohmann releases.
