@@ -38,7 +38,7 @@ run: build
 
 sanitize: deps
 	cmake -S . -B $(SAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_SANITIZE=ON \
-	  -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+	  -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1"
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(SAN_BUILD) $(CTEST_ARGS)
@@ -47,7 +47,7 @@ sanitize: deps
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_FUZZ=ON \
 	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_TESTS=OFF -DDGRR_BUILD_BENCH=OFF \
-	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g"
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1"
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_all dgrr
 	./fuzz/make-seeds.sh $(FUZZ_BUILD)/cli/dgrr $(FUZZ_BUILD)/fuzz-seeds
 
@@ -60,7 +60,7 @@ fuzz-smoke: fuzz-build
 # ThreadSanitizer over the threaded paths; suppressions (third-party only) in scripts/tsan.supp.
 tsan: deps
 	cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_TSAN=ON \
-	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1"
 ifeq ($(TSAN_EXES),all)
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp" \
