@@ -16,6 +16,8 @@
 #include "fingerprint/fingerprint.h"
 #include "fingerprint/fingerprint_simd.h"
 
+#include "bench/fingerprint/read_pass.h"
+
 namespace {
 
 // One buffer per size, filled (so every page is really backed) once.
@@ -34,24 +36,7 @@ const std::vector<uint8_t>& Buffer(size_t n) {
   return buffers.back();
 }
 
-// The baseline: every 64-bit word read once and summed, with as many
-// independent accumulators as the xor loop; the sum escapes through
-// DoNotOptimize so the loads cannot be removed.
-uint64_t ReadPass(const uint8_t* p, size_t n) {
-  uint64_t lanes[8] = {};
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    for (size_t k = 0; k < 8; ++k) {
-      uint64_t v;
-      std::memcpy(&v, p + i + 8 * k, 8);
-      lanes[k] += v;
-    }
-  }
-  uint64_t sum = 0;
-  for (; i < n; ++i) sum += p[i];
-  for (uint64_t lane : lanes) sum += lane;
-  return sum;
-}
+using dgrr::bench::ReadPass;
 
 void BM_ReadPass(benchmark::State& state) {
   const auto& buf = Buffer(static_cast<size_t>(state.range(0)));

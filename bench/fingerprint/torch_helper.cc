@@ -10,25 +10,11 @@
 #include "fingerprint/fingerprint.h"
 #include "fingerprint/fingerprint_simd.h"
 
+#include "bench/fingerprint/read_pass.h"
+
 namespace {
 
-// Reads every 64-bit word once, eight accumulators: the memory-speed baseline
-// (same loop as fingerprint_bench's BM_ReadPass).
-uint64_t ReadPass(const uint8_t* p, size_t n) {
-  uint64_t lanes[8] = {};
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    for (size_t k = 0; k < 8; ++k) {
-      uint64_t v;
-      std::memcpy(&v, p + i + 8 * k, 8);
-      lanes[k] += v;
-    }
-  }
-  uint64_t sum = 0;
-  for (; i < n; ++i) sum += p[i];
-  for (uint64_t lane : lanes) sum += lane;
-  return sum;
-}
+using dgrr::bench::ReadPass;
 
 }  // namespace
 
