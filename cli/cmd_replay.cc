@@ -14,7 +14,7 @@
 #include "checkpoint/tensor_file.h"
 #include "cli/command.h"
 #include "model/trainer.h"
-#include "replay/trace_check.h"
+#include "runtime/trace_check.h"
 
 namespace dgrr::cli {
 namespace {
@@ -111,7 +111,7 @@ int RunReplay(const std::vector<std::string>& args) {
   if (!opts.ok()) return ReportError("replay", opts.status());
   // A run stopped early (killed, or rolled back) has recorded fewer steps
   // than its config names: replay what every rank recorded, not past it.
-  auto recorded = replay::LastStepCompletedByEveryRank(run_dir, opts->ranks);
+  auto recorded = LastStepCompletedByEveryRank(run_dir, opts->ranks);
   if (!recorded.ok()) return ReportError("replay", recorded.status());
   const int64_t last_recorded = std::min<int64_t>(*recorded, opts->steps - 1);
   if (last_recorded < 0) {

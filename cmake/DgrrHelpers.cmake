@@ -9,6 +9,7 @@ function(dgrr_component name)
   set_target_properties(dgrr_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(dgrr_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
     $<INSTALL_INTERFACE:include>)
   target_link_libraries(dgrr_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})

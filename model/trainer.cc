@@ -31,7 +31,7 @@
 #include "model/rollback.h"
 #include "model/schedule.h"
 #include "model/training_program.h"
-#include "replay/trace_check.h"
+#include "runtime/trace_check.h"
 #include "trace_format/reader.h"
 #include "model/tree_reduce.h"
 #include "rng/distributions.h"
@@ -448,7 +448,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   std::unique_ptr<DataOrder> data_order;
-  std::unique_ptr<replay::TraceCheck> check;  // replay: the recorded trace to match
+  std::unique_ptr<TraceCheck> check;  // replay: the recorded trace to match
   float loss = 0;
   // Dumps due on this rank at the current step, by boundary name: set before
   // the workers start (they only look names up), filled on the rank thread.
@@ -520,13 +520,16 @@ Status Trainer::Impl::RunRankBody(int r) {
   o.open_mode = t.options_.resume && t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
   if (!t.options_.verify_against.empty()) {
     const uint64_t first_record = t.resume_from_ ? t.resume_from_->ranks[r].trace_position : 0;
-    DGRR_ASSIGN_OR_RETURN(rank.check, replay::TraceCheck::Open(
+    DGRR_ASSIGN_OR_RETURN(rank.check, TraceCheck::Open(
                                           TracePathFor(t.options_.verify_against, r), first_record));
     o.check = rank.check.get();
   }
   o.run_id = run_id;
   o.config_json = t.config_.dump();
   o.group = &group;
+  // dgrr's own commands still re-execute the reference trainer in process
+  // (TrainOptions' replay fields), not through a control file.
+  o.reexecutable = false;
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
 

@@ -184,4 +184,19 @@ StatusOr<const json*> JsonObjectReader::Array(std::string_view key) const {
   return v;
 }
 
+StatusOr<uint64_t> JsonObjectReader::Hex64(std::string_view key) const {
+  DGRR_ASSIGN_OR_RETURN(std::string text, String(key));
+  if (text.size() != 18 || text[0] != '0' || text[1] != 'x') {
+    return Error(key, "expected 0x and 16 hex digits, got '" + text.substr(0, 40) + "'");
+  }
+  uint64_t v = 0;
+  for (size_t i = 2; i < text.size(); ++i) {
+    const char c = text[i];
+    const int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) return Error(key, "expected 0x and 16 hex digits, got '" + text + "'");
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
 }  // namespace dgrr

@@ -52,6 +52,8 @@ class JsonObjectReader {
   // A finite number in [min, max].
   StatusOr<double> Double(std::string_view key, double min, double max) const;
   StatusOr<std::string> String(std::string_view key) const;
+  // A string "0x" followed by 16 hex digits (as base/coding.h's Hex64 writes).
+  StatusOr<uint64_t> Hex64(std::string_view key) const;
   StatusOr<JsonObjectReader> Object(std::string_view key) const;
   // The array itself (its elements are the caller's to check).
   StatusOr<const nlohmann::json*> Array(std::string_view key) const;

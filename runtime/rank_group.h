@@ -22,6 +22,10 @@ class RankGroup {
   // Every rank calls this once per round with its own fingerprint; each gets
   // all of them, indexed by rank. Blocks until every rank has contributed.
   virtual Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) = 0;
+  // True when every rank is a thread of this process, so a rank may read
+  // another's memory while it waits (Session::Checkpoint writes all ranks'
+  // state from rank 0 then).
+  virtual bool shares_address_space() const { return false; }
 };
 
 class InProcessRankGroup final : public RankGroup {
@@ -29,6 +33,7 @@ class InProcessRankGroup final : public RankGroup {
   explicit InProcessRankGroup(int world_size);
   int world_size() const override { return world_size_; }
   Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) override;
+  bool shares_address_space() const override { return true; }
   // Wakes every waiting rank and makes this and every later AllGather return
   // `why`: a rank that failed must not leave the others waiting for it.
   void Abort(const Status& why);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -14,6 +15,8 @@
 #include "base/version.h"
 #include "runtime/environment.h"
 #include "runtime/json_input.h"
+#include "runtime/trace_check.h"
+#include "trace_format/reader.h"
 #include "trace_format/writer.h"
 
 namespace dgrr {
@@ -40,7 +43,21 @@ Status CheckWritableDirectory(const std::string& dir) {
   return Status::OK();
 }
 
+Status NoCheckpointStore() {
+  return Status::FailedPrecondition(
+      "the session has no checkpoint store: open it with dgrr::Open (<dgrr/dgrr.h>) or set "
+      "SessionOptions::checkpoints");
+}
+
 }  // namespace
+
+// A control file's dump request as this rank follows it.
+struct Session::PendingDump {
+  ControlDump request;
+  std::string path;                    // with {rank} replaced
+  std::vector<CapturedTensor> tensors;  // captured so far
+  bool written = false;
+};
 
 RunId NewRunId() {
   RunId id{};
@@ -91,8 +108,34 @@ StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) 
     return Status::InvalidArgument("rank group size differs from the session's world size");
   }
   std::unique_ptr<Session> session(new Session(options));
-  DGRR_RETURN_IF_ERROR(session->Init());
+  DGRR_RETURN_IF_ERROR(session->LoadControl());
+  Status init = session->Init();
+  if (!init.ok()) return session->Report(init);
   return session;
+}
+
+Status Session::LoadControl() {
+  if (!options_.reexecutable) return Status::OK();
+  const char* path = std::getenv(kControlEnvVar);
+  if (path == nullptr || *path == '\0') return Status::OK();
+  DGRR_ASSIGN_OR_RETURN(ControlFile control, ReadControlFile(path));
+  // The control decides where and how this execution records; the program's
+  // own choices describe the recorded run, not this one.
+  options_.run_dir = control.run_dir;
+  if (control.mode) options_.mode = *control.mode;
+  options_.open_mode = OpenMode::kCreate;
+  result_.rank = options_.rank;
+  for (const ControlDump& d : control.dumps) {
+    if (d.rank && *d.rank != options_.rank) continue;
+    PendingDump pending;
+    pending.request = d;
+    pending.path = d.path;
+    const size_t at = pending.path.find("{rank}");
+    if (at != std::string::npos) pending.path.replace(at, 6, std::to_string(options_.rank));
+    dumps_.push_back(std::move(pending));
+  }
+  control_ = std::move(control);
+  return Status::OK();
 }
 
 Status Session::Init() {
@@ -118,6 +161,14 @@ Status Session::Init() {
   config_digest_ = Xxh3(canonical_config.data(), canonical_config.size());
 
   DGRR_RETURN_IF_ERROR(CheckWritableDirectory(options_.run_dir));
+  // One writer per run: rank 0 holds the directory's lock for the session's
+  // life (the other ranks are its peers, not rival writers). Programs that
+  // manage their directory themselves (kCreate, kOverwrite, kResume) lock it
+  // themselves, as `dgrr train` does.
+  if (options_.rank == 0 && (options_.open_mode == OpenMode::kContinue || control_)) {
+    DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(options_.run_dir));
+    lock_.emplace(std::move(lock));
+  }
   trace_path_ = TracePathFor(options_.run_dir, options_.rank);
   const bool exists = PathExists(trace_path_);
   if (options_.open_mode == OpenMode::kCreate && exists) {
@@ -128,19 +179,48 @@ Status Session::Init() {
     return Status::NotFound(trace_path_ + ": no trace to resume");
   }
 
-  const nlohmann::json env_json = CollectEnvironment(controls_);
+  nlohmann::json env_json = CollectEnvironment(controls_);
   environment_lock.unlock();
+  if (!options_.program_info_json.empty()) {
+    auto program = ParseJson(options_.program_info_json, "session program info");
+    if (!program.ok() || !program->is_object()) {
+      return Status::InvalidArgument("program_info_json must be a JSON object");
+    }
+    env_json["program"] = std::move(program).value();
+  }
   env_digest_ = EnvironmentDigest(env_json);
+  env_text_ = env_json.dump(2) + "\n";
+  config_text_ = config.dump(2) + "\n";
+  if (control_) DGRR_RETURN_IF_ERROR(WriteResult());
+  // kContinue opens the trace in Resume(), once it knows whether to cut it,
+  // and writes nothing before: a resume refused leaves the run as it was.
+  if (options_.open_mode == OpenMode::kContinue) return Status::OK();
   DGRR_RETURN_IF_ERROR(OpenTrace());
+  return WriteRunFiles();
+}
+
+Status Session::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
-  DGRR_RETURN_IF_ERROR(
-      WriteFileAtomically(EnvPathFor(options_.run_dir, options_.rank), env_json.dump(2) + "\n"));
+  DGRR_RETURN_IF_ERROR(WriteFileAtomically(EnvPathFor(options_.run_dir, options_.rank), env_text_));
   if (options_.rank == 0) {
-    DGRR_RETURN_IF_ERROR(
-        WriteFileAtomically(ConfigPathFor(options_.run_dir), config.dump(2) + "\n"));
+    DGRR_RETURN_IF_ERROR(WriteFileAtomically(ConfigPathFor(options_.run_dir), config_text_));
   }
-  return Status::OK();
+  return WriteLaunchRecordIfFresh();
+}
+
+Status Session::WriteLaunchRecordIfFresh() {
+  if (options_.rank != 0 || !options_.reexecutable) return Status::OK();
+  if (options_.open_mode == OpenMode::kResume && PathExists(LaunchPathFor(options_.run_dir))) {
+    return Status::OK();
+  }
+  LaunchRecord record;
+  if (options_.launch) {
+    record = *options_.launch;
+  } else {
+    DGRR_ASSIGN_OR_RETURN(record, CaptureLaunchRecord());
+  }
+  return WriteLaunchRecord(options_.run_dir, record);
 }
 
 Status Session::OpenTrace() {
@@ -166,7 +246,8 @@ Status Session::OpenTrace() {
   header.env_digest = env_digest_;
   header.created_unix_ns = NowNs();
   trace::TraceWriterOptions wopts;
-  wopts.overwrite = options_.open_mode == OpenMode::kOverwrite;
+  wopts.overwrite = options_.open_mode == OpenMode::kOverwrite ||
+                    options_.open_mode == OpenMode::kContinue;
   DGRR_ASSIGN_OR_RETURN(writer_, trace::TraceWriter::Create(trace_path_, header, wopts));
   return Status::OK();
 }
@@ -184,12 +265,30 @@ StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::
   h.direction = direction;
   h.kind = kind;
   h.recorded = ShouldRecordBoundary(options_.mode, phase, kind);
+  if (!dumps_.empty()) {
+    // A boundary a dump asks for is recorded whatever the mode, so that its
+    // bytes pass through Record.
+    for (const PendingDump& d : dumps_) h.recorded = h.recorded || d.request.boundary == name;
+  }
   if (h.recorded) {
-    DGRR_ASSIGN_OR_RETURN(h.name_id, writer_->InternName(name));
-    if (h.name_id >= names_.size()) names_.resize(h.name_id + 1);
-    names_[h.name_id] = std::string(name);
+    const auto found = std::find(names_.begin(), names_.end(), name);
+    h.name_id = static_cast<uint32_t>(found - names_.begin());
+    if (found == names_.end()) {
+      names_.emplace_back(name);
+      writer_ids_.push_back(-1);
+    }
   }
   return h;
+}
+
+StatusOr<uint32_t> Session::WriterNameId(uint32_t local_id) {
+  if (local_id >= names_.size()) return Status::InvalidArgument("boundary handle from another session");
+  int64_t& id = writer_ids_[local_id];
+  if (id < 0) {
+    DGRR_ASSIGN_OR_RETURN(uint32_t assigned, writer_->InternName(names_[local_id]));
+    id = assigned;
+  }
+  return static_cast<uint32_t>(id);
 }
 
 Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
@@ -199,6 +298,7 @@ Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
   const Fingerprint fp = FingerprintBytes(tensor.data, tensor.bytes);
   if (out != nullptr) *out = fp;
   if (!boundary.recorded) return Status::OK();
+  if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(CaptureDump(boundary, tensor, fp, examples));
   return AppendBoundary(boundary, tensor, fp, examples);
 }
 
@@ -214,10 +314,11 @@ Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRe
 Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                                const Fingerprint& fp, ExampleRange examples) {
   if (closed_) return Status::FailedPrecondition("session is closed");
+  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
   trace::BoundaryRecord r;
+  DGRR_ASSIGN_OR_RETURN(r.name_id, WriterNameId(boundary.name_id));
   r.step = step_;
   r.seq = next_seq_++;
-  r.name_id = boundary.name_id;
   r.phase = boundary.phase;
   r.direction = boundary.direction;
   r.dtype = tensor.dtype;
@@ -233,7 +334,7 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
   r.xxh3 = fp.xxh3;
   r.host_time_ns = NowNs();
   if (options_.check != nullptr) {
-    DGRR_RETURN_IF_ERROR(options_.check->CheckBoundary(r, names_[r.name_id]));
+    DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(r, names_[boundary.name_id])));
   }
   return writer_->AppendBoundary(r);
 }
@@ -246,6 +347,9 @@ Status Session::Record(std::string_view name, trace::Phase phase, trace::Directi
 
 Status Session::BeginStep(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
+  if (!writer_ || (control_ && !resumed_)) {
+    return Status::FailedPrecondition("call Resume() before the first step: it says where the run starts");
+  }
   step_ = step;
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::StepRecord r;
@@ -272,8 +376,10 @@ Status Session::EndStep(uint64_t step, float loss) {
   r.loss_bits = FloatBits(loss);
   r.params_xor64 = params.xor64;
   r.params_xxh3 = params.xxh3;
-  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(options_.check->CheckStep(r));
+  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(Report(options_.check->CheckStep(r)));
   DGRR_RETURN_IF_ERROR(writer_->AppendStep(r));
+  if (control_) result_.last_step = step;
+  if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
   return CheckSdc(step, params);
 }
 
@@ -309,6 +415,7 @@ Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
 
 Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
   if (closed_) return Status::FailedPrecondition("session is closed");
+  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::EventRecord e;
   e.step = step_;
@@ -327,7 +434,239 @@ Status Session::Close() {
   if (closed_) return Status::OK();
   closed_ = true;
   Status s = writer_ ? writer_->Close() : Status::OK();
-  return deferred_error_.ok() ? s : deferred_error_;
+  if (!deferred_error_.ok()) s = deferred_error_;
+  if (control_ && result_.outcome == ControlOutcome::kRunning) {
+    for (const PendingDump& d : dumps_) {
+      if (!d.written && s.ok()) {
+        s = Status::FailedPrecondition("dump of " + d.request.boundary + " at step " +
+                                       std::to_string(d.request.step) + ": the boundary was not recorded at that step");
+      }
+    }
+    result_.outcome = s.ok() ? ControlOutcome::kCompleted : ControlOutcome::kFailed;
+    result_.message = s.ok() ? "" : s.ToString();
+    if (trace_check_) {
+      result_.boundaries_verified = trace_check_->boundaries_verified();
+      result_.steps_verified = trace_check_->steps_verified();
+    }
+    Status w = WriteResult();
+    if (s.ok()) s = w;
+  }
+  lock_.reset();
+  return s;
+}
+
+// --- Resume, checkpoints, stops and the control file ---
+
+StatusOr<uint64_t> Session::Resume() {
+  if (closed_) return Status::FailedPrecondition("session is closed");
+  if (resumed_) return Status::FailedPrecondition("Resume() is called once, before the first step");
+  StatusOr<uint64_t> start = control_ ? ResumeUnderControl() : ContinueRun();
+  if (!start.ok()) return Report(start.status());
+  resumed_ = true;
+  return start;
+}
+
+StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::string& path) {
+  if (options_.checkpoints == nullptr) return NoCheckpointStore();
+  std::unique_ptr<LoadedCheckpoint> ckpt;
+  if (path.empty()) {
+    DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewest(options_.run_dir, options_.resume_fallback));
+  } else {
+    if (!PathExists(path)) return Status::NotFound(path + ": no such checkpoint");
+    DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->Load(path));
+  }
+  if (ckpt->world_size() != options_.world_size) {
+    return Status::FailedPrecondition(ckpt->path() + ": written by " + std::to_string(ckpt->world_size()) +
+                                      " ranks, this run has " + std::to_string(options_.world_size));
+  }
+  if (ckpt->config_digest() != config_digest_) {
+    return Status::FailedPrecondition(
+        ckpt->path() + ": written by a run with another configuration (config digest " +
+        Hex64(ckpt->config_digest()) + ", this run's " + Hex64(config_digest_) +
+        "): run it with the recorded settings, or start a new run directory");
+  }
+  return ckpt;
+}
+
+StatusOr<uint64_t> Session::ContinueRun() {
+  // kCreate, kOverwrite and kResume: the program positions its own trace.
+  if (options_.open_mode != OpenMode::kContinue) return uint64_t{0};
+  auto start_fresh = [&]() -> StatusOr<uint64_t> {
+    DGRR_RETURN_IF_ERROR(OpenTrace());  // kContinue: replaces a trace left without a checkpoint
+    DGRR_RETURN_IF_ERROR(WriteRunFiles());
+    return uint64_t{0};
+  };
+  if (!PathExists(trace_path_)) return start_fresh();
+  if (options_.checkpoints == nullptr) return NoCheckpointStore();
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
+  auto found = LoadForRestore("");
+  // A run killed before its first checkpoint starts again from step 0.
+  if (found.status().code() == StatusCode::kNotFound) return start_fresh();
+  if (!found.ok()) return found.status();
+  const LoadedCheckpoint& ckpt = **found;
+  DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(trace_path_, ckpt.trace_position(options_.rank)));
+  options_.open_mode = OpenMode::kResume;
+  DGRR_RETURN_IF_ERROR(OpenTrace());
+  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, state_));
+  DGRR_RETURN_IF_ERROR(WriteRunFiles());
+  step_ = ckpt.step();
+  DGRR_RETURN_IF_ERROR(RecordEvent(trace::EventKind::kResumed,
+                                   "from the checkpoint of step " + std::to_string(ckpt.step())));
+  return ckpt.step() + 1;
+}
+
+StatusOr<uint64_t> Session::ResumeUnderControl() {
+  uint64_t start = 0;
+  uint64_t first_record = 0;
+  if (!control_->restore_checkpoint.empty()) {
+    DGRR_ASSIGN_OR_RETURN(auto ckpt, LoadForRestore(control_->restore_checkpoint));
+    DGRR_RETURN_IF_ERROR(ckpt->Restore(options_.rank, state_));
+    start = ckpt->step() + 1;
+    first_record = ckpt->trace_position(options_.rank);
+    result_.restored_step = ckpt->step();
+  }
+  if (!control_->verify_run_dir.empty()) {
+    DGRR_ASSIGN_OR_RETURN(trace_check_,
+                          TraceCheck::Open(TracePathFor(control_->verify_run_dir, options_.rank), first_record));
+    options_.check = trace_check_.get();
+  }
+  DGRR_RETURN_IF_ERROR(WriteResult());
+  return start;
+}
+
+bool Session::ShouldCheckpoint(uint64_t step) const {
+  if (control_) {
+    const auto& steps = control_->checkpoint_steps;
+    if (std::find(steps.begin(), steps.end(), step) != steps.end()) return true;
+    if (!control_->periodic_checkpoints) return false;
+  }
+  const uint64_t every = options_.checkpoint_every;
+  if (every == 0) return false;
+  if ((step + 1) % every == 0) return true;
+  if (options_.total_steps != 0 && step + 1 == options_.total_steps) return true;
+  return stop_requested_.load(std::memory_order_relaxed);
+}
+
+bool Session::ShouldStop(uint64_t step) const {
+  if (stop_requested_.load(std::memory_order_relaxed)) return true;
+  return control_ && control_->stop_after_step && step >= *control_->stop_after_step;
+}
+
+Status Session::Checkpoint(uint64_t step) {
+  if (closed_) return Status::FailedPrecondition("session is closed");
+  if (options_.checkpoints == nullptr) return NoCheckpointStore();
+  if (!writer_ || !resumed_) return Status::FailedPrecondition("call Resume() before the first checkpoint");
+  if (step != step_) {
+    return Status::InvalidArgument("Checkpoint(" + std::to_string(step) + ") after step " + std::to_string(step_) +
+                                   ": checkpoint the step just ended");
+  }
+  DGRR_RETURN_IF_ERROR(Report(RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step))));
+  DGRR_RETURN_IF_ERROR(Report(Sync()));
+  std::vector<CheckpointRankState> ranks;
+  std::vector<Fingerprint> all;
+  if (options_.world_size == 1) {
+    ranks.push_back({options_.rank, &state_, trace_position()});
+  } else {
+    if (options_.group == nullptr || !options_.group->shares_address_space()) {
+      return Status::FailedPrecondition(
+          "checkpoints of ranks in separate processes need per-rank shards, which this build does not write");
+    }
+    // Ranks that are threads of one process: rank 0 writes every rank's
+    // registered state while the others wait (their state stays still until
+    // the second exchange says the file is written).
+    DGRR_RETURN_IF_ERROR(options_.group->AllGather(
+        options_.rank, Fingerprint{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)), 0}, &all));
+    for (size_t r = 0; r < all.size(); ++r) {
+      const Session* peer = reinterpret_cast<const Session*>(static_cast<uintptr_t>(all[r].xor64));
+      ranks.push_back({static_cast<int>(r), &peer->state_, peer->trace_position()});
+    }
+  }
+  Status written = Status::OK();
+  if (options_.rank == 0) {
+    CheckpointRequest request;
+    request.run_dir = options_.run_dir;
+    request.step = step;
+    request.config_digest = config_digest_;
+    request.run_id_hex = RunIdHex(options_.run_id);
+    request.world_size = options_.world_size;
+    request.plan_json = options_.plan_json;
+    request.ranks = std::move(ranks);
+    written = options_.checkpoints->Write(request);
+  }
+  if (options_.world_size > 1) {
+    DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{written.ok() ? 0u : 1u, 0}, &all));
+    if (written.ok() && all[0].xor64 != 0) {
+      written = Status::IOError("rank 0 could not write the checkpoint of step " + std::to_string(step));
+    }
+  }
+  DGRR_RETURN_IF_ERROR(Report(written));
+  result_.checkpoints_written.push_back(step);
+  return Status::OK();
+}
+
+Status Session::Report(Status status) {
+  if (!control_ || status.ok() || result_.outcome != ControlOutcome::kRunning) return status;
+  result_.outcome = ControlOutcome::kFailed;
+  if (status.code() == StatusCode::kIntegrityFailure && trace_check_ && trace_check_->mismatch()) {
+    const ReplayMismatch& m = *trace_check_->mismatch();
+    result_.outcome = ControlOutcome::kMismatch;
+    result_.mismatch = ControlMismatch{m.step, static_cast<int>(m.rank), m.what, m.recorded_index,
+                                       m.recorded_xor64, m.recorded_xxh3, m.replayed_xor64, m.replayed_xxh3};
+  }
+  result_.message = status.ToString();
+  (void)WriteResult();  // the error being reported matters more than this one
+  return status;
+}
+
+Status Session::WriteResult() {
+  if (!control_) return Status::OK();
+  if (trace_check_) {
+    result_.boundaries_verified = trace_check_->boundaries_verified();
+    result_.steps_verified = trace_check_->steps_verified();
+  }
+  return WriteControlResult(ControlResultPath(options_.run_dir, options_.rank), result_);
+}
+
+Status Session::CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
+                            ExampleRange examples) {
+  for (PendingDump& d : dumps_) {
+    if (d.written || d.request.step != step_ || d.request.boundary != names_[boundary.name_id]) continue;
+    if (tensor.data == nullptr) {
+      return Status::InvalidArgument("dump of " + d.request.boundary +
+                                     ": the program records it from a fingerprint only, without its bytes");
+    }
+    CapturedTensor t;
+    t.example_first = examples.first;
+    t.example_count = examples.count;
+    t.phase = std::string(trace::PhaseName(boundary.phase));
+    t.dtype = tensor.dtype;
+    t.shape.assign(tensor.shape().begin(), tensor.shape().end());
+    t.xor64 = fp.xor64;
+    t.xxh3 = fp.xxh3;
+    const auto* bytes = static_cast<const uint8_t*>(tensor.data);
+    t.bytes.assign(bytes, bytes + tensor.bytes);
+    d.tensors.push_back(std::move(t));
+  }
+  return Status::OK();
+}
+
+Status Session::WriteDumps(uint64_t step) {
+  for (PendingDump& d : dumps_) {
+    if (d.written || d.request.step != step) continue;
+    if (d.tensors.empty()) {
+      return Status::FailedPrecondition("dump of " + d.request.boundary + " at step " + std::to_string(step) +
+                                        ": the boundary was not recorded at that step");
+    }
+    if (options_.checkpoints == nullptr) return NoCheckpointStore();
+    DGRR_RETURN_IF_ERROR(options_.checkpoints->WriteTensorDump(d.path, control_->verify_run_dir.empty()
+                                                                            ? options_.run_dir
+                                                                            : control_->verify_run_dir,
+                                                               d.request.boundary, step, options_.rank, d.tensors));
+    d.written = true;
+    d.tensors.clear();
+    result_.dumps_written.push_back(d.path);
+  }
+  return Status::OK();
 }
 
 }  // namespace dgrr

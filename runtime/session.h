@@ -11,12 +11,21 @@
 //   (*session)->EndStep(step, loss);                // STEP record with the params fingerprint
 //   (*session)->Close();
 //
+// A program that checkpoints and resumes (docs/api.md) opens with
+// OpenMode::kContinue and a CheckpointStore (dgrr::Open in <dgrr/dgrr.h>
+// supplies the HDF5 one), registers its state, takes its first step from
+// Resume(), and after each step asks ShouldCheckpoint/ShouldStop. Started by
+// `dgrr replay|rollback|bisect`, the same loop obeys the control file named
+// by DGRR_CONTROL (runtime/control_file.h): the session restores, verifies,
+// stops, checkpoints and dumps as told, and the program does not change.
+//
 // Not thread-safe: a session belongs to its rank's training thread. Worker
 // threads compute; the rank's thread records (the trace's order is the rank's
 // program order, never the scheduler's).
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,7 +36,11 @@
 #include "base/status.h"
 #include "fingerprint/tensor.h"
 #include "rng/rng_streams.h"
+#include "base/run_lock.h"
+#include "runtime/checkpoint_store.h"
+#include "runtime/control_file.h"
 #include "runtime/determinism.h"
+#include "runtime/launch_record.h"
 #include "runtime/rank_group.h"
 #include "runtime/recording_mode.h"
 #include "runtime/state_registry.h"
@@ -38,6 +51,7 @@ namespace dgrr {
 namespace trace {
 class TraceWriter;
 }
+class TraceCheck;
 
 // Checks every record a session is about to append; a non-OK result stops
 // the append and is returned to the caller. Replay uses it to compare a
@@ -58,6 +72,11 @@ enum class OpenMode {
   kCreate,     // this rank's files must not exist yet
   kOverwrite,  // replace this rank's files
   kResume,     // append to this rank's existing trace (after a checkpoint cut)
+  // Continue the run when it has a checkpoint, start it afresh otherwise:
+  // the trace opens in Resume(), which finds the newest good checkpoint,
+  // cuts the trace there and restores the registered state. What a program
+  // that checkpoints uses, so re-running the same command resumes.
+  kContinue,
 };
 
 struct SessionOptions {
@@ -80,6 +99,32 @@ struct SessionOptions {
   ProcessEnvironment* environment = nullptr;
   // Checks each BOUNDARY and STEP record before it is appended; null: none.
   RecordCheck* check = nullptr;
+
+  // --- Checkpoints, resume and re-execution (docs/api.md) ---
+  // Where checkpoints go; dgrr::Open (<dgrr/dgrr.h>) sets the HDF5 store.
+  // Null: Checkpoint() and a resuming Resume() are FailedPrecondition.
+  CheckpointStore* checkpoints = nullptr;
+  // ShouldCheckpoint(step) is true after every this many steps (steps N-1,
+  // 2N-1, ...), after step total_steps-1, and at a requested stop; 0: never.
+  uint64_t checkpoint_every = 0;
+  uint64_t total_steps = 0;     // 0: unknown
+  // Resume passes over a damaged newest checkpoint for an older good one
+  // (otherwise the damage is an error naming the file).
+  bool resume_fallback = false;
+  // The fast-forward plan stored in each checkpoint (programs that describe
+  // their loop in the program IR: checkpoint::PlansToJson); "": none.
+  std::string plan_json;
+  // The program can be run again by dgrr: rank 0 writes launch.json and the
+  // session obeys a control file named by DGRR_CONTROL. A program that
+  // re-executes itself some other way sets false.
+  bool reexecutable = true;
+  // What launch.json records; nullopt: this process (CaptureLaunchRecord).
+  // A language binding sets the script and its digest here.
+  std::optional<LaunchRecord> launch;
+  // The program's own build (compiler, flags, version, anything that could
+  // change its numbers) as a JSON object text, recorded in rank<R>.env.json
+  // under "program" and so compared by `dgrr compare`; "": none.
+  std::string program_info_json;
 };
 
 // A pre-interned boundary: its name id and fixed attributes, so the hot path
@@ -142,6 +187,29 @@ class Session {
   Status Record(std::string_view name, trace::Phase phase, trace::Direction direction,
                 const TensorRef& tensor, ExampleRange examples, OpKind kind = OpKind::kOther);
 
+  // Where the program's loop starts, called once after the state is
+  // registered and before the first BeginStep. Fresh run: 0. kContinue with
+  // a checkpoint in the run: the trace is cut at the checkpoint, the state
+  // restored, and the step after the checkpoint's returned. Under a control
+  // file: the control's checkpoint is restored (or 0) and verification, if
+  // asked, starts. NotFound for a control file's missing checkpoint.
+  StatusOr<uint64_t> Resume();
+  // Whether the program should checkpoint after `step` (its schedule, a stop
+  // request, or the control file's steps).
+  bool ShouldCheckpoint(uint64_t step) const;
+  // Writes the registered state after `step` (every rank calls it; rank 0
+  // writes one file for all ranks of this process's group) and records the
+  // trace position to cut at on resume. Call it after EndStep(step).
+  Status Checkpoint(uint64_t step);
+  // Whether the loop should stop after `step`: a stop was requested, or the
+  // control file's last step is done.
+  bool ShouldStop(uint64_t step) const;
+  // Asks the loop to stop after the current step (async-signal-safe: a
+  // SIGINT/SIGTERM handler may call it).
+  void RequestStop() { stop_requested_.store(true, std::memory_order_relaxed); }
+  // The control file this session obeys; null when none.
+  const ControlFile* control() const { return control_ ? &*control_ : nullptr; }
+
   Status BeginStep(uint64_t step);
   // STEP end record: the loss and the fingerprint of every registered
   // parameter buffer. With a RankGroup, the fingerprints of all ranks are
@@ -170,7 +238,23 @@ class Session {
  private:
   explicit Session(const SessionOptions& options);
   Status Init();
+  Status LoadControl();
   Status OpenTrace();
+  Status WriteLaunchRecordIfFresh();
+  Status WriteRunFiles();
+  // The checkpoint at `path` ("": the run's newest good one), checked to fit
+  // this session's world and configuration.
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
+  StatusOr<uint64_t> ResumeUnderControl();
+  StatusOr<uint64_t> ContinueRun();
+  StatusOr<uint32_t> WriterNameId(uint32_t local_id);
+  // Under a control file: notes a failure (or the first mismatch) in the
+  // rank's result file before it is returned.
+  Status Report(Status status);
+  Status WriteResult();
+  Status CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
+                     ExampleRange examples);
+  Status WriteDumps(uint64_t step);
   Status CheckSdc(uint64_t step, const Fingerprint& mine);
   Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                         const Fingerprint& fp, ExampleRange examples);
@@ -183,12 +267,25 @@ class Session {
   std::string trace_path_;
   uint64_t env_digest_ = 0;
   uint64_t config_digest_ = 0;
+  std::string env_text_, config_text_;  // rank<R>.env.json and config.json, written with the trace
   uint64_t step_ = 0;
   uint64_t next_seq_ = 0;
   std::vector<SdcMismatch> sdc_mismatches_;
-  std::vector<std::string> names_;  // by name id, for RecordCheck
+  // Boundary names by the session's own id (BoundaryHandle::name_id): the
+  // writer's ids are assigned when a name is first written, so boundaries
+  // can be declared before Resume() opens the trace.
+  std::vector<std::string> names_;
+  std::vector<int64_t> writer_ids_;  // session id -> writer id, -1 not yet interned
   Status deferred_error_;
   bool closed_ = false;
+  bool resumed_ = false;
+  std::atomic<bool> stop_requested_{false};
+  std::optional<ControlFile> control_;
+  ControlResult result_;
+  std::unique_ptr<TraceCheck> trace_check_;
+  std::optional<RunLock> lock_;
+  struct PendingDump;
+  std::vector<PendingDump> dumps_;
 };
 
 // File names inside a run directory.

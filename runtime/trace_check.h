@@ -17,7 +17,7 @@
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 
-namespace dgrr::replay {
+namespace dgrr {
 
 struct ReplayMismatch {
   uint64_t step = 0;
@@ -62,4 +62,4 @@ class TraceCheck final : public RecordCheck {
 // some rank completed no step. A trace's corruption is an error.
 StatusOr<int64_t> LastStepCompletedByEveryRank(const std::string& run_dir, int ranks);
 
-}  // namespace dgrr::replay
+}  // namespace dgrr

@@ -1,11 +1,11 @@
-#include "replay/trace_check.h"
+#include "runtime/trace_check.h"
 
 #include <algorithm>
 #include <climits>
 
 #include "base/coding.h"
 
-namespace dgrr::replay {
+namespace dgrr {
 
 StatusOr<std::unique_ptr<TraceCheck>> TraceCheck::Open(const std::string& trace_path,
                                                        uint64_t first_record) {
@@ -118,4 +118,4 @@ StatusOr<int64_t> LastStepCompletedByEveryRank(const std::string& run_dir, int r
   return ranks > 0 ? common : int64_t{-1};
 }
 
-}  // namespace dgrr::replay
+}  // namespace dgrr

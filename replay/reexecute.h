@@ -1,0 +1,66 @@
+// The re-executor: runs a recorded program again under a control file
+// (docs/control-file.md), the one way `dgrr replay`, `rollback` and `bisect`
+// re-execute any program that links libdgrr.
+//
+//   ControlFile c;  c.restore_checkpoint = ...;  c.verify_run_dir = run;  c.stop_after_step = 9;
+//   auto r = Reexecute(run, "/tmp/replay-1", c, {});   // launches it, waits, reads its results
+//   if (r.ok() && r->mismatch) ...                       // step, rank, boundary, both fingerprints
+//
+// From RUN_DIR/launch.json (runtime/launch_record.h) it takes the argv,
+// working directory and the environment that matters; it checks that the
+// executable (and script) still has the recorded digest, writes the control
+// file into the output directory, starts the program with DGRR_CONTROL naming
+// it, and collects each rank's dgrr.control-result/1.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/control_file.h"
+#include "runtime/launch_record.h"
+
+namespace dgrr::replay {
+
+struct ReexecuteOptions {
+  // Re-execute even when the executable's or script's digest differs from
+  // the recording (the records are still verified when the control asks).
+  bool allow_changed_program = false;
+  // Called with each line the program writes to stderr (progress); null: the
+  // program's output only goes to OUT_DIR/program.log.
+  std::function<void(const std::string&)> output;
+};
+
+struct ReexecuteResult {
+  std::string out_dir;
+  LaunchRecord launch;
+  int exit_code = 0;                    // the program's (128+N for signal N)
+  std::vector<ControlResult> ranks;     // index == rank
+  uint64_t boundaries_verified = 0;     // all ranks
+  uint64_t steps_verified = 0;
+  // The first mismatch over all ranks (lowest step, then rank).
+  std::optional<ControlMismatch> mismatch;
+  std::string log_path;                 // OUT_DIR/program.log
+};
+
+// The number of ranks of a recorded run (from its traces' headers).
+StatusOr<int> RecordedWorldSize(const std::string& run_dir);
+
+// Runs `run_dir`'s program under `control` (its run_dir is set to
+// `out_dir`, which must not exist yet and is created). Errors:
+// NotFound/IOError when the run has no launch record or the program cannot
+// be started (exit 2); IntegrityFailure when the executable or script
+// changed since the recording (exit 5) unless allowed; IntegrityFailure
+// when the program failed or ended without its session reporting back
+// (exit 5), with the program's last output line. A verification mismatch is
+// not an error: it is in the result.
+StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
+                                    ControlFile control, const ReexecuteOptions& options);
+
+// The one-line description of a mismatch: step, rank, boundary, both fingerprints.
+std::string MismatchText(const ControlMismatch& m);
+
+}  // namespace dgrr::replay

@@ -1,0 +1,84 @@
+// CheckpointStore: where a Session's checkpoints go and come from.
+//
+// The session (runtime/) decides *when* to checkpoint and *what* the state is
+// (its StateRegistry); the store decides *how* it is kept on disk. The HDF5
+// store lives in checkpoint/ (checkpoint/session_store.h), one layer up, and
+// dgrr::Open (<dgrr/dgrr.h>) hands it to the session, so runtime/ never
+// depends on the file format and tests can substitute a store that fails.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/state_registry.h"
+
+namespace dgrr {
+
+// One rank's live state at the checkpointed step.
+struct CheckpointRankState {
+  int rank = 0;
+  const StateRegistry* state = nullptr;
+  uint64_t trace_position = 0;  // index of the rank's next trace record
+};
+
+struct CheckpointRequest {
+  std::string run_dir;
+  uint64_t step = 0;
+  uint64_t config_digest = 0;
+  std::string run_id_hex;
+  int world_size = 1;
+  std::string plan_json;  // the fast-forward plan, when the program has one ("" otherwise)
+  std::vector<CheckpointRankState> ranks;  // ranks 0..world_size-1
+};
+
+// A checkpoint read back and verified, ready to restore from.
+class LoadedCheckpoint {
+ public:
+  virtual ~LoadedCheckpoint() = default;
+  virtual const std::string& path() const = 0;
+  virtual uint64_t step() const = 0;
+  virtual uint64_t config_digest() const = 0;
+  virtual int world_size() const = 0;
+  // Where rank `rank`'s trace stood when the checkpoint was taken.
+  virtual uint64_t trace_position(int rank) const = 0;
+  // Copies rank `rank`'s saved state into the registered buffers of `into`
+  // (entries restored from checkpoints); everything is checked before
+  // anything is copied.
+  virtual Status Restore(int rank, StateRegistry& into) const = 0;
+};
+
+// A full tensor captured at a boundary, for a control file's dump request.
+struct CapturedTensor {
+  uint64_t example_first = 0;
+  uint32_t example_count = 0;
+  std::string phase;             // trace phase name
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  uint64_t xor64 = 0, xxh3 = 0;  // as recorded
+  std::vector<uint8_t> bytes;
+};
+
+class CheckpointStore {
+ public:
+  virtual ~CheckpointStore() = default;
+  // Writes the state of every rank at `request.step` atomically.
+  virtual Status Write(const CheckpointRequest& request) = 0;
+  // Reads and verifies the checkpoint file at `path`.
+  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) = 0;
+  // The newest checkpoint of `run_dir` that reads and verifies. Without
+  // `fallback` a damaged newest one is an error; with it, older ones are
+  // tried. NotFound when the run has none.
+  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir,
+                                                                 bool fallback) = 0;
+  // Removes what writers killed mid-write left behind in `run_dir`.
+  virtual Status RemoveTemporaries(const std::string& run_dir) = 0;
+  // Writes the tensors of one boundary at one step (docs/tensor-dump.md).
+  virtual Status WriteTensorDump(const std::string& path, const std::string& run_dir,
+                                 const std::string& boundary, uint64_t step, int rank,
+                                 const std::vector<CapturedTensor>& tensors) = 0;
+};
+
+}  // namespace dgrr

@@ -1,0 +1,147 @@
+#include "runtime/launch_record.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "base/coding.h"
+#include "base/file.h"
+#include "fingerprint/fingerprint.h"
+#include "runtime/json_input.h"
+
+extern char** environ;
+
+namespace dgrr {
+namespace {
+
+constexpr uint64_t kMaxLaunchBytes = 16 << 20;
+// An executable or script larger than this is not a program we digest.
+constexpr uint64_t kMaxDigestedFile = uint64_t{4} << 30;
+
+StatusOr<std::string> ReadLink(const char* path) {
+  char buffer[PATH_MAX + 1];
+  const ssize_t n = ::readlink(path, buffer, PATH_MAX);
+  if (n < 0) return Status::FromErrno("readlink", path, errno);
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+bool LaunchVariableMatters(const std::string& name) {
+  static const char* const kPrefixes[] = {"DGRR_", "OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_",
+                                          "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_",
+                                          "TORCH_", "PYTORCH_", "PYTHON", "OMPI_MCA_"};
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "HDF5_PLUGIN_PATH",
+                                       "CUBLAS_WORKSPACE_CONFIG"};
+  // The control file is the re-executor's to set, never the recording's.
+  if (name == "DGRR_CONTROL") return false;
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+StatusOr<uint64_t> FileContentDigest(const std::string& path) {
+  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxDigestedFile));
+  return Xxh3(bytes.data(), bytes.size());
+}
+
+StatusOr<LaunchRecord> CaptureLaunchRecord() {
+  LaunchRecord r;
+  DGRR_ASSIGN_OR_RETURN(std::string cmdline, ReadFileToString("/proc/self/cmdline", kMaxLaunchBytes));
+  // NUL-separated, with a trailing NUL.
+  size_t start = 0;
+  for (size_t i = 0; i < cmdline.size(); ++i) {
+    if (cmdline[i] == '\0') {
+      r.argv.push_back(cmdline.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (start < cmdline.size()) r.argv.push_back(cmdline.substr(start));
+  DGRR_ASSIGN_OR_RETURN(r.working_directory, ReadLink("/proc/self/cwd"));
+  DGRR_ASSIGN_OR_RETURN(r.executable, ReadLink("/proc/self/exe"));
+  DGRR_ASSIGN_OR_RETURN(r.executable_xxh3, FileContentDigest(r.executable));
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    std::string name(*e, static_cast<size_t>(eq - *e));
+    if (LaunchVariableMatters(name)) r.environment.emplace_back(std::move(name), std::string(eq + 1));
+  }
+  std::sort(r.environment.begin(), r.environment.end());
+  return r;
+}
+
+std::string LaunchPathFor(const std::string& run_dir) { return run_dir + "/" + kLaunchFileName; }
+
+nlohmann::ordered_json LaunchRecordJson(const LaunchRecord& record) {
+  nlohmann::ordered_json j;
+  j["schema"] = kLaunchSchema;
+  j["argv"] = record.argv;
+  j["working_directory"] = record.working_directory;
+  j["executable"] = record.executable;
+  j["executable_xxh3"] = Hex64(record.executable_xxh3);
+  if (!record.script.empty()) {
+    j["script"] = record.script;
+    j["script_xxh3"] = Hex64(record.script_xxh3);
+  }
+  nlohmann::ordered_json env = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : record.environment) env[name] = value;
+  j["environment"] = env;
+  return j;
+}
+
+Status WriteLaunchRecord(const std::string& run_dir, const LaunchRecord& record) {
+  return WriteFileAtomically(
+      LaunchPathFor(run_dir),
+      LaunchRecordJson(record).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+StatusOr<LaunchRecord> ReadLaunchRecord(const std::string& run_dir) {
+  const std::string path = LaunchPathFor(run_dir);
+  if (!PathExists(path)) {
+    return Status::NotFound(run_dir + ": no " + kLaunchFileName +
+                            ": the run does not say how to run it again (recorded by a program that "
+                            "opened its session before dgrr kept launch records, or not a run directory)");
+  }
+  DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxLaunchBytes));
+  DGRR_ASSIGN_OR_RETURN(nlohmann::json doc, ParseJson(text, path));
+  if (!doc.is_object()) return Status::Corruption(path + ": not a JSON object");
+  JsonObjectReader r(doc, path);
+  DGRR_ASSIGN_OR_RETURN(std::string schema, r.String("schema"));
+  if (schema != kLaunchSchema) return r.Error("schema", "'" + schema + "' is not " + kLaunchSchema);
+  LaunchRecord out;
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json* argv, r.Array("argv"));
+  if (argv->empty()) return r.Error("argv", "must name the program");
+  for (const auto& a : *argv) {
+    if (!a.is_string()) return r.Error("argv", "expected strings");
+    out.argv.push_back(a.get<std::string>());
+  }
+  DGRR_ASSIGN_OR_RETURN(out.working_directory, r.String("working_directory"));
+  DGRR_ASSIGN_OR_RETURN(out.executable, r.String("executable"));
+  DGRR_ASSIGN_OR_RETURN(out.executable_xxh3, r.Hex64("executable_xxh3"));
+  if (doc.contains("script")) {
+    DGRR_ASSIGN_OR_RETURN(out.script, r.String("script"));
+    DGRR_ASSIGN_OR_RETURN(out.script_xxh3, r.Hex64("script_xxh3"));
+  }
+  DGRR_ASSIGN_OR_RETURN(JsonObjectReader env, r.Object("environment"));
+  for (auto it = doc["environment"].begin(); it != doc["environment"].end(); ++it) {
+    if (!it.value().is_string()) return env.Error(it.key(), "expected a string");
+    out.environment.emplace_back(it.key(), it.value().get<std::string>());
+  }
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    static const char* const kKnown[] = {"schema", "argv", "working_directory", "executable",
+                                         "executable_xxh3", "script", "script_xxh3", "environment"};
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; }) ==
+        std::end(kKnown)) {
+      return r.Error(it.key(), std::string("is not part of ") + kLaunchSchema);
+    }
+  }
+  return out;
+}
+
+}  // namespace dgrr

@@ -1,0 +1,55 @@
+// The launch record: how to run a recorded program again
+// (docs/launch-record.md, schema "dgrr.launch/1", RUN_DIR/launch.json).
+//
+// Rank 0's Session writes it when a run starts: the program's argv, working
+// directory, executable path and content digest, and the environment
+// variables that change what a training program does (dgrr's own, the
+// threading, CUDA, NCCL and cuBLAS ones, the loader's paths). `dgrr replay`,
+// `rollback` and `bisect` re-launch the program from it (replay/reexecute.h),
+// and refuse when the executable is no longer the one that was recorded.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dgrr {
+
+inline constexpr const char* kLaunchSchema = "dgrr.launch/1";
+inline constexpr const char* kLaunchFileName = "launch.json";
+
+struct LaunchRecord {
+  std::vector<std::string> argv;       // argv[0] as the program was started
+  std::string working_directory;       // absolute
+  std::string executable;              // absolute path of the running binary
+  uint64_t executable_xxh3 = 0;        // XXH3-64 (seed 0) of its bytes
+  // An interpreted program's script (set by a language binding): its path
+  // and digest are checked like the executable's. Empty when none.
+  std::string script;
+  uint64_t script_xxh3 = 0;
+  // The variables that matter, by name (sorted), with their values then.
+  std::vector<std::pair<std::string, std::string>> environment;
+};
+
+// Whether environment variable `name` is one the launch record keeps.
+bool LaunchVariableMatters(const std::string& name);
+
+// This process's launch (from /proc/self and the environment).
+StatusOr<LaunchRecord> CaptureLaunchRecord();
+
+// XXH3-64 of a file's bytes (the executable's and script's digest).
+StatusOr<uint64_t> FileContentDigest(const std::string& path);
+
+std::string LaunchPathFor(const std::string& run_dir);
+nlohmann::ordered_json LaunchRecordJson(const LaunchRecord& record);
+// Atomically (write, fsync, rename).
+Status WriteLaunchRecord(const std::string& run_dir, const LaunchRecord& record);
+// NotFound when RUN_DIR has no launch.json (a run recorded before dgrr kept
+// one); Corruption naming the file and key for anything malformed.
+StatusOr<LaunchRecord> ReadLaunchRecord(const std::string& run_dir);
+
+}  // namespace dgrr
