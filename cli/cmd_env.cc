@@ -1,6 +1,8 @@
 // dgrr env: print the environment fingerprint of this machine and build.
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <system_error>
 
 #include "base/coding.h"
 #include "base/version.h"
@@ -45,6 +47,37 @@ void PrintHuman(const nlohmann::json& env, uint64_t digest) {
   std::cout << "digest:   " << Hex64(digest) << "\n";
 }
 
+// Where the zstd HDF5 plugin is, so h5dump and h5py read dgrr's compressed
+// datasets (docs/install.md). The installed copy is found next to this
+// binary's prefix (bin/../lib/dgrr/hdf5-plugins), so a moved prefix still
+// works; the build tree's copy is where checkpoint/plugin builds it.
+void PrintHdf5Plugin() {
+  namespace fs = std::filesystem;
+  auto has_plugin = [](const fs::path& dir) {
+    std::error_code ec;
+    return !dir.empty() && fs::is_regular_file(dir / DGRR_HDF5_PLUGIN_FILE, ec);
+  };
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  fs::path installed = fs::path(DGRR_INSTALLED_HDF5_PLUGIN_DIR);
+  if (!ec) {
+    const fs::path beside = (exe.parent_path() / DGRR_BIN_TO_HDF5_PLUGIN_DIR).lexically_normal();
+    if (has_plugin(beside)) installed = beside;
+  }
+  const fs::path build_tree = fs::path(DGRR_BUILD_HDF5_PLUGIN_DIR);
+  std::cout << "hdf5 plugin (zstd filter 32015; h5dump, h5py read checkpoints through it):\n"
+            << "  installed:  " << installed.string()
+            << (has_plugin(installed) ? "" : "  (not installed)") << "\n";
+  if (!build_tree.empty()) {
+    std::cout << "  build tree: " << build_tree.string()
+              << (has_plugin(build_tree) ? "" : "  (not built)") << "\n";
+  }
+  // The copy this binary belongs to: installed when it runs from the prefix.
+  fs::path use = installed;
+  if (!has_plugin(installed) && has_plugin(build_tree)) use = build_tree;
+  std::cout << "  export HDF5_PLUGIN_PATH=" << use.string() << "\n";
+}
+
 int RunEnv(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()("json", "print the fingerprint as JSON (schema dgrr.env/1, docs/environment.md)")(
@@ -56,7 +89,9 @@ int RunEnv(const std::vector<std::string>& args) {
       "Prints the environment fingerprint of this machine and build: dgrr version and commit,\n"
       "compiler and flags, CPU, GPU, CUDA/cuBLAS/NCCL versions, and every determinism control\n"
       "(NCCL algorithm, protocol, channels, cuBLAS workspace, ...) with the origin of its value.\n"
-      "A warning names each setting that endangers bitwise reproducibility.",
+      "A warning names each setting that endangers bitwise reproducibility. Last, where the\n"
+      "zstd HDF5 plugin is (installed and in this build tree) and the HDF5_PLUGIN_PATH to\n"
+      "export so h5dump and h5py read dgrr checkpoints (docs/install.md).",
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
@@ -77,6 +112,7 @@ int RunEnv(const std::vector<std::string>& args) {
     std::cout << env.dump(2) << "\n";
   } else {
     PrintHuman(env, digest);
+    PrintHdf5Plugin();
   }
   for (const auto& w : controls->Warnings()) ReportWarning("env", w);
   return kExitOk;

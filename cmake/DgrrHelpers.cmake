@@ -7,11 +7,15 @@ function(dgrr_component name)
   add_library(dgrr_${name} STATIC ${ARG_SOURCES})
   add_library(dgrr::${name} ALIAS dgrr_${name})
   set_target_properties(dgrr_${name} PROPERTIES EXPORT_NAME ${name})
+  # Installed, the component headers live under include/dgrr/ and keep their
+  # rooted names ("runtime/session.h"), so consumers get both include and
+  # include/dgrr; in the tree include/ holds the umbrella <dgrr/dgrr.h>.
   target_include_directories(dgrr_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
-    $<INSTALL_INTERFACE:include>)
+    $<INSTALL_INTERFACE:include>
+    $<INSTALL_INTERFACE:include/dgrr>)
   target_link_libraries(dgrr_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
 endfunction()
 

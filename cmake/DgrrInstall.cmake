@@ -1,55 +1,196 @@
-# Installing libdgrr: the component libraries, their headers (same layout as
-# the source tree, so `#include "runtime/dgrr.h"` works), a CMake package
-# (`find_package(dgrr)` giving dgrr::dgrr) and a pkg-config file (dgrr.pc).
+# Installing libdgrr (docs/install.md): the component libraries; their headers
+# under include/dgrr/<component>/ (rooted names kept, so "runtime/session.h"
+# resolves through -I<prefix>/include/dgrr) with the umbrella
+# include/dgrr/dgrr.h; a CMake package (`find_package(dgrr)` giving dgrr::dgrr,
+# CUDA as the optional component `cuda`); a pkg-config file (dgrr.pc) whose
+# plain `--libs` links; and the zstd filter as an HDF5 plugin.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+set(DGRR_INSTALL_HEADER_ROOT ${CMAKE_INSTALL_INCLUDEDIR}/dgrr)
+set(DGRR_INSTALL_PLUGIN_DIR ${CMAKE_INSTALL_LIBDIR}/dgrr/hdf5-plugins)
+
+# replay is the trace checker and compare/bisect machinery: it depends on
+# base, trace_format, runtime and checkpoint only (never model/ or cli/).
 set(DGRR_INSTALLED_COMPONENTS)
-foreach(component IN ITEMS base rng fingerprint trace_format runtime checkpoint)
+foreach(component IN ITEMS base rng fingerprint trace_format runtime checkpoint replay)
   if(TARGET dgrr_${component})
     list(APPEND DGRR_INSTALLED_COMPONENTS ${component})
   endif()
 endforeach()
 
-# dgrr::dgrr: everything a training program links.
+# dgrr::dgrr: everything a training program links, and the numerics flag its
+# own code needs so that dgrr's results and the program's agree bitwise.
 add_library(dgrr_all INTERFACE)
 set_target_properties(dgrr_all PROPERTIES EXPORT_NAME dgrr)
+target_compile_options(dgrr_all INTERFACE
+  $<INSTALL_INTERFACE:$<$<COMPILE_LANGUAGE:C,CXX>:-ffp-contract=off>>)
+set(DGRR_INSTALLED_TARGETS)
 foreach(component IN LISTS DGRR_INSTALLED_COMPONENTS)
   target_link_libraries(dgrr_all INTERFACE dgrr_${component})
+  # Every exported target carries the flag, for consumers that link one
+  # component alone. Install side only: the tree has it globally already.
+  target_compile_options(dgrr_${component} INTERFACE
+    $<INSTALL_INTERFACE:$<$<COMPILE_LANGUAGE:C,CXX>:-ffp-contract=off>>)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${component}
+          DESTINATION ${DGRR_INSTALL_HEADER_ROOT}/${component}
           FILES_MATCHING PATTERN "*.h")
   list(APPEND DGRR_INSTALLED_TARGETS dgrr_${component})
 endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/include/dgrr/dgrr.h DESTINATION ${DGRR_INSTALL_HEADER_ROOT})
 install(FILES ${PROJECT_BINARY_DIR}/generated/base/version.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/base)
+        DESTINATION ${DGRR_INSTALL_HEADER_ROOT}/base)
+
+# ---------------------------------------------------------------------------
+# CUDA in the export. The components link CUDA::cudart/cublas (and NCCL by
+# path); exported as is, those names would make every consumer find the CUDA
+# Toolkit. The libraries are static, so a consumer needs the CUDA shared
+# libraries only at link time: the install interface names them by the
+# absolute paths this build found (link-only), and the Toolkit's CMake
+# package is needed only for find_package(dgrr COMPONENTS cuda).
+# ---------------------------------------------------------------------------
+# dgrr_cuda_library_file(<CUDA::x> <out>): the file an imported CUDA target names.
+function(dgrr_cuda_library_file target out)
+  set(file "")
+  foreach(property IMPORTED_LOCATION IMPORTED_LOCATION_RELEASE IMPORTED_LOCATION_NOCONFIG)
+    if(NOT file)
+      get_target_property(file ${target} ${property})
+    endif()
+  endforeach()
+  if(NOT file)
+    message(FATAL_ERROR "dgrr install: no library file for ${target}")
+  endif()
+  set(${out} ${file} PARENT_SCOPE)
+endfunction()
+
+if(DGRR_HAVE_CUDA)
+  foreach(target IN LISTS DGRR_INSTALLED_TARGETS)
+    get_target_property(links ${target} INTERFACE_LINK_LIBRARIES)
+    if(NOT links)
+      continue()
+    endif()
+    set(rewritten)
+    foreach(item IN LISTS links)
+      if(item MATCHES "^(\\$<LINK_ONLY:)?(CUDA::[A-Za-z0-9_]+)>?$")
+        dgrr_cuda_library_file(${CMAKE_MATCH_2} file)
+        list(APPEND rewritten
+             "$<BUILD_INTERFACE:${item}>" "$<INSTALL_INTERFACE:$<LINK_ONLY:${file}>>")
+      else()
+        list(APPEND rewritten "${item}")
+      endif()
+    endforeach()
+    set_property(TARGET ${target} PROPERTY INTERFACE_LINK_LIBRARIES "${rewritten}")
+  endforeach()
+
+  # dgrr::cuda (component `cuda`): dgrr::dgrr plus the CUDA Toolkit targets
+  # and nvcc's numerics flag, for a consumer that compiles CUDA itself.
+  add_library(dgrr_cuda INTERFACE)
+  set_target_properties(dgrr_cuda PROPERTIES EXPORT_NAME cuda)
+  target_link_libraries(dgrr_cuda INTERFACE dgrr_all CUDA::cudart CUDA::cublas)
+  target_compile_options(dgrr_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
+  install(TARGETS dgrr_cuda EXPORT dgrrCudaTargets)
+  install(EXPORT dgrrCudaTargets NAMESPACE dgrr:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dgrr)
+endif()
+
 install(TARGETS ${DGRR_INSTALLED_TARGETS} dgrr_all EXPORT dgrrTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT dgrrTargets NAMESPACE dgrr:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dgrr)
+# The zstd filter (HDF5 filter 32015) as an HDF5 plugin, for h5dump and h5py:
+# HDF5_PLUGIN_PATH=<prefix>/lib/dgrr/hdf5-plugins (dgrr env prints it).
+if(TARGET dgrr_h5zstd_plugin)
+  install(TARGETS dgrr_h5zstd_plugin LIBRARY DESTINATION ${DGRR_INSTALL_PLUGIN_DIR})
+endif()
+
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dgrrConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/dgrrConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dgrr)
+  ${PROJECT_BINARY_DIR}/dgrrConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dgrr
+  PATH_VARS DGRR_INSTALL_PLUGIN_DIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/dgrrConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/dgrrConfig.cmake ${PROJECT_BINARY_DIR}/dgrrConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dgrr)
 
-# pkg-config: static libraries, most dependent first.
+# ---------------------------------------------------------------------------
+# pkg-config. The libraries are static, so Libs (not Libs.private) holds
+# everything they need: `pkg-config --cflags --libs dgrr` links as it is.
+# Dependencies with a .pc of their own go to Requires; the rest (HDF5, CUDA)
+# are spelled out from what this configure found, never from guessed paths.
+# ---------------------------------------------------------------------------
+set(_dgrr_implicit_link_dirs ${CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES} ${CMAKE_C_IMPLICIT_LINK_DIRECTORIES})
+set(_dgrr_implicit_include_dirs ${CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES} ${CMAKE_C_IMPLICIT_INCLUDE_DIRECTORIES})
+
+# dgrr_pc_link_flags(<out> items...): -L/-l (and -rpath outside the
+# linker's default directories) for library files and names.
+function(dgrr_pc_link_flags out)
+  set(flags "")
+  set(seen_dirs "")
+  foreach(item IN LISTS ARGN)
+    if(item MATCHES "^-")
+      string(APPEND flags " ${item}")
+    elseif(IS_ABSOLUTE "${item}")
+      get_filename_component(dir "${item}" DIRECTORY)
+      get_filename_component(name "${item}" NAME)
+      if(NOT name MATCHES "^lib(.+)\\.(so|a)(\\..*)?$")
+        message(FATAL_ERROR "dgrr pkg-config: cannot express ${item} as -l")
+      endif()
+      set(lib ${CMAKE_MATCH_1})
+      if(NOT dir IN_LIST _dgrr_implicit_link_dirs AND NOT dir IN_LIST seen_dirs)
+        string(APPEND flags " -L${dir} -Wl,-rpath,${dir}")
+        list(APPEND seen_dirs ${dir})
+      endif()
+      string(APPEND flags " -l${lib}")
+    elseif(item)
+      string(APPEND flags " -l${item}")
+    endif()
+  endforeach()
+  set(${out} "${flags}" PARENT_SCOPE)
+endfunction()
+
 set(DGRR_PC_LIBS "")
 set(_reversed ${DGRR_INSTALLED_COMPONENTS})
 list(REVERSE _reversed)
 foreach(component IN LISTS _reversed)
   string(APPEND DGRR_PC_LIBS " -ldgrr_${component}")
 endforeach()
-set(DGRR_PC_EXTRA_LIBS "-lpthread")
-if(DGRR_HAVE_CUDA)
-  string(APPEND DGRR_PC_EXTRA_LIBS
-         " -L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas")
-  if(DGRR_NCCL_LIBRARY)
-    get_filename_component(_nccl_dir ${DGRR_NCCL_LIBRARY} DIRECTORY)
-    string(APPEND DGRR_PC_EXTRA_LIBS " -L${_nccl_dir} -Wl,-rpath,${_nccl_dir} -lnccl")
-  endif()
+
+set(DGRR_PC_REQUIRES "libzstd libxxhash")
+set(DGRR_PC_CFLAGS "")
+set(DGRR_PC_EXTRA_LIBS "")
+if(TARGET dgrr_checkpoint)
+  # The HDF5 that FindHDF5 found (Debian: .../hdf5/serial), with what it says
+  # libhdf5 needs; checkpoint headers include <hdf5.h>.
+  dgrr_pc_link_flags(_hdf5_libs ${HDF5_C_LIBRARIES})
+  string(APPEND DGRR_PC_EXTRA_LIBS "${_hdf5_libs}")
+  foreach(dir IN LISTS HDF5_C_INCLUDE_DIRS)
+    if(NOT dir IN_LIST _dgrr_implicit_include_dirs)
+      string(APPEND DGRR_PC_CFLAGS " -I${dir}")
+    endif()
+  endforeach()
+  foreach(definition IN LISTS HDF5_C_DEFINITIONS HDF5_DEFINITIONS)
+    string(APPEND DGRR_PC_CFLAGS " ${definition}")
+  endforeach()
 endif()
+get_target_property(_json_includes nlohmann_json::nlohmann_json INTERFACE_INCLUDE_DIRECTORIES)
+foreach(dir IN LISTS _json_includes)
+  if(dir AND NOT dir IN_LIST _dgrr_implicit_include_dirs)
+    string(APPEND DGRR_PC_CFLAGS " -I${dir}")
+  endif()
+endforeach()
+if(DGRR_HAVE_CUDA)
+  dgrr_cuda_library_file(CUDA::cudart _cudart)
+  dgrr_cuda_library_file(CUDA::cublas _cublas)
+  dgrr_pc_link_flags(_cuda_libs ${_cudart} ${_cublas} ${DGRR_NCCL_LIBRARY})
+  string(APPEND DGRR_PC_EXTRA_LIBS "${_cuda_libs}")
+endif()
+# -lpthread even where glibc has threads built in (CMAKE_THREAD_LIBS_INIT empty).
+dgrr_pc_link_flags(_system_libs ${CMAKE_DL_LIBS} ${CMAKE_THREAD_LIBS_INIT})
+if(NOT CMAKE_THREAD_LIBS_INIT)
+  string(APPEND _system_libs " -lpthread")
+endif()
+string(APPEND DGRR_PC_EXTRA_LIBS "${_system_libs}")
+string(STRIP "${DGRR_PC_EXTRA_LIBS}" DGRR_PC_EXTRA_LIBS)
+# dgrr.pc sits in <prefix>/<libdir>/pkgconfig; libdir may be lib/<triplet>.
+file(RELATIVE_PATH DGRR_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+string(REGEX REPLACE "/$" "" DGRR_PC_TO_PREFIX "${DGRR_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/dgrr.pc.in ${PROJECT_BINARY_DIR}/dgrr.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/dgrr.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

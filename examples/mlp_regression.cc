@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/dgrr.h"
+#include <dgrr/dgrr.h>
 
 namespace {
 

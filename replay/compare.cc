@@ -570,6 +570,19 @@ std::string Describe(const ReportedBoundary& x) {
   return o.str();
 }
 
+// Settings documented never to change results, so never "a likely
+// explanation": the worker thread count (results are bitwise independent of
+// it; the config digest of a checkpoint leaves it out with ckpt_every,
+// docs/checkpoint-format.md) and the machine's hardware thread count. Host
+// name and collection time are dropped before diffing (EnvironmentForDiff).
+bool NeverChangesResults(const std::string& key) {
+  static const char* const kKeys[] = {"threads", "ckpt_every", "host.hardware_threads"};
+  for (const char* k : kKeys) {
+    if (key == k) return true;
+  }
+  return key.rfind("controls.dgrr.threads.", 0) == 0;
+}
+
 void PrintDifferences(std::ostringstream& o, const char* what, bool available, bool digests_differ,
                       const std::vector<KeyDifference>& diffs) {
   if (!available) {
@@ -581,11 +594,21 @@ void PrintDifferences(std::ostringstream& o, const char* what, bool available, b
     o << what << ": identical\n";
     return;
   }
-  o << what << ": " << diffs.size() << " difference" << (diffs.size() == 1 ? "" : "s")
-    << " (a likely explanation)\n";
+  size_t harmless = 0;
+  for (const KeyDifference& d : diffs) harmless += NeverChangesResults(d.key);
+  const size_t likely = diffs.size() - harmless;
+  o << what << ": " << diffs.size() << " difference" << (diffs.size() == 1 ? "" : "s");
+  if (harmless == 0) {
+    o << " (a likely explanation)\n";
+  } else if (likely == 0) {
+    o << " (in settings that never change results)\n";
+  } else {
+    o << " (" << likely << " a likely explanation; " << harmless
+      << " in settings that never change results)\n";
+  }
   for (const KeyDifference& d : diffs) {
     o << "  " << d.key << ": " << d.a.value_or("(absent)") << " | " << d.b.value_or("(absent)")
-      << "\n";
+      << (NeverChangesResults(d.key) ? "  (never changes results)" : "") << "\n";
   }
 }
 

@@ -12,6 +12,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   python3
+  # tests read checkpoints with h5py through dgrr's zstd HDF5 plugin; they run
+  # /usr/bin/python3, which is Debian's python and sees this package.
+  python3-h5py
   # make fuzz / fuzz-smoke: clang-14 and its libFuzzer + ASan/UBSan runtimes
   # (libclang_rt.fuzzer*.a and the sanitizer headers are in libclang-rt-14-dev,
   # only a Recommends of clang, so named here). make tsan uses gcc's libtsan2,

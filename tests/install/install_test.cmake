@@ -1,38 +1,121 @@
-# Script run by ctest (see CMakeLists.txt beside it).
+# Script run by ctest (see CMakeLists.txt beside it): installs libdgrr into a
+# scratch prefix and uses it as a project outside this tree would
+# (docs/install.md).
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
 endfunction()
+# expect_in(<text> <needle> <what>)
+function(expect_in text needle what)
+  string(FIND "${text}" "${needle}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: expected \"${needle}\" in:\n${text}")
+  endif()
+endfunction()
 
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
+set(consumer ${SOURCE_DIR}/tests/install/consumer)
+set(plugin_dir ${prefix}/lib/dgrr/hdf5-plugins)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f include/runtime/dgrr.h include/base/version.h lib/pkgconfig/dgrr.pc
-          lib/cmake/dgrr/dgrrConfig.cmake)
+
+# Layout: everything under include/dgrr/, the trace checker and replay
+# library installed, the zstd filter as an HDF5 plugin.
+foreach(f include/dgrr/dgrr.h include/dgrr/runtime/dgrr.h include/dgrr/base/version.h
+          include/dgrr/checkpoint/checkpoint_file.h include/dgrr/replay/trace_check.h
+          lib/libdgrr_replay.a lib/pkgconfig/dgrr.pc lib/cmake/dgrr/dgrrConfig.cmake
+          lib/dgrr/hdf5-plugins/libdgrr_h5zstd.so)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "install is missing ${f}")
   endif()
 endforeach()
+foreach(generic include/base include/runtime include/checkpoint)
+  if(EXISTS ${prefix}/${generic})
+    message(FATAL_ERROR "install put headers in the generic ${generic}/ (they belong under include/dgrr/)")
+  endif()
+endforeach()
 
-# 1. find_package(dgrr), the examples folder configured on its own.
+# 1. find_package(dgrr): the examples folder and a checkpointing consumer,
+#    configured on their own. The numerics flag must reach their compiles.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples -B ${WORK_DIR}/cmake-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build)
+file(READ ${WORK_DIR}/cmake-build/compile_commands.json commands)
+expect_in("${commands}" "-ffp-contract=off" "the example's compile through find_package(dgrr)")
 run(${WORK_DIR}/cmake-build/mlp_regression --out ${WORK_DIR}/run-cmake --steps 3)
 if(NOT EXISTS ${WORK_DIR}/run-cmake/rank0.trace)
   message(FATAL_ERROR "the example built against the installed package wrote no trace")
 endif()
 
-# 2. pkg-config with a plain compiler command line.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${consumer} -B ${WORK_DIR}/consumer -G ${GENERATOR}
+                -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer configure failed:\n${out}\n${err}")
+endif()
+if(DGRR_HAVE_CUDA)
+  expect_in("${out}" "CUDA build ON, cuda component found: TRUE" "the cuda component on a CUDA machine")
+endif()
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
+run(${WORK_DIR}/consumer/checkpoint_consumer ${WORK_DIR}/cmake.h5)
+
+# 2. A CPU-only consumer: the CUDA Toolkit's package disabled, as on a machine
+#    without the toolkit. find_package(dgrr) still configures, builds and runs;
+#    the cuda component is reported missing, and refused when required.
+run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK_DIR}/consumer-cpu -G ${GENERATOR}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
+file(READ ${WORK_DIR}/consumer-cpu/compile_commands.json commands)
+expect_in("${commands}" "-ffp-contract=off" "the CPU consumer's compile")
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-cpu)
+run(${WORK_DIR}/consumer-cpu/checkpoint_consumer ${WORK_DIR}/cpu.h5)
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${consumer} -B ${WORK_DIR}/consumer-need-cuda
+                -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${prefix} -DDGRR_REQUIRE_CUDA=ON
+                -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "find_package(dgrr COMPONENTS cuda) succeeded without the CUDA Toolkit")
+endif()
+expect_in("${out}${err}" "dgrr component cuda" "the refusal of the required cuda component")
+
+# 3. pkg-config with a plain compiler command line (no --static): the
+#    example and the checkpointing consumer both link and run.
 set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig)
-execute_process(COMMAND pkg-config --cflags --libs --static dgrr
+execute_process(COMMAND pkg-config --cflags --libs dgrr
                 OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "pkg-config does not know dgrr")
 endif()
+expect_in("${flags}" "-ffp-contract=off" "pkg-config --cflags dgrr")
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run(c++ -std=c++20 ${SOURCE_DIR}/examples/mlp_regression.cc -o ${WORK_DIR}/mlp_pkgconfig ${flags})
 run(${WORK_DIR}/mlp_pkgconfig --out ${WORK_DIR}/run-pc --steps 3)
+run(c++ -std=c++20 ${consumer}/checkpoint_consumer.cc -o ${WORK_DIR}/ckpt_pkgconfig ${flags})
+run(${WORK_DIR}/ckpt_pkgconfig ${WORK_DIR}/pkgconfig.h5)
+
+# 4. The installed plugin: h5py (Debian's, /usr/bin/python3) reads the
+#    checkpoint's compressed datasets through the folder pkg-config names.
+execute_process(COMMAND pkg-config --variable=hdf5_plugin_dir dgrr
+                OUTPUT_VARIABLE pc_plugin_dir OUTPUT_STRIP_TRAILING_WHITESPACE)
+file(REAL_PATH "${pc_plugin_dir}" pc_plugin_dir)
+file(REAL_PATH "${plugin_dir}" real_plugin_dir)
+if(NOT pc_plugin_dir STREQUAL real_plugin_dir)
+  message(FATAL_ERROR "pkg-config's hdf5_plugin_dir is ${pc_plugin_dir}, not ${real_plugin_dir}")
+endif()
+set(ENV{HDF5_PLUGIN_PATH} ${plugin_dir})
+run(/usr/bin/python3 ${SOURCE_DIR}/tests/checkpoint/h5py_read.py ${WORK_DIR}/pkgconfig.h5)
+
+# 5. The installed `dgrr env` names the installed plugin folder, found beside
+#    its own prefix (here a scratch prefix, not the configured one).
+if(EXISTS ${prefix}/bin/dgrr)
+  unset(ENV{HDF5_PLUGIN_PATH})
+  execute_process(COMMAND ${prefix}/bin/dgrr env RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "installed dgrr env failed (${rc}):\n${out}\n${err}")
+  endif()
+  expect_in("${out}" "export HDF5_PLUGIN_PATH=${real_plugin_dir}\n" "installed dgrr env")
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})
