@@ -1,100 +1,32 @@
-// Rollback (dgrr rollback RUN_DIR --step S): leaves a run directory as if
-// training had stopped right after step S, so that `dgrr train --resume`
-// continues from step S+1 and ends bitwise where the uninterrupted run ended.
-//
-// The stages, in the order that keeps a kill at any moment harmless
-// (docs/rollback.md):
-//   1. get the state after step S: RUN_DIR's own checkpoint of step S when it
-//      is good, otherwise re-execute from the newest good checkpoint before S
-//      (or from the start) in a scratch directory, checking every record
-//      against RUN_DIR's traces, and checkpoint step S there;
-//   2. write that state as RUN_DIR/ckpt/step-S.h5 (atomically) with each
-//      rank's trace position just past the rollback EVENT of stage 3;
-//   3. cut each rank's trace right after step S's STEP end record and append
-//      an EVENT kRolledBack, durably;
-//   4. only then remove the checkpoints of later steps and stale temporaries.
-// From stage 2 until stage 4 is done, RUN_DIR/rollback-pending.json names S,
-// so that `train --resume` finishes an interrupted rollback before resuming.
-// The whole rollback holds RUN_DIR's writer lock (base/run_lock.h).
-// Nothing in RUN_DIR changes before stage 2, so a failed re-execution (a
-// replay mismatch, say) leaves the run as it was. Every stage notices when an
-// interrupted earlier rollback already did it, so running the same rollback
-// again finishes the job.
+// Rollback of a reference-model run (dgrr rollback RUN_DIR --step S): the
+// stages of replay/rollback.h, with the state after step S re-executed by the
+// in-process trainer when the run has no good checkpoint of S. Re-running
+// `dgrr train --resume` then continues from step S+1 and ends bitwise where
+// the uninterrupted run ended (docs/rollback.md).
 #pragma once
 
-#include <cstdint>
 #include <functional>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include "base/status.h"
 #include "model/trainer.h"
+#include "replay/rollback.h"
 
 namespace dgrr::model {
 
-// A durable point reached by a rollback (for the interruption hook).
-enum class RollbackStage {
-  kCheckpointWritten,  // stage 2 done (also reached when the checkpoint already fit)
-  kTraceCut,           // stage 3 done for one rank (the hook's `index` is the rank)
-  kCheckpointRemoved,  // stage 4 removed one later checkpoint (`index` is its step)
-};
+using replay::PendingRollback;
+using replay::RollbackRankResult;
+using replay::RollbackResult;
+using replay::RollbackStage;
 
-struct RollbackOptions {
-  std::string run_dir;
-  int64_t step = -1;
-  // A corrupt checkpoint at or before `step` is skipped for an older good one
-  // (as `train --resume --fallback`); without it, it is refused (Corruption).
-  bool fallback = false;
+struct RollbackOptions : replay::RollbackOptions {
   // Called from the re-execution's rank 0 after each re-executed step.
   std::function<void(const TrainProgress&)> progress;
-  // Where the scratch run goes (a fresh directory is made inside); empty:
-  // the system's temporary directory.
-  std::string scratch_parent;
-  // Test hook standing in for a kill: called after each durable point; a
-  // non-OK result stops the rollback there and is returned.
-  std::function<Status(RollbackStage stage, int64_t index)> interrupt;
-  // The caller already holds run_dir's RunLock (train --resume finishing an
-  // interrupted rollback); otherwise Rollback takes it.
-  bool run_dir_locked = false;
 };
 
-// The marker an unfinished rollback leaves in its run directory.
-inline constexpr const char* kPendingRollbackFile = "rollback-pending.json";
-
-// The step an interrupted rollback of `run_dir` was rolling back to; nullopt
-// when none is pending. Corruption for an unreadable marker.
-StatusOr<std::optional<int64_t>> PendingRollback(const std::string& run_dir);
-
-struct RollbackRankResult {
-  int rank = 0;
-  uint64_t cut_at = 0;        // records kept: the trace ends with step S's STEP end record
-  bool already_cut = false;   // an earlier (interrupted) rollback had done it
-};
-
-struct RollbackResult {
-  int64_t step = 0;                  // S
-  int64_t previous_last_step = -1;   // the last step any rank had recorded
-  bool reexecuted = false;
-  std::optional<uint64_t> from_checkpoint;  // the checkpoint the state after S came from
-  int64_t first_reexecuted_step = 0;        // when reexecuted: from_checkpoint + 1, or 0
-  uint64_t boundaries_verified = 0;         // by the re-execution, all ranks
-  uint64_t steps_verified = 0;
-  std::string checkpoint_path;              // RUN_DIR/ckpt/step-S.h5
-  bool checkpoint_written = false;          // false: the one there already fit
-  std::vector<RollbackRankResult> ranks;
-  std::vector<uint64_t> removed_checkpoints;  // steps, ascending
-  std::vector<std::string> skipped_checkpoints;  // corrupt ones passed over (--fallback)
-  int removed_temporaries = 0;
-};
-
-// Rolls the run in `options.run_dir` back to just after `options.step`.
-// Errors: IOError when another writer holds the run (exit 2); InvalidArgument for a negative step or one past the last step every
-// rank recorded (exit 1); FailedPrecondition for a run recorded in mode `off`
-// (no STEP records to cut at); NotFound when run_dir is not a dgrr run
-// (exit 2); Corruption for a damaged trace or checkpoint (exit 3);
-// IntegrityFailure when the re-execution does not reproduce the recorded
-// traces (exit 5, the run directory untouched).
+// Rolls the reference run in `options.run_dir` back to just after
+// `options.step`. Errors as replay::RollBackRun, plus FailedPrecondition for
+// a run recorded in mode `off` (no STEP records to cut at) and NotFound when
+// run_dir is not a dgrr run (exit 2).
 StatusOr<RollbackResult> Rollback(const RollbackOptions& options);
 
 }  // namespace dgrr::model

@@ -497,6 +497,11 @@ StatusOr<uint64_t> Session::ContinueRun() {
     return uint64_t{0};
   };
   if (!PathExists(trace_path_)) return start_fresh();
+  if (PathExists(options_.run_dir + "/" + kPendingRollbackFile)) {
+    return Status::FailedPrecondition(options_.run_dir +
+                                      " has an unfinished rollback: run the same `dgrr rollback` again to "
+                                      "finish it, then resume");
+  }
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
   auto found = LoadForRestore("");

@@ -288,7 +288,10 @@ class Session {
   std::vector<PendingDump> dumps_;
 };
 
-// File names inside a run directory.
+// File names inside a run directory (docs/run-directory.md).
+// The marker an unfinished rollback leaves (replay/rollback.h): a resume
+// must not continue from a half-rolled-back run.
+inline constexpr const char* kPendingRollbackFile = "rollback-pending.json";
 std::string TracePathFor(const std::string& run_dir, int rank);
 std::string EnvPathFor(const std::string& run_dir, int rank);
 std::string ConfigPathFor(const std::string& run_dir);

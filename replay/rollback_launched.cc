@@ -1,0 +1,51 @@
+// Rollback of a run recorded by any program with a launch record: stage 1
+// re-executes the program under a control file (replay/reexecute.h).
+#include <optional>
+
+#include "base/file.h"
+#include "base/run_lock.h"
+#include "checkpoint/checkpoint_file.h"
+#include "replay/reexecute.h"
+#include "replay/rollback.h"
+
+namespace dgrr::replay {
+
+StatusOr<checkpoint::Checkpoint> LaunchRollbackReexecutor::StateAfter(
+    const RollbackOptions& options, const std::optional<checkpoint::Checkpoint>& from,
+    RollbackResult* result) {
+  DGRR_ASSIGN_OR_RETURN(ScratchDirectory scratch,
+                        ScratchDirectory::Create("dgrr-rollback", options.scratch_parent));
+  const std::string out_dir = scratch.path() + "/run";
+  const uint64_t step = static_cast<uint64_t>(options.step);
+  ControlFile control;
+  if (from) control.restore_checkpoint = from->path;
+  control.verify_run_dir = options.run_dir;
+  control.stop_after_step = step;
+  control.checkpoint_steps = {step};
+  ReexecuteOptions reexecute;
+  reexecute.allow_changed_program = allow_changed_program_;
+  DGRR_ASSIGN_OR_RETURN(ReexecuteResult run, Reexecute(options.run_dir, out_dir, control, reexecute));
+  if (run.mismatch) {
+    return Status::IntegrityFailure("re-executing to step " + std::to_string(step) + " did not reproduce " +
+                                    options.run_dir + " (left untouched): " + MismatchText(*run.mismatch));
+  }
+  result->reexecuted = true;
+  result->first_reexecuted_step = from ? static_cast<int64_t>(from->meta.step) + 1 : 0;
+  result->boundaries_verified = run.boundaries_verified;
+  result->steps_verified = run.steps_verified;
+  return checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(out_dir, step));
+}
+
+StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, bool allow_changed_program) {
+  // Before anything else: a second writer must change nothing.
+  std::optional<RunLock> lock;
+  if (!options.run_dir_locked) {
+    DGRR_ASSIGN_OR_RETURN(RunLock held, RunLock::Acquire(options.run_dir));
+    lock.emplace(std::move(held));
+  }
+  DGRR_ASSIGN_OR_RETURN(int world_size, RecordedWorldSize(options.run_dir));
+  LaunchRollbackReexecutor reexecutor(allow_changed_program);
+  return RollBackRun(options, world_size, reexecutor);
+}
+
+}  // namespace dgrr::replay
