@@ -472,7 +472,6 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
   if (path.empty()) {
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewest(options_.run_dir, options_.resume_fallback));
   } else {
-    if (!PathExists(path)) return Status::NotFound(path + ": no such checkpoint");
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->Load(path));
   }
   if (ckpt->world_size() != options_.world_size) {

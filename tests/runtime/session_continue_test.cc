@@ -1,0 +1,372 @@
+// Checkpoint, resume, stop and the control file in the Session, with an
+// in-memory CheckpointStore: the session's side of the contract, without the
+// HDF5 format (tested in tests/checkpoint) or a re-launched process (tests
+// in tests/replay and tests/examples).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <variant>
+
+#include "base/file.h"
+#include "runtime/control_file.h"
+#include "runtime/launch_record.h"
+#include "runtime/session.h"
+#include "tests/support/temp_dir_test.h"
+#include "tests/support/timeless_records.h"
+#include "trace_format/reader.h"
+
+namespace dgrr {
+namespace {
+
+using trace::Direction;
+using trace::Phase;
+
+// Checkpoints kept in memory by path; what a store must do, nothing more.
+class MemoryStore final : public CheckpointStore {
+ public:
+  struct Saved {
+    std::string path;
+    uint64_t step = 0, config_digest = 0;
+    int world_size = 1;
+    std::vector<uint64_t> positions;
+    std::vector<std::map<std::string, std::vector<uint8_t>>> state;  // by rank
+  };
+  class Loaded final : public LoadedCheckpoint {
+   public:
+    explicit Loaded(Saved s) : s_(std::move(s)) {}
+    const std::string& path() const override { return s_.path; }
+    uint64_t step() const override { return s_.step; }
+    uint64_t config_digest() const override { return s_.config_digest; }
+    int world_size() const override { return s_.world_size; }
+    uint64_t trace_position(int rank) const override { return s_.positions[rank]; }
+    Status Restore(int rank, StateRegistry& into) const override {
+      for (const StateEntry& e : into.entries()) {
+        if (e.restore != RestorePolicy::kCheckpoint) continue;
+        auto it = s_.state[rank].find(e.name);
+        if (it == s_.state[rank].end()) return Status::FailedPrecondition("no " + e.name);
+        std::memcpy(e.data, it->second.data(), it->second.size());
+      }
+      return Status::OK();
+    }
+
+   private:
+    Saved s_;
+  };
+
+  Status Write(const CheckpointRequest& r) override {
+    Saved s;
+    s.path = r.run_dir + "/ckpt/" + std::to_string(r.step);
+    s.step = r.step;
+    s.config_digest = r.config_digest;
+    s.world_size = r.world_size;
+    for (const auto& rank : r.ranks) {
+      s.positions.push_back(rank.trace_position);
+      std::map<std::string, std::vector<uint8_t>> entries;
+      for (const StateEntry& e : rank.state->entries()) {
+        const auto* p = static_cast<const uint8_t*>(e.data);
+        entries[e.name].assign(p, p + e.bytes);
+      }
+      s.state.push_back(entries);
+    }
+    saved[s.path] = s;
+    newest[r.run_dir] = s.path;
+    return Status::OK();
+  }
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override {
+    auto it = saved.find(path);
+    if (it == saved.end()) return Status::NotFound(path);
+    return std::unique_ptr<LoadedCheckpoint>(new Loaded(it->second));
+  }
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool) override {
+    auto it = newest.find(run_dir);
+    if (it == newest.end()) return Status::NotFound("no checkpoint in " + run_dir);
+    return Load(it->second);
+  }
+  Status RemoveTemporaries(const std::string&) override { return Status::OK(); }
+  Status WriteTensorDump(const std::string& path, const std::string&, const std::string& boundary,
+                         uint64_t step, int rank, const std::vector<CapturedTensor>& tensors) override {
+    dumps.push_back({path, boundary, step, rank, tensors});
+    return Status::OK();
+  }
+
+  struct Dump {
+    std::string path, boundary;
+    uint64_t step;
+    int rank;
+    std::vector<CapturedTensor> tensors;
+  };
+  std::map<std::string, Saved> saved;
+  std::map<std::string, std::string> newest;
+  std::vector<Dump> dumps;
+};
+
+// Sets DGRR_CONTROL for one scope.
+class ControlEnv {
+ public:
+  explicit ControlEnv(const std::string& path) { ::setenv(kControlEnvVar, path.c_str(), 1); }
+  ~ControlEnv() { ::unsetenv(kControlEnvVar); }
+};
+
+class SessionContinueTest : public test_support::TempDirTest {
+ protected:
+  SessionOptions Options(const std::string& run_dir, uint64_t steps = 6) {
+    SessionOptions o;
+    o.run_dir = run_dir;
+    o.seed = 9;
+    o.gpu = false;
+    o.open_mode = OpenMode::kContinue;
+    o.checkpoint_every = 2;
+    o.total_steps = steps;
+    o.checkpoints = &store_;
+    o.config_json = R"({"lr":0.5})";
+    return o;
+  }
+
+  // A loop as a program writes it: params and momentum; `forget` leaves the
+  // momentum unregistered; `stop_after` requests a stop after that step.
+  // Returns the final parameters.
+  StatusOr<std::vector<float>> Train(const SessionOptions& o, bool forget = false,
+                                     int64_t stop_after = -1, uint64_t* started_at = nullptr) {
+    DGRR_ASSIGN_OR_RETURN(auto session, Session::Open(o));
+    Session& s = *session;
+    std::vector<float> w = {1, 2, 3, 4}, m(4, 0.0f);
+    DGRR_RETURN_IF_ERROR(s.state().Register({"w", w.data(), 16, DType::kF32, {4}, StateRole::kParameter}));
+    if (!forget) {
+      DGRR_RETURN_IF_ERROR(s.state().Register({"m", m.data(), 16, DType::kF32, {4}, StateRole::kOptimizer}));
+    }
+    DGRR_ASSIGN_OR_RETURN(auto out, s.DeclareBoundary("fc.out", Phase::kForward, Direction::kOutput));
+    DGRR_ASSIGN_OR_RETURN(uint64_t start, s.Resume());
+    if (started_at) *started_at = start;
+    for (uint64_t step = start; step < o.total_steps; ++step) {
+      DGRR_RETURN_IF_ERROR(s.BeginStep(step));
+      std::vector<float> y(4);
+      for (int i = 0; i < 4; ++i) y[i] = w[i] * 0.5f + m[i] + static_cast<float>(step);
+      DGRR_ASSIGN_OR_RETURN(TensorRef t, MakeTensorRef(y.data(), DType::kF32, {4}));
+      DGRR_RETURN_IF_ERROR(s.Record(out, t, {step, 1}));
+      for (int i = 0; i < 4; ++i) {
+        m[i] = 0.9f * m[i] + y[i] * 0.01f;
+        w[i] -= 0.1f * m[i];
+      }
+      // A signal arriving during the step.
+      if (static_cast<int64_t>(step) == stop_after) s.RequestStop();
+      DGRR_RETURN_IF_ERROR(s.EndStep(step, y[0]));
+      if (s.ShouldCheckpoint(step)) DGRR_RETURN_IF_ERROR(s.Checkpoint(step));
+      if (s.ShouldStop(step)) break;
+    }
+    DGRR_RETURN_IF_ERROR(s.Close());
+    return w;
+  }
+
+  // What the BOUNDARY and STEP records computed (EVENT records and times
+  // differ between a resumed run and an uninterrupted one by design).
+  static std::vector<std::string> Computation(const std::string& trace) {
+    std::vector<std::string> out;
+    for (const auto& r : test_support::TimelessRecords(trace)) {
+      if (const auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) {
+        out.push_back("B " + std::to_string(b->step) + " " + std::to_string(b->first_example) + " " +
+                      std::to_string(b->xor64) + " " + std::to_string(b->xxh3));
+      } else if (const auto* st = std::get_if<trace::StepRecord>(&r.body)) {
+        out.push_back("S " + std::to_string(st->step) + " " + std::to_string(static_cast<int>(st->kind)) + " " +
+                      std::to_string(st->loss_bits) + " " + std::to_string(st->params_xxh3));
+      }
+    }
+    return out;
+  }
+
+  std::string WriteControl(const ControlFile& c) {
+    const std::string path = Path("control.json");
+    EXPECT_TRUE(WriteFileAtomically(path, ControlFileJson(c).dump()).ok());
+    return path;
+  }
+
+  MemoryStore store_;
+};
+
+TEST_F(SessionContinueTest, AStoppedRunReRunResumesBitwiseEqualToAnUninterruptedOne) {
+  auto whole = Train(Options(Path("whole")));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+
+  // Stop after step 2: ShouldCheckpoint is true at a requested stop.
+  auto first = Train(Options(Path("cut")), false, 2);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  uint64_t start = 0;
+  auto rest = Train(Options(Path("cut")), false, -1, &start);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_EQ(start, 3u);
+  EXPECT_EQ(*rest, *whole);
+  EXPECT_EQ(Computation(TracePathFor(Path("cut"), 0)), Computation(TracePathFor(Path("whole"), 0)));
+}
+
+TEST_F(SessionContinueTest, AForgottenRestoreChangesTheResumedRun) {
+  auto whole = Train(Options(Path("whole")), true);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(Train(Options(Path("cut")), true, 2).ok());
+  auto rest = Train(Options(Path("cut")), true);
+  ASSERT_TRUE(rest.ok());
+  // The momentum restarts from zero on resume: the plant the CLI tests use.
+  EXPECT_NE(*rest, *whole);
+}
+
+TEST_F(SessionContinueTest, ADifferentConfigurationIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(Train(Options(Path("run")), false, 2).ok());
+  const std::string trace_before = ReadBytes(TracePathFor(Path("run"), 0));
+  const std::string config_before = ReadBytes(ConfigPathFor(Path("run")));
+  SessionOptions o = Options(Path("run"));
+  o.config_json = R"({"lr":0.25})";
+  auto r = Train(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("another configuration"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(ReadBytes(TracePathFor(Path("run"), 0)), trace_before);
+  EXPECT_EQ(ReadBytes(ConfigPathFor(Path("run"))), config_before);
+}
+
+TEST_F(SessionContinueTest, APendingRollbackIsRefused) {
+  ASSERT_TRUE(Train(Options(Path("run")), false, 2).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("run") + "/" + kPendingRollbackFile, "{\"step\":1}\n").ok());
+  auto r = Train(Options(Path("run")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unfinished rollback"), std::string::npos);
+}
+
+TEST_F(SessionContinueTest, WithoutAStoreCheckpointIsAClearError) {
+  SessionOptions o = Options(Path("run"));
+  o.checkpoints = nullptr;
+  auto r = Train(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("dgrr::Open"), std::string::npos);
+}
+
+TEST_F(SessionContinueTest, WritesALaunchRecordOfThisProcess) {
+  ASSERT_TRUE(Train(Options(Path("run"))).ok());
+  auto launch = ReadLaunchRecord(Path("run"));
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  ASSERT_FALSE(launch->argv.empty());
+  auto digest = FileContentDigest(launch->executable);
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(*digest, launch->executable_xxh3);
+  for (const auto& [name, value] : launch->environment) EXPECT_TRUE(LaunchVariableMatters(name)) << name;
+}
+
+TEST_F(SessionContinueTest, UnderControlItRestoresVerifiesStopsAndReports) {
+  ASSERT_TRUE(Train(Options(Path("recorded"))).ok());
+  ControlFile c;
+  c.run_dir = Path("replay");
+  c.restore_checkpoint = Path("recorded") + "/ckpt/1";
+  c.verify_run_dir = Path("recorded");
+  c.stop_after_step = 3;
+  c.checkpoint_steps = {3};
+  ControlEnv env(WriteControl(c));
+  uint64_t start = 0;
+  auto trained = Train(Options(Path("program-dir")), false, -1, &start);
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  EXPECT_EQ(start, 2u);
+  EXPECT_FALSE(PathExists(Path("program-dir")));  // the control's run_dir replaces it
+  auto result = ReadControlResult(ControlResultPath(Path("replay"), 0));
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->outcome, ControlOutcome::kCompleted) << result->message;
+  EXPECT_EQ(result->restored_step, std::optional<uint64_t>(1));
+  EXPECT_EQ(result->last_step, std::optional<uint64_t>(3));
+  EXPECT_EQ(result->boundaries_verified, 2u);
+  EXPECT_EQ(result->steps_verified, 2u);
+  EXPECT_EQ(result->checkpoints_written, std::vector<uint64_t>{3});
+}
+
+TEST_F(SessionContinueTest, UnderControlAMismatchIsReportedWithBothFingerprints) {
+  // Recorded by a program that forgets to register its momentum, stopped
+  // after step 2 and resumed: step 3 ran with the momentum back at zero. A
+  // replay from the start carries the momentum through and differs at the
+  // first boundary of step 3.
+  ASSERT_TRUE(Train(Options(Path("recorded")), true, 2).ok());
+  ASSERT_TRUE(Train(Options(Path("recorded")), true).ok());
+  ControlFile c;
+  c.run_dir = Path("replay");
+  c.verify_run_dir = Path("recorded");
+  ControlEnv env(WriteControl(c));
+  auto r = Train(Options(Path("program-dir")), true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIntegrityFailure) << r.status().ToString();
+  auto result = ReadControlResult(ControlResultPath(Path("replay"), 0));
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->outcome, ControlOutcome::kMismatch);
+  ASSERT_TRUE(result->mismatch);
+  EXPECT_EQ(result->mismatch->step, 3u);
+  EXPECT_EQ(result->mismatch->boundary, "fc.out");
+  EXPECT_NE(result->mismatch->recorded_xxh3, result->mismatch->replayed_xxh3);
+  EXPECT_EQ(result->steps_verified, 3u);  // steps 0, 1 and 2 agreed
+}
+
+TEST_F(SessionContinueTest, UnderControlAMissingCheckpointIsNotFound) {
+  ControlFile c;
+  c.run_dir = Path("replay");
+  c.restore_checkpoint = Path("nowhere/ckpt/step-00000001.h5");
+  ControlEnv env(WriteControl(c));
+  auto r = Train(Options(Path("program-dir")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  auto result = ReadControlResult(ControlResultPath(Path("replay"), 0));
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->outcome, ControlOutcome::kFailed);
+  EXPECT_NE(result->message.find("nowhere"), std::string::npos);
+}
+
+TEST_F(SessionContinueTest, UnderControlDumpsTheAskedBoundary) {
+  ControlFile c;
+  c.run_dir = Path("replay");
+  c.dumps.push_back({"fc.out", 2, 0, Path("dump-{rank}.h5")});
+  ControlEnv env(WriteControl(c));
+  ASSERT_TRUE(Train(Options(Path("program-dir"))).ok());
+  ASSERT_EQ(store_.dumps.size(), 1u);
+  EXPECT_EQ(store_.dumps[0].path, Path("dump-0.h5"));
+  EXPECT_EQ(store_.dumps[0].step, 2u);
+  ASSERT_EQ(store_.dumps[0].tensors.size(), 1u);
+  EXPECT_EQ(store_.dumps[0].tensors[0].bytes.size(), 16u);
+}
+
+TEST_F(SessionContinueTest, AControlFileWithAnUnknownKeyIsRefused) {
+  const std::string path = Path("control.json");
+  ASSERT_TRUE(WriteFileAtomically(path, R"({"schema":"dgrr.control/1","run_dir":"x","rewind":true})").ok());
+  auto c = ReadControlFile(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(c.status().message().find("rewind"), std::string::npos);
+  ASSERT_TRUE(WriteFileAtomically(path, R"({"schema":"dgrr.control/2","run_dir":"x"})").ok());
+  EXPECT_FALSE(ReadControlFile(path).ok());
+  ControlEnv env(path);
+  auto s = Session::Open(Options(Path("run")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kCorruption);
+}
+
+TEST_F(SessionContinueTest, ControlAndLaunchDocumentsRoundTrip) {
+  ControlFile c;
+  c.run_dir = "/r";
+  c.mode = RecordMode::kTrusted;
+  c.restore_checkpoint = "/c.h5";
+  c.verify_run_dir = "/v";
+  c.stop_after_step = 7;
+  c.checkpoint_steps = {3, 7};
+  c.periodic_checkpoints = true;
+  c.dumps.push_back({"a.b", 4, std::nullopt, "/d/{rank}.h5"});
+  const std::string path = Path("c.json");
+  ASSERT_TRUE(WriteFileAtomically(path, ControlFileJson(c).dump()).ok());
+  auto back = ReadControlFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ControlFileJson(*back), ControlFileJson(c));
+
+  LaunchRecord l;
+  l.argv = {"prog", "--out", "x"};
+  l.working_directory = "/w";
+  l.executable = "/w/prog";
+  l.executable_xxh3 = 0x0123456789abcdefull;
+  l.environment = {{"OMP_NUM_THREADS", "4"}};
+  ASSERT_TRUE(WriteLaunchRecord(dir_.string(), l).ok());
+  auto lb = ReadLaunchRecord(dir_.string());
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_EQ(LaunchRecordJson(*lb), LaunchRecordJson(l));
+}
+
+}  // namespace
+}  // namespace dgrr
