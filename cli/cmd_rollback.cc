@@ -7,8 +7,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/file.h"
 #include "cli/command.h"
 #include "model/rollback.h"
+#include "runtime/launch_record.h"
 
 namespace dgrr::cli {
 namespace {
@@ -86,15 +88,18 @@ int RunRollback(const std::vector<std::string>& args) {
   options.add_options()("run", po::value(&o.run_dir)->required(), "run directory (positional)")(
       "step", po::value(&o.step)->required(), "the step to roll back to (0-based; kept)")(
       "fallback", "skip a corrupt checkpoint at or before --step for an older good one")(
-      "quiet,q", "no progress output")("json", "print the result as JSON (schema dgrr.rollback/1)");
+      "quiet,q", "no progress output")("json", "print the result as JSON (schema dgrr.rollback/1)")(
+      "allow-changed-program", "re-execute a program whose executable changed since the recording "
+                               "(every record is still verified)");
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
   int rc = ParseCommandLine(
       "rollback", "dgrr rollback RUN_DIR --step S [--fallback] [--quiet] [--json]",
-      "Leaves RUN_DIR as if training had stopped right after step S (0-based), so that\n"
-      "'dgrr train --out RUN_DIR --resume' continues from step S+1 and ends with the traces and\n"
-      "parameters of the uninterrupted run. The state after S comes from RUN_DIR's checkpoint of\n"
+      "Leaves RUN_DIR as if training had stopped right after step S (0-based), so that resuming it\n"
+      "('dgrr train --out RUN_DIR --resume', or re-running a program's own command) continues from\n"
+      "step S+1 and ends with the traces and parameters of the uninterrupted run. Any program\n"
+      "whose run has a launch.json is re-executed from it under a control file (docs/control-file.md). The state after S comes from RUN_DIR's checkpoint of\n"
       "S, or is re-executed from the newest good checkpoint before S (or from the start) in a\n"
       "scratch directory, checking every record against RUN_DIR's traces (a mismatch: exit 5,\n"
       "RUN_DIR untouched). Then, in this order: the checkpoint of S is written to RUN_DIR/ckpt,\n"
@@ -120,7 +125,11 @@ int RunRollback(const std::vector<std::string>& args) {
                    static_cast<long long>(p.step), static_cast<long long>(o.step));
     };
   }
-  auto result = model::Rollback(o);
+  // Programs that record how to run them again are re-launched; the
+  // reference trainer's runs are re-executed in this process.
+  auto result = PathExists(LaunchPathFor(o.run_dir))
+                    ? replay::RollbackLaunchedRun(o, vm.count("allow-changed-program") > 0)
+                    : model::Rollback(o);
   if (!result.ok()) return ReportError("rollback", result.status());
   if (!quiet) {
     for (const auto& skipped : result->skipped_checkpoints) {

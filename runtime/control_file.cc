@@ -39,6 +39,16 @@ StatusOr<ControlDump> ReadDump(const nlohmann::json& item, const std::string& so
   return d;
 }
 
+StatusOr<std::vector<uint64_t>> ReadSteps(const JsonObjectReader& r, std::string_view key) {
+  DGRR_ASSIGN_OR_RETURN(const nlohmann::json* array, r.Array(key));
+  std::vector<uint64_t> steps;
+  for (const auto& s : *array) {
+    if (!s.is_number_unsigned()) return r.Error(key, "expected step numbers");
+    steps.push_back(s.get<uint64_t>());
+  }
+  return steps;
+}
+
 }  // namespace
 
 StatusOr<ControlFile> ReadControlFile(const std::string& path) {
@@ -74,11 +84,7 @@ StatusOr<ControlFile> ReadControlFile(const std::string& path) {
     c.stop_after_step = s;
   }
   if (doc.contains("checkpoint_steps")) {
-    DGRR_ASSIGN_OR_RETURN(const nlohmann::json* steps, r.Array("checkpoint_steps"));
-    for (const auto& s : *steps) {
-      if (!s.is_number_unsigned()) return r.Error("checkpoint_steps", "expected step numbers");
-      c.checkpoint_steps.push_back(s.get<uint64_t>());
-    }
+    DGRR_ASSIGN_OR_RETURN(c.checkpoint_steps, ReadSteps(r, "checkpoint_steps"));
   }
   if (doc.contains("periodic_checkpoints")) {
     if (!doc["periodic_checkpoints"].is_boolean()) return r.Error("periodic_checkpoints", "expected true or false");
@@ -207,11 +213,7 @@ StatusOr<ControlResult> ReadControlResult(const std::string& path) {
     out.mismatch = mm;
   }
   if (doc.contains("checkpoints_written")) {
-    DGRR_ASSIGN_OR_RETURN(const nlohmann::json* a, r.Array("checkpoints_written"));
-    for (const auto& s : *a) {
-      if (!s.is_number_unsigned()) return r.Error("checkpoints_written", "expected step numbers");
-      out.checkpoints_written.push_back(s.get<uint64_t>());
-    }
+    DGRR_ASSIGN_OR_RETURN(out.checkpoints_written, ReadSteps(r, "checkpoints_written"));
   }
   if (doc.contains("dumps_written")) {
     DGRR_ASSIGN_OR_RETURN(const nlohmann::json* a, r.Array("dumps_written"));
