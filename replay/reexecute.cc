@@ -65,19 +65,25 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
   return out;
 }
 
-// The child being waited for, for the signal handlers (0: none).
+// The child being waited for, for the signal handlers (0: none yet), and a
+// signal that arrived before it was started.
 std::atomic<pid_t> g_child{0};
+std::atomic<int> g_pending_signal{0};
 
 void ForwardSignal(int signo) {
-  const pid_t child = g_child.load(std::memory_order_relaxed);
+  g_pending_signal.store(signo);
+  const pid_t child = g_child.load();
   if (child > 0) ::kill(child, signo);
 }
 
-// Installs SIGINT/SIGTERM forwarding to the child for its lifetime.
+// Forwards SIGINT/SIGTERM to the child for this object's lifetime. Installed
+// before the child starts, so no signal falls between its start and the wait;
+// one that arrives before Attach is delivered by it.
 class SignalForwarding {
  public:
-  explicit SignalForwarding(pid_t child) {
-    g_child.store(child, std::memory_order_relaxed);
+  SignalForwarding() {
+    g_child.store(0);
+    g_pending_signal.store(0);
     struct sigaction sa {};
     sa.sa_handler = ForwardSignal;
     sigemptyset(&sa.sa_mask);
@@ -85,10 +91,14 @@ class SignalForwarding {
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
   }
+  void Attach(pid_t child) {
+    g_child.store(child);
+    if (const int pending = g_pending_signal.exchange(0); pending != 0) ::kill(child, pending);
+  }
   ~SignalForwarding() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
-    g_child.store(0, std::memory_order_relaxed);
+    g_child.store(0);
   }
   SignalForwarding(const SignalForwarding&) = delete;
   SignalForwarding& operator=(const SignalForwarding&) = delete;
@@ -202,7 +212,6 @@ int ExitCodeOf(int status) {
 // child is reaped even when a descendant keeps the output pipe open: after
 // it exits, whatever is buffered is drained and the pipe is let go.
 StatusOr<int> CollectAndWait(const Launched& child, OutputSink& sink) {
-  SignalForwarding forwarding(child.pid);
   Status copy = Status::OK();
   std::optional<int> exit_status;
   char buffer[1 << 14];
@@ -338,7 +347,9 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
 
   result.log_path = result.out_dir + "/program.log";
   DGRR_ASSIGN_OR_RETURN(auto log, OpenWritableFile(result.log_path, /*truncate=*/true));
+  SignalForwarding forwarding;
   DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(launch, ChildEnvironment(launch, control.path)));
+  forwarding.Attach(child.pid);
   OutputSink sink(log.get(), options.output);
   auto exit_code = CollectAndWait(child, sink);
   Status closed = log->Close();

@@ -2,6 +2,8 @@
 // toy_program.cc), through the real binary in processes of their own: the
 // commands re-launch the program from its launch.json.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <time.h>
 
 #include <filesystem>
 #include <fstream>
@@ -90,6 +92,46 @@ TEST_F(ReexecCliTest, ReplayOfAResumeThatForgotTheMomentumStopsWhereItIsFirstUse
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
   EXPECT_EQ(r.output.rfind("dgrr replay: step 2, rank 0, boundary sgd.params: ", 0), 0u) << r.output;
+}
+
+TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
+  // The toy program pauses after step 3 of the replay until asked to stop;
+  // SIGTERM goes to dgrr, which forwards it: the program's session stops the
+  // loop and closes normally, and dgrr reports that the replay ended before
+  // --to instead of hanging or dying.
+  const std::string run = Path("run"), kept = Path("kept"), marker = Path("paused");
+  RecordToyRun(run);
+  const std::string dgrr = std::string(DGRR_BINARY_DIR) + "/cli/dgrr", log = Path("dgrr.out");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) ::_exit(100);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::setenv("TOY_PAUSE_AT_STEP", "3", 1);
+    ::setenv("TOY_PAUSE_MARKER", marker.c_str(), 1);
+    ::execl(dgrr.c_str(), dgrr.c_str(), "replay", run.c_str(), "--checkpoint", "1", "--keep", kept.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(101);
+  }
+  // Wait for the program to reach its pause (bounded, so a broken build
+  // fails instead of hanging; not a timing assertion).
+  const struct timespec tick = {0, 10 * 1000 * 1000};
+  for (int i = 0; i < 12000 && !std::filesystem::exists(marker); ++i) nanosleep(&tick, nullptr);
+  ASSERT_TRUE(std::filesystem::exists(marker));
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::ifstream in(log);
+  const std::string output{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 5) << output;
+  EXPECT_EQ(output, "dgrr replay: rank 0 stopped after step 3, before --to 5: the program ended its loop early\n");
+  std::ifstream result_file(kept + "/control-result.rank0.json");
+  const auto result = nlohmann::json::parse(result_file);
+  EXPECT_EQ(result["outcome"], "completed") << result.dump();
+  EXPECT_EQ(result["last_step"], 3) << result.dump();
+  EXPECT_TRUE(std::filesystem::exists(kept + "/program.log"));
 }
 
 TEST_F(ReexecCliTest, AChangedExecutableIsOneLineAndExit5UnlessAllowed) {

@@ -8,7 +8,11 @@
 //                      recorded boundary "fc.out", and everything after it)
 //   --forget-restore   does not register the momentum buffer as state, so a
 //                      resumed run starts that step with zero momentum
+// Environment (not recorded in launch.json, so only a test's replay sees it):
+//   TOY_PAUSE_AT_STEP=N, TOY_PAUSE_MARKER=PATH: after step N, create PATH and
+//   wait (at most a minute) until a SIGINT/SIGTERM asks the session to stop.
 #include <signal.h>
+#include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +38,16 @@ struct Config {
 dgrr::Session* g_session = nullptr;
 void OnSignal(int) {
   if (g_session != nullptr) g_session->RequestStop();
+}
+
+// The test hook: tells the test where the loop is, then waits for its signal.
+void PauseIfAsked(const dgrr::Session& s, uint64_t step) {
+  const char* at = std::getenv("TOY_PAUSE_AT_STEP");
+  const char* marker = std::getenv("TOY_PAUSE_MARKER");
+  if (at == nullptr || marker == nullptr || std::strtoull(at, nullptr, 10) != step) return;
+  if (std::FILE* f = std::fopen(marker, "w")) std::fclose(f);
+  const struct timespec tick = {0, 10 * 1000 * 1000};
+  for (int i = 0; i < 6000 && !s.ShouldStop(step); ++i) nanosleep(&tick, nullptr);
 }
 
 dgrr::Status Train(const Config& cfg) {
@@ -112,6 +126,8 @@ dgrr::Status Train(const Config& cfg) {
     DGRR_RETURN_IF_ERROR(s.Record(sgd_out, wt, batch));
     DGRR_RETURN_IF_ERROR(s.EndStep(step, loss));
     std::printf("step %llu loss %.6f\n", static_cast<unsigned long long>(step), loss);
+    std::fflush(stdout);
+    PauseIfAsked(s, step);
     if (s.ShouldCheckpoint(step)) DGRR_RETURN_IF_ERROR(s.Checkpoint(step));
     if (s.ShouldStop(step)) break;
   }
