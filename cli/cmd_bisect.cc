@@ -5,8 +5,10 @@
 
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
+#include "cli/run_kind.h"
 #include "model/trainer.h"
 #include "replay/bisect.h"
+#include "replay/reexecute.h"
 
 namespace dgrr::cli {
 namespace {
@@ -41,6 +43,37 @@ class TrainerReplayer : public replay::IntervalReplayer {
   }
 };
 
+// Re-executes a run of any program that links libdgrr from its launch.json,
+// under a control file: the program's own loop, every boundary recorded,
+// stopped after the interval (replay/reexecute.h). Nothing is verified: the
+// replays are what bisect compares.
+class LaunchedReplayer : public replay::IntervalReplayer {
+ public:
+  explicit LaunchedReplayer(bool allow_changed_program) : allow_changed_program_(allow_changed_program) {}
+  Status Replay(const std::string& run_dir, std::optional<uint64_t> checkpoint_step, uint64_t last_step,
+                const std::string& out_dir) override {
+    ControlFile control;
+    control.mode = RecordMode::kFull;
+    if (checkpoint_step) control.restore_checkpoint = checkpoint::CheckpointPath(run_dir, *checkpoint_step);
+    control.stop_after_step = last_step;
+    replay::ReexecuteOptions options;
+    options.allow_changed_program = allow_changed_program_;
+    DGRR_ASSIGN_OR_RETURN(replay::ReexecuteResult result, replay::Reexecute(run_dir, out_dir, control, options));
+    for (const ControlResult& r : result.ranks) {
+      if (!r.last_step || *r.last_step < last_step) {
+        return Status::IntegrityFailure(run_dir + ": the replay of rank " + std::to_string(r.rank) + " stopped " +
+                                        (r.last_step ? "after step " + std::to_string(*r.last_step)
+                                                     : "before its first step") +
+                                        ", before step " + std::to_string(last_step));
+      }
+    }
+    return Status::OK();
+  }
+
+ private:
+  bool allow_changed_program_;
+};
+
 int RunBisect(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()
@@ -52,7 +85,9 @@ int RunBisect(const std::vector<std::string>& args) {
       ("context", po::value<uint32_t>()->default_value(3), "aligned pairs shown around the divergence")
       ("ignore", po::value<std::vector<std::string>>()->composing(),
        "drop boundaries whose name matches GLOB from both replays (repeatable)")
-      ("quiet", po::bool_switch(), "no progress lines on stderr");
+      ("quiet", po::bool_switch(), "no progress lines on stderr")
+      ("allow-changed-program", po::bool_switch(),
+       "runs with a launch.json: re-execute even when a program's executable changed since its recording");
   po::positional_options_description positional;
   po::variables_map vm;
   int parsed = ParseCommandLine(
@@ -64,7 +99,9 @@ int RunBisect(const std::vector<std::string>& args) {
       "checkpoint through the first differing step only, in full mode, into a scratch directory.\n"
       "3. The two replays are compared as by dgrr compare, naming the first divergent boundary,\n"
       "step and rank. Exit 0 when the runs agree, 4 when the replays name a divergence, 5 when\n"
-      "the recordings differ but the replays do not (the difference did not reproduce).",
+      "the recordings differ but the replays do not (the difference did not reproduce).\n"
+      "Runs of dgrr train are re-executed in-process; runs of any other program that links libdgrr\n"
+      "are started again from their launch.json, under a control file (docs/bisect.md).",
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
@@ -75,8 +112,21 @@ int RunBisect(const std::vector<std::string>& args) {
   if (!vm["quiet"].as<bool>()) {
     bisect.progress = [](const std::string& line) { std::cerr << "dgrr bisect: " << line << "\n"; };
   }
-  TrainerReplayer replayer;
-  auto result = replay::Bisect(vm["good"].as<std::string>(), vm["bad"].as<std::string>(), replayer, bisect);
+  const std::string good = vm["good"].as<std::string>(), bad = vm["bad"].as<std::string>();
+  const RunKind good_kind = ClassifyRun(good), bad_kind = ClassifyRun(bad);
+  for (const auto& [dir, kind] : {std::pair{good, good_kind}, std::pair{bad, bad_kind}}) {
+    if (kind == RunKind::kNeither) return ReportError(kName, NotReexecutable(dir));
+  }
+  if ((good_kind == RunKind::kLaunched) != (bad_kind == RunKind::kLaunched)) {
+    return ReportError(kName, Status::InvalidArgument(
+                                  "one run is dgrr train's and the other a launched program's: bisect compares "
+                                  "two runs of the same training"));
+  }
+  TrainerReplayer trainer_replayer;
+  LaunchedReplayer launched_replayer(vm["allow-changed-program"].as<bool>());
+  replay::IntervalReplayer& replayer =
+      good_kind == RunKind::kLaunched ? static_cast<replay::IntervalReplayer&>(launched_replayer) : trainer_replayer;
+  auto result = replay::Bisect(good, bad, replayer, bisect);
   if (!result.ok()) return ReportError(kName, result.status());
   if (vm["json"].as<bool>()) {
     std::cout << replay::BisectJson(*result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

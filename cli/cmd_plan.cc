@@ -1,16 +1,127 @@
 // dgrr plan: what a run's checkpoints save, what resume fast-forwards, what is
 // dropped, and why: DETrain's Needed analysis over the training program.
+#include <algorithm>
+#include <cstdint>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
+#include "checkpoint/fast_forward.h"
 #include "cli/command.h"
+#include "cli/run_kind.h"
 #include "model/trainer.h"
 #include "model/training_program.h"
 #include "runtime/session.h"
 
 namespace dgrr::cli {
 namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// One saved entry with the rank that holds it (nullopt: replicated).
+struct ListedEntry {
+  const checkpoint::SavedEntry* entry;
+  std::optional<int> rank;
+};
+
+std::vector<ListedEntry> ListEntries(const checkpoint::Checkpoint& ckpt) {
+  std::vector<ListedEntry> out;
+  for (const auto& e : ckpt.replicated) out.push_back({&e, std::nullopt});
+  for (const auto& r : ckpt.ranks) {
+    for (const auto& e : r.entries) out.push_back({&e, r.rank});
+  }
+  return out;
+}
+
+void PrintEntriesText(const std::string& run_dir, const checkpoint::Checkpoint& ckpt) {
+  std::cout << run_dir << ": no program IR: everything registered is saved\n"
+            << "checkpoint of step " << ckpt.meta.step << " (" << ckpt.path << "), " << ckpt.meta.world_size
+            << " rank" << (ckpt.meta.world_size == 1 ? "" : "s") << ":\n";
+  const std::vector<ListedEntry> entries = ListEntries(ckpt);
+  size_t width = 4;
+  for (const auto& l : entries) width = std::max(width, l.entry->name.size());
+  auto pad = [](std::string s, size_t n) { return s.size() < n ? s + std::string(n - s.size(), ' ') : s; };
+  std::cout << "  " << pad("name", width) << "  " << pad("role", 11) << pad("dtype", 7) << pad("shape", 14)
+            << pad("bytes", 12) << "replicated\n";
+  uint64_t total = 0;
+  for (const auto& l : entries) {
+    const checkpoint::SavedEntry& e = *l.entry;
+    total += e.data.size();
+    std::cout << "  " << pad(e.name, width) << "  " << pad(StateRoleName(e.role), 11)
+              << pad(std::string(DTypeName(e.dtype)), 7) << pad(ShapeText(e.shape), 14)
+              << pad(std::to_string(e.data.size()), 12)
+              << (l.rank ? "no (rank " + std::to_string(*l.rank) + ")" : std::string("yes")) << "\n";
+  }
+  std::cout << entries.size() << " entr" << (entries.size() == 1 ? "y" : "ies") << ", " << total
+            << " bytes saved per checkpoint\n";
+}
+
+nlohmann::ordered_json EntriesJson(const std::string& run_dir, const checkpoint::Checkpoint* ckpt) {
+  nlohmann::ordered_json j = {{"schema", "dgrr.saved-state/1"}, {"run", run_dir}};
+  j["checkpoint_step"] = ckpt ? nlohmann::ordered_json(ckpt->meta.step) : nlohmann::ordered_json(nullptr);
+  j["checkpoint"] = ckpt ? nlohmann::ordered_json(ckpt->path) : nlohmann::ordered_json(nullptr);
+  j["world_size"] = ckpt ? nlohmann::ordered_json(ckpt->meta.world_size) : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  if (ckpt) {
+    for (const auto& l : ListEntries(*ckpt)) {
+      const checkpoint::SavedEntry& e = *l.entry;
+      entries.push_back({{"name", e.name},
+                         {"role", StateRoleName(e.role)},
+                         {"dtype", std::string(DTypeName(e.dtype))},
+                         {"shape", e.shape},
+                         {"bytes", e.data.size()},
+                         {"replicated", !l.rank},
+                         {"rank", l.rank ? nlohmann::ordered_json(*l.rank) : nlohmann::ordered_json(nullptr)}});
+    }
+  }
+  j["entries"] = entries;
+  return j;
+}
+
+// What the checkpoints of any program's run save: the fast-forward plan the
+// program stored (it describes its loop in the program IR), or else every
+// registered entry, read from the newest good checkpoint.
+int RunLaunchedPlan(const std::string& run_dir, bool json) {
+  auto steps = checkpoint::ListCheckpointSteps(run_dir);
+  if (!steps.ok()) return ReportError("plan", steps.status());
+  if (steps->empty()) {
+    if (json) {
+      std::cout << EntriesJson(run_dir, nullptr).dump(2) << "\n";
+    } else {
+      std::cout << run_dir << " has no checkpoint: nothing is saved yet (everything the program registers "
+                << "will be, unless it describes its loop in the program IR)\n";
+    }
+    return kExitOk;
+  }
+  std::vector<std::string> skipped;
+  auto ckpt = checkpoint::FindNewestGoodCheckpoint(run_dir, UINT64_MAX, /*fallback=*/true, &skipped);
+  for (const std::string& why : skipped) ReportWarning("plan", "skipping " + why);
+  if (!ckpt.ok()) return ReportError("plan", ckpt.status());
+  if (!ckpt->meta.plan_json.empty()) {
+    auto plans = checkpoint::PlansFromJson(ckpt->meta.plan_json, ckpt->path);
+    if (!plans.ok()) return ReportError("plan", plans.status());
+    if (json) {
+      std::cout << ckpt->meta.plan_json << "\n";
+    } else {
+      std::cout << "fast-forward plan of " << run_dir << " (stored in " << ckpt->path << "):\n"
+                << checkpoint::PlansToText(*plans);
+    }
+    return kExitOk;
+  }
+  if (json) {
+    std::cout << EntriesJson(run_dir, &*ckpt).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    PrintEntriesText(run_dir, *ckpt);
+  }
+  return kExitOk;
+}
 
 int RunPlan(const std::vector<std::string>& args) {
   std::string run_dir;
@@ -26,10 +137,17 @@ int RunPlan(const std::vector<std::string>& args) {
       "checkpoints save it, resume regenerates it by re-executing the statements that define it\n"
       "(fast-forward), or it is dropped, with the reason. The plan comes from DETrain's Needed\n"
       "analysis over the program the trainer describes itself as; when the run has checkpoints,\n"
-      "the plan stored in the newest one is checked against it.",
+      "the plan stored in the newest one is checked against it.\n"
+      "For a run of any other program (it has a launch.json), the newest good checkpoint says what\n"
+      "is saved: the plan it stores when the program describes its loop in the program IR, otherwise\n"
+      "every registered entry (name, role, dtype, shape, bytes, replicated); --json then prints\n"
+      "schema dgrr.saved-state/1 (docs/json/plan.md).",
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
+  const RunKind kind = ClassifyRun(run_dir);
+  if (kind == RunKind::kNeither) return ReportError("plan", NotReexecutable(run_dir));
+  if (kind == RunKind::kLaunched) return RunLaunchedPlan(run_dir, vm.count("json") > 0);
   // The run's config, parsed and checked as train --resume would.
   auto config = model::TrainOptionsFromRun(run_dir);
   if (!config.ok()) return ReportError("plan", config.status());

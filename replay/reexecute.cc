@@ -1,0 +1,369 @@
+#include "replay/reexecute.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+
+#include "base/coding.h"
+#include "base/file.h"
+#include "runtime/session.h"
+#include "trace_format/reader.h"
+
+extern char** environ;
+
+namespace dgrr::replay {
+namespace {
+
+// The program runs in its recorded working directory, so every path the
+// control file names must not depend on ours.
+std::string Absolute(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+Status CheckDigest(const std::string& what, const std::string& path, uint64_t recorded, bool allow) {
+  DGRR_ASSIGN_OR_RETURN(uint64_t now, FileContentDigest(path));
+  if (now == recorded || allow) return Status::OK();
+  return Status::IntegrityFailure(path + ": the " + what + " changed since the recording (digest " +
+                                  Hex64(recorded) + ", now " + Hex64(now) +
+                                  "); pass --allow-changed-program to replay it anyway");
+}
+
+// The child's environment: ours, with the recorded variables set over it and
+// DGRR_CONTROL naming the control file.
+std::vector<std::string> ChildEnvironment(const LaunchRecord& launch, const std::string& control_path) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : launch.environment) env[name] = value;
+  env[kControlEnvVar] = control_path;
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The child being waited for, for the signal handlers (0: none yet), and a
+// signal that arrived before it was started.
+std::atomic<pid_t> g_child{0};
+std::atomic<int> g_pending_signal{0};
+
+void ForwardSignal(int signo) {
+  g_pending_signal.store(signo);
+  const pid_t child = g_child.load();
+  if (child > 0) ::kill(child, signo);
+}
+
+// Forwards SIGINT/SIGTERM to the child for this object's lifetime. Installed
+// before the child starts, so no signal falls between its start and the wait;
+// one that arrives before Attach is delivered by it.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    g_child.store(0);
+    g_pending_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = ForwardSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  void Attach(pid_t child) {
+    g_child.store(child);
+    if (const int pending = g_pending_signal.exchange(0); pending != 0) ::kill(child, pending);
+  }
+  ~SignalForwarding() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    g_child.store(0);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// Copies the program's output into the log, line by line to `output`.
+class OutputSink {
+ public:
+  OutputSink(WritableFile* log, const std::function<void(const std::string&)>& output)
+      : log_(log), output_(output) {}
+  Status Add(const char* data, size_t n) {
+    DGRR_RETURN_IF_ERROR(log_->Append(data, n));
+    if (!output_) return Status::OK();
+    partial_.append(data, n);
+    for (size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
+      output_(partial_.substr(0, nl));
+      partial_.erase(0, nl + 1);
+    }
+    return Status::OK();
+  }
+  void Finish() {
+    if (output_ && !partial_.empty()) output_(partial_);
+    partial_.clear();
+  }
+
+ private:
+  WritableFile* log_;
+  const std::function<void(const std::string&)>& output_;
+  std::string partial_;
+};
+
+struct Launched {
+  pid_t pid = -1;
+  int output_fd = -1;  // read end of the program's stdout+stderr
+};
+
+// Forks and execs the recorded program. Everything the child touches is
+// prepared before the fork (only async-signal-safe calls after it); an exec
+// failure comes back through a close-on-exec pipe.
+StatusOr<Launched> Spawn(const LaunchRecord& launch, const std::vector<std::string>& environment) {
+  std::vector<std::string> argv_storage = launch.argv, env_storage = environment;
+  std::vector<char*> argv = CStrings(argv_storage), envp = CStrings(env_storage);
+  const std::string& exe = launch.executable;
+  const std::string& cwd = launch.working_directory;
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Status::FromErrno("pipe", "program output", errno);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return Status::FromErrno("pipe", "exec status", e);
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    return Status::FromErrno("fork", exe, e);
+  }
+  if (pid == 0) {
+    // Its own process group: a terminal's Ctrl-C reaches dgrr, which
+    // forwards it once, instead of reaching both.
+    ::setpgid(0, 0);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(out_pipe[1], 2);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+    ::sigaction(SIGPIPE, &dfl, nullptr);
+    int stage = 0;  // 0: chdir failed, 1: exec failed
+    if (::chdir(cwd.c_str()) == 0) {
+      stage = 1;
+      ::execve(exe.c_str(), argv.data(), envp.data());
+    }
+    const int report[2] = {stage, errno};
+    ssize_t ignored = ::write(err_pipe[1], report, sizeof report);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  int report[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = ::read(err_pipe[0], report, sizeof report);
+  } while (n < 0 && errno == EINTR);
+  ::close(err_pipe[0]);
+  if (n == static_cast<ssize_t>(sizeof report)) {
+    ::close(out_pipe[0]);
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return report[0] == 0 ? Status::FromErrno("chdir", cwd + " (the recorded working directory)", report[1])
+                          : Status::FromErrno("exec", exe, report[1]);
+  }
+  return Launched{pid, out_pipe[0]};
+}
+
+int ExitCodeOf(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+// Copies the program's output until it exits and returns its exit code. The
+// child is reaped even when a descendant keeps the output pipe open: after
+// it exits, whatever is buffered is drained and the pipe is let go.
+StatusOr<int> CollectAndWait(const Launched& child, OutputSink& sink) {
+  Status copy = Status::OK();
+  std::optional<int> exit_status;
+  char buffer[1 << 14];
+  bool open = true;
+  while (open) {
+    struct pollfd p {child.output_fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, exit_status ? 0 : 200);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready > 0) {
+      const ssize_t n = ::read(child.output_fd, buffer, sizeof buffer);
+      if (n > 0) {
+        if (copy.ok()) copy = sink.Add(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) open = false;
+      continue;
+    }
+    if (exit_status) break;  // exited, and nothing more is buffered
+    int status;
+    const pid_t w = ::waitpid(child.pid, &status, WNOHANG);
+    if (w == child.pid) exit_status = status;
+  }
+  ::close(child.output_fd);
+  if (!exit_status) {
+    int status = 0;
+    while (::waitpid(child.pid, &status, 0) < 0) {
+      if (errno != EINTR) return Status::FromErrno("waitpid", "the replayed program", errno);
+    }
+    exit_status = status;
+  }
+  sink.Finish();
+  DGRR_RETURN_IF_ERROR(copy);
+  return ExitCodeOf(*exit_status);
+}
+
+std::string LastLogLine(const std::string& log_path) {
+  auto text = ReadFileToString(log_path, 64 << 20);
+  if (!text.ok()) return "";
+  std::string s = *text;
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  const size_t nl = s.rfind('\n');
+  return nl == std::string::npos ? s : s.substr(nl + 1);
+}
+
+bool Earlier(const ControlMismatch& a, const ControlMismatch& b) {
+  return a.step != b.step ? a.step < b.step : a.rank < b.rank;
+}
+
+// Reads every rank's result into `result`; an error for a rank that did not
+// report a finished execution (unless another rank's mismatch explains it).
+Status CollectResults(int world_size, ReexecuteResult& result) {
+  std::vector<std::string> problems;
+  const std::string exit_text = "the program exited with code " + std::to_string(result.exit_code);
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = ControlResultPath(result.out_dir, rank);
+    ControlResult r;
+    r.rank = rank;
+    if (!PathExists(path)) {
+      const std::string last = LastLogLine(result.log_path);
+      problems.push_back("rank " + std::to_string(rank) + " reported no result (" + exit_text + ")" +
+                         (last.empty() ? "" : ": " + last));
+      result.ranks.push_back(r);
+      continue;
+    }
+    auto read = ReadControlResult(path);
+    if (!read.ok()) {
+      problems.push_back("rank " + std::to_string(rank) + ": " + read.status().message() + " (" + exit_text + ")");
+      result.ranks.push_back(r);
+      continue;
+    }
+    r = std::move(read).value();
+    result.boundaries_verified += r.boundaries_verified;
+    result.steps_verified += r.steps_verified;
+    if (r.outcome == ControlOutcome::kMismatch && r.mismatch) {
+      if (!result.mismatch || Earlier(*r.mismatch, *result.mismatch)) result.mismatch = r.mismatch;
+    } else if (r.outcome == ControlOutcome::kRunning) {
+      const std::string last = LastLogLine(result.log_path);
+      problems.push_back("rank " + std::to_string(rank) + " did not finish (" + exit_text + ")" +
+                         (last.empty() ? "" : ": " + last));
+    } else if (r.outcome == ControlOutcome::kFailed || r.outcome == ControlOutcome::kMismatch) {
+      const std::string why = r.message.empty() ? LastLogLine(result.log_path) : r.message;
+      problems.push_back("rank " + std::to_string(rank) + " failed (" + exit_text + ")" +
+                         (why.empty() ? "" : ": " + why));
+    }
+    result.ranks.push_back(std::move(r));
+  }
+  // A rank that stops at a mismatch takes its peers down with it: the
+  // mismatch is the finding, their failures its consequence.
+  if (result.mismatch || problems.empty()) return Status::OK();
+  return Status::IntegrityFailure("the replayed program did not complete: " + problems.front() +
+                                  (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
+                                                             " more rank" + (problems.size() > 2 ? "s" : "") + ")"
+                                                       : ""));
+}
+
+}  // namespace
+
+StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
+  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(TracePathFor(run_dir, 0)));
+  const uint32_t world = reader->header().world_size;
+  if (world == 0 || world > (1u << 20)) {
+    return Status::Corruption(reader->path() + ": header: world_size " + std::to_string(world) +
+                              " is not a number of ranks");
+  }
+  return static_cast<int>(world);
+}
+
+StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
+                                    ControlFile control, const ReexecuteOptions& options) {
+  ReexecuteResult result;
+  DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
+  DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
+  const LaunchRecord& launch = result.launch;
+  DGRR_RETURN_IF_ERROR(
+      CheckDigest("executable", launch.executable, launch.executable_xxh3, options.allow_changed_program));
+  if (!launch.script.empty()) {
+    DGRR_RETURN_IF_ERROR(CheckDigest("script", launch.script, launch.script_xxh3, options.allow_changed_program));
+  }
+
+  result.out_dir = Absolute(out_dir);
+  if (PathExists(result.out_dir)) {
+    return Status::FailedPrecondition(out_dir + " already exists: a re-execution writes into a new directory");
+  }
+  DGRR_RETURN_IF_ERROR(CreateDirectories(result.out_dir));
+  control.run_dir = result.out_dir;
+  control.restore_checkpoint = Absolute(control.restore_checkpoint);
+  control.verify_run_dir = Absolute(control.verify_run_dir);
+  for (ControlDump& d : control.dumps) d.path = Absolute(d.path);
+  control.path = result.out_dir + "/control.json";
+  DGRR_RETURN_IF_ERROR(WriteFileAtomically(
+      control.path,
+      ControlFileJson(control).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+
+  result.log_path = result.out_dir + "/program.log";
+  DGRR_ASSIGN_OR_RETURN(auto log, OpenWritableFile(result.log_path, /*truncate=*/true));
+  SignalForwarding forwarding;
+  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(launch, ChildEnvironment(launch, control.path)));
+  forwarding.Attach(child.pid);
+  OutputSink sink(log.get(), options.output);
+  auto exit_code = CollectAndWait(child, sink);
+  Status closed = log->Close();
+  DGRR_RETURN_IF_ERROR(exit_code.status());
+  DGRR_RETURN_IF_ERROR(closed);
+  result.exit_code = *exit_code;
+  DGRR_RETURN_IF_ERROR(CollectResults(world_size, result));
+  return result;
+}
+
+std::string MismatchText(const ControlMismatch& m) {
+  return "step " + std::to_string(m.step) + ", rank " + std::to_string(m.rank) + ", boundary " + m.boundary +
+         ": recorded xor64 " + Hex64(m.recorded_xor64) + " xxh3 " + Hex64(m.recorded_xxh3) +
+         ", replayed xor64 " + Hex64(m.replayed_xor64) + " xxh3 " + Hex64(m.replayed_xxh3);
+}
+
+}  // namespace dgrr::replay

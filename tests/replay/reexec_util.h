@@ -1,0 +1,61 @@
+// Helpers for the re-execution tests: record runs of the toy program
+// (tests/replay/toy_program.cc) as a user would, in processes of their own.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace dgrr::test_support {
+
+struct ToyResult {
+  int rc = -1;  // exit code, or 128 + signal
+  std::string output;
+};
+
+// Runs `program` (default: the toy program) with `args` in `cwd`, stdout and
+// stderr to `log`.
+inline ToyResult RunProgram(const std::vector<std::string>& args, const std::string& log,
+                            const std::string& program = DGRR_TOY_PROGRAM,
+                            const std::string& cwd = "") {
+  std::vector<std::string> storage = {program};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) ::_exit(100);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(102);
+    ::execv(program.c_str(), argv.data());
+    ::_exit(101);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ToyResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(log, std::ios::binary);
+  r.output.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+// Records a toy run into `run_dir` (extra flags: --flip STEP, --forget-restore).
+inline void RecordToyRun(const std::string& run_dir, const std::vector<std::string>& extra = {},
+                         int steps = 6, const std::string& program = DGRR_TOY_PROGRAM) {
+  std::vector<std::string> args = {"--out", run_dir, "--steps", std::to_string(steps)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const ToyResult r = RunProgram(args, run_dir + ".log", program);
+  ASSERT_EQ(r.rc, 0) << r.output;
+}
+
+}  // namespace dgrr::test_support
