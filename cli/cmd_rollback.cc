@@ -9,8 +9,8 @@
 
 #include "base/file.h"
 #include "cli/command.h"
+#include "cli/run_kind.h"
 #include "model/rollback.h"
-#include "runtime/launch_record.h"
 
 namespace dgrr::cli {
 namespace {
@@ -127,7 +127,9 @@ int RunRollback(const std::vector<std::string>& args) {
   }
   // Programs that record how to run them again are re-launched; the
   // reference trainer's runs are re-executed in this process.
-  auto result = PathExists(LaunchPathFor(o.run_dir))
+  const RunKind kind = ClassifyRun(o.run_dir);
+  if (kind == RunKind::kNeither) return ReportError("rollback", NotReexecutable(o.run_dir));
+  auto result = kind == RunKind::kLaunched
                     ? replay::RollbackLaunchedRun(o, vm.count("allow-changed-program") > 0)
                     : model::Rollback(o);
   if (!result.ok()) return ReportError("rollback", result.status());
