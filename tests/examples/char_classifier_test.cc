@@ -410,13 +410,16 @@ TEST_F(CharClassifier, CliPlanPrintsTheRegisteredState) {
   ASSERT_EQ(Train(dir_ / "run").rc, 0);
   const Result r = Dgrr({"plan", (dir_ / "run").string(), "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
+  // No program IR: everything registered is saved (docs/json/plan.md).
   const json j = ParseOut(r);
-  EXPECT_EQ(j.at("schema"), "dgrr.plan/1");
-  std::map<std::string, std::string> action;
-  for (const json& v : j.at("checkpoints").at(0).at("variables")) action[v.at("name")] = v.at("action");
-  for (const char* name : {"params", "adam.m", "adam.v", "adam.t", "data.cursor"}) {
-    EXPECT_EQ(action[name], "saved") << name;
-  }
+  EXPECT_EQ(j.at("schema"), "dgrr.saved-state/1");
+  EXPECT_EQ(j.at("checkpoint_step"), 11);
+  std::map<std::string, std::string> role;
+  for (const json& e : j.at("entries")) role[e.at("name")] = e.at("role");
+  const std::map<std::string, std::string> want = {{"params", "parameter"}, {"adam.m", "optimizer"},
+                                                   {"adam.v", "optimizer"}, {"adam.t", "counter"},
+                                                   {"data.cursor", "cursor"}};
+  EXPECT_EQ(role, want);
   const Result text = Dgrr({"plan", (dir_ / "run").string()});
   ASSERT_EQ(text.rc, 0) << text.err;
   EXPECT_NE(text.out.find("adam.m"), std::string::npos) << text.out;
