@@ -351,14 +351,14 @@ TEST_F(CharClassifier, CliReplayOfAForgottenRestoreNamesTheFirstBoundaryThatDepe
   json j = ParseOut(r);
   EXPECT_EQ(j.at("result"), "diverged");
   const std::string message = j.at("message");
-  EXPECT_NE(message.find("at step 6, rank 0, adam.m"), std::string::npos) << message;
+  EXPECT_NE(message.find("step 6, rank 0, boundary adam.m"), std::string::npos) << message;
   // From the checkpoint of step 2: adam.m is in no checkpoint either, so the
   // replay's first moment is zero at once and differs at its first step.
   r = Dgrr({"replay", (dir_ / "run").string(), "--from", "3", "--json"});
   ASSERT_EQ(r.rc, 5) << r.err;
   j = ParseOut(r);
   EXPECT_EQ(j.at("from_checkpoint"), 2);
-  EXPECT_NE(j.at("message").get<std::string>().find("at step 3, rank 0, adam.m"), std::string::npos)
+  EXPECT_NE(j.at("message").get<std::string>().find("step 3, rank 0, boundary adam.m"), std::string::npos)
       << j.dump();
 }
 
