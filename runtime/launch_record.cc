@@ -37,6 +37,9 @@ bool LaunchVariableMatters(const std::string& name) {
                                        "CUBLAS_WORKSPACE_CONFIG"};
   // The control file is the re-executor's to set, never the recording's.
   if (name == "DGRR_CONTROL") return false;
+  // Test hooks (DGRR_TEST_KILL_AT, ...) belong to the test that set them: a
+  // re-execution that inherited one would kill itself where the recording died.
+  if (name.rfind("DGRR_TEST_", 0) == 0) return false;
   for (const char* n : kNames) {
     if (name == n) return true;
   }

@@ -49,6 +49,36 @@ Status NoCheckpointStore() {
       "SessionOptions::checkpoints");
 }
 
+// The settings that differ between the configuration recorded with the run a
+// checkpoint belongs to (RUN/ckpt/step-N.h5 beside RUN/config.json) and this
+// session's, as "key recorded -> now, ..."; "" when that file cannot be read
+// (the digests in the message still say the configurations differ).
+std::string ConfigDifference(const std::string& checkpoint_path, const std::string& now_text) {
+  const std::string recorded_path =
+      (std::filesystem::path(checkpoint_path).parent_path().parent_path() / "config.json").string();
+  auto text = ReadFileToString(recorded_path, uint64_t{1} << 20);
+  if (!text.ok()) return "";
+  auto recorded = ParseJson(*text, recorded_path);
+  auto now = ParseJson(now_text, "session config");
+  if (!recorded.ok() || !now.ok() || !recorded->is_object() || !now->is_object()) return "";
+  std::string diff;
+  auto add = [&](const std::string& key, const std::string& was, const std::string& is) {
+    diff += (diff.empty() ? "" : ", ") + key + " " + was + " -> " + is;
+  };
+  for (const auto& [key, value] : recorded->items()) {
+    const auto it = now->find(key);
+    if (it == now->end()) {
+      add(key, value.dump(), "(absent)");
+    } else if (*it != value) {
+      add(key, value.dump(), it->dump());
+    }
+  }
+  for (const auto& [key, value] : now->items()) {
+    if (!recorded->contains(key)) add(key, "(absent)", value.dump());
+  }
+  return diff;
+}
+
 }  // namespace
 
 // A control file's dump request as this rank follows it.
@@ -479,8 +509,10 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
                                       " ranks, this run has " + std::to_string(options_.world_size));
   }
   if (ckpt->config_digest() != config_digest_) {
+    const std::string diff = ConfigDifference(ckpt->path(), config_text_);
     return Status::FailedPrecondition(
-        ckpt->path() + ": written by a run with another configuration (config digest " +
+        ckpt->path() + ": written by a run with another configuration" +
+        (diff.empty() ? std::string() : " (" + diff + ")") + " (config digest " +
         Hex64(ckpt->config_digest()) + ", this run's " + Hex64(config_digest_) +
         "): run it with the recorded settings, or start a new run directory");
   }
