@@ -49,13 +49,11 @@ Status NoCheckpointStore() {
       "SessionOptions::checkpoints");
 }
 
-// The settings that differ between the configuration recorded with the run a
-// checkpoint belongs to (RUN/ckpt/step-N.h5 beside RUN/config.json) and this
-// session's, as "key recorded -> now, ..."; "" when that file cannot be read
-// (the digests in the message still say the configurations differ).
-std::string ConfigDifference(const std::string& checkpoint_path, const std::string& now_text) {
-  const std::string recorded_path =
-      (std::filesystem::path(checkpoint_path).parent_path().parent_path() / "config.json").string();
+// The settings that differ between a recorded config.json and this session's
+// configuration, as "key recorded -> now, ..." ("lr 0.03 -> 0.05, seed 1 ->
+// 2"); "" when that file cannot be read (the caller's message still says the
+// configurations differ).
+std::string ConfigDifference(const std::string& recorded_path, const std::string& now_text) {
   auto text = ReadFileToString(recorded_path, uint64_t{1} << 20);
   if (!text.ok()) return "";
   auto recorded = ParseJson(*text, recorded_path);
@@ -509,7 +507,9 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
                                       " ranks, this run has " + std::to_string(options_.world_size));
   }
   if (ckpt->config_digest() != config_digest_) {
-    const std::string diff = ConfigDifference(ckpt->path(), config_text_);
+    // The checkpoint's run: RUN/ckpt/step-N.h5 beside RUN/config.json.
+    const std::string diff = ConfigDifference(
+        (std::filesystem::path(ckpt->path()).parent_path().parent_path() / "config.json").string(), config_text_);
     return Status::FailedPrecondition(
         ckpt->path() + ": written by a run with another configuration" +
         (diff.empty() ? std::string() : " (" + diff + ")") + " (config digest " +
@@ -534,21 +534,58 @@ StatusOr<uint64_t> Session::ContinueRun() {
                                       "finish it, then resume");
   }
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
-  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
+  // Nothing in the directory changes until everything says it is this run:
+  // the checkpoint's configuration (or config.json when there is none), then
+  // the trace header's rank, world size and seed.
   auto found = LoadForRestore("");
-  // A run killed before its first checkpoint starts again from step 0.
-  if (found.status().code() == StatusCode::kNotFound) return start_fresh();
+  if (found.status().code() == StatusCode::kNotFound) {
+    // A run killed before its first checkpoint (or one that never writes
+    // any) starts again from step 0, if it is the same run.
+    DGRR_RETURN_IF_ERROR(CheckConfigIsThisRun());
+    DGRR_RETURN_IF_ERROR(CheckTraceBelongsToThisRun());
+    return start_fresh();
+  }
   if (!found.ok()) return found.status();
+  DGRR_RETURN_IF_ERROR(CheckTraceBelongsToThisRun());
   const LoadedCheckpoint& ckpt = **found;
+  // Restoring checks every entry before copying any: a program whose state
+  // does not fit the checkpoint is refused before the trace is cut.
+  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, state_));
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
   DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(trace_path_, ckpt.trace_position(options_.rank)));
   options_.open_mode = OpenMode::kResume;
   DGRR_RETURN_IF_ERROR(OpenTrace());
-  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, state_));
   DGRR_RETURN_IF_ERROR(WriteRunFiles());
   step_ = ckpt.step();
   DGRR_RETURN_IF_ERROR(RecordEvent(trace::EventKind::kResumed,
                                    "from the checkpoint of step " + std::to_string(ckpt.step())));
   return ckpt.step() + 1;
+}
+
+Status Session::CheckTraceBelongsToThisRun() const {
+  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(trace_path_));
+  const trace::TraceHeader& h = reader->header();
+  if (h.rank != static_cast<uint32_t>(options_.rank) ||
+      h.world_size != static_cast<uint32_t>(options_.world_size) || h.seed != options_.seed) {
+    return Status::FailedPrecondition(trace_path_ + ": recorded by rank " + std::to_string(h.rank) + " of " +
+                                      std::to_string(h.world_size) + " with seed " + std::to_string(h.seed) +
+                                      ", this is rank " + std::to_string(options_.rank) + " of " +
+                                      std::to_string(options_.world_size) + " with seed " +
+                                      std::to_string(options_.seed) + ": use another run directory");
+  }
+  return Status::OK();
+}
+
+Status Session::CheckConfigIsThisRun() const {
+  const std::string path = ConfigPathFor(options_.run_dir);
+  if (!PathExists(path)) return Status::OK();
+  DGRR_ASSIGN_OR_RETURN(nlohmann::json recorded, ReadJsonFile(path));
+  DGRR_ASSIGN_OR_RETURN(nlohmann::json now, ParseJson(config_text_, "session config"));
+  if (recorded == now) return Status::OK();
+  const std::string diff = ConfigDifference(path, config_text_);
+  return Status::FailedPrecondition(options_.run_dir + " holds a run of another configuration" +
+                                    (diff.empty() ? std::string() : " (" + diff + ")") +
+                                    " and no checkpoint to resume: use another run directory");
 }
 
 StatusOr<uint64_t> Session::ResumeUnderControl() {

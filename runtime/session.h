@@ -247,6 +247,10 @@ class Session {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
+  // kContinue refuses a directory holding another run (rank, world, seed in
+  // the trace header; config.json when there is no checkpoint to check).
+  Status CheckTraceBelongsToThisRun() const;
+  Status CheckConfigIsThisRun() const;
   StatusOr<uint32_t> WriterNameId(uint32_t local_id);
   // Under a control file: notes a failure (or the first mismatch) in the
   // rank's result file before it is returned.

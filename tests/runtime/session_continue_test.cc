@@ -222,6 +222,31 @@ TEST_F(SessionContinueTest, ADifferentConfigurationIsRefusedAndChangesNothing) {
   EXPECT_EQ(ReadBytes(ConfigPathFor(Path("run"))), config_before);
 }
 
+TEST_F(SessionContinueTest, WithoutACheckpointAnotherRunInTheDirectoryIsNotReplaced) {
+  SessionOptions o = Options(Path("run"));
+  o.checkpoint_every = 0;
+  ASSERT_TRUE(Train(o).ok());
+  const std::string trace_before = ReadBytes(TracePathFor(Path("run"), 0));
+  // The same run again starts over (nothing to resume from)...
+  uint64_t start = 99;
+  ASSERT_TRUE(Train(o, false, -1, &start).ok());
+  EXPECT_EQ(start, 0u);
+  // ...another configuration, or another seed, is refused and replaces nothing.
+  const std::string trace_again = ReadBytes(TracePathFor(Path("run"), 0));
+  SessionOptions other = o;
+  other.config_json = R"({"lr":0.25})";
+  auto r = Train(other);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lr 0.5 -> 0.25"), std::string::npos) << r.status().ToString();
+  other = o;
+  other.seed = 10;
+  r = Train(other);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("seed 9"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(ReadBytes(TracePathFor(Path("run"), 0)), trace_again);
+  EXPECT_EQ(trace_before.size(), trace_again.size());
+}
+
 TEST_F(SessionContinueTest, APendingRollbackIsRefused) {
   ASSERT_TRUE(Train(Options(Path("run")), false, 2).ok());
   ASSERT_TRUE(WriteFileAtomically(Path("run") + "/" + kPendingRollbackFile, "{\"step\":1}\n").ok());
