@@ -24,7 +24,8 @@ run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 # Layout: everything under include/dgrr/, the trace checker and replay
 # library installed, the zstd filter as an HDF5 plugin.
 foreach(f include/dgrr/dgrr.h include/dgrr/runtime/dgrr.h include/dgrr/base/version.h
-          include/dgrr/checkpoint/checkpoint_file.h include/dgrr/replay/trace_check.h
+          include/dgrr/checkpoint/checkpoint_file.h include/dgrr/runtime/trace_check.h
+          include/dgrr/replay/reexecute.h
           lib/libdgrr_replay.a lib/pkgconfig/dgrr.pc lib/cmake/dgrr/dgrrConfig.cmake
           lib/dgrr/hdf5-plugins/libdgrr_h5zstd.so)
   if(NOT EXISTS ${prefix}/${f})
@@ -94,6 +95,23 @@ run(c++ -std=c++20 ${SOURCE_DIR}/examples/mlp_regression.cc -o ${WORK_DIR}/mlp_p
 run(${WORK_DIR}/mlp_pkgconfig --out ${WORK_DIR}/run-pc --steps 3)
 run(c++ -std=c++20 ${consumer}/checkpoint_consumer.cc -o ${WORK_DIR}/ckpt_pkgconfig ${flags})
 run(${WORK_DIR}/ckpt_pkgconfig ${WORK_DIR}/pkgconfig.h5)
+
+# 3b. The user program that checkpoints (examples/char_classifier.cc), built
+#     both ways, trained, then driven by the installed dgrr: replay verifies a
+#     range, rollback cuts it back, re-running its own command finishes it,
+#     plan shows what its checkpoints hold.
+run(c++ -std=c++20 ${SOURCE_DIR}/examples/char_classifier.cc -o ${WORK_DIR}/char_pkgconfig ${flags})
+foreach(binary ${WORK_DIR}/char_pkgconfig ${WORK_DIR}/cmake-build/char_classifier)
+  get_filename_component(name ${binary} NAME)
+  set(run_dir ${WORK_DIR}/run-${name})
+  run(${binary} --out ${run_dir} --steps 6 --ckpt-every 2)
+  if(EXISTS ${prefix}/bin/dgrr)
+    run(${prefix}/bin/dgrr replay ${run_dir} --from 2 --to 5)
+    run(${prefix}/bin/dgrr rollback ${run_dir} --step 3 --quiet)
+    run(${binary} --out ${run_dir} --steps 6 --ckpt-every 2)
+    run(${prefix}/bin/dgrr plan ${run_dir})
+  endif()
+endforeach()
 
 # 4. The installed plugin: h5py (Debian's, /usr/bin/python3) reads the
 #    checkpoint's compressed datasets through the folder pkg-config names.
