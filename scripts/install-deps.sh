@@ -15,6 +15,10 @@ packages=(
   # tests read checkpoints with h5py through dgrr's zstd HDF5 plugin; they run
   # /usr/bin/python3, which is Debian's python and sees this package.
   python3-h5py
+  # The Python package (python/, docs/python.md) is built with pybind11 for
+  # Debian's /usr/bin/python3 and tested with pytest; its torch tests train
+  # with Debian's CPU torch (large, but the binding's tests need it).
+  python3-dev pybind11-dev python3-pytest python3-numpy python3-torch
   # make fuzz / fuzz-smoke: clang-14 and its libFuzzer + ASan/UBSan runtimes
   # (libclang_rt.fuzzer*.a and the sanitizer headers are in libclang-rt-14-dev,
   # only a Recommends of clang, so named here). make tsan uses gcc's libtsan2,

@@ -1,0 +1,625 @@
+// dgrr._dgrr: the Python binding of the C++ session (docs/python.md).
+//
+// Thin on purpose: every decision is the runtime's. What lives here is only
+// what crossing the language boundary needs: turning Python objects that
+// hold tensor memory (buffer-protocol objects such as NumPy arrays, objects
+// with __array_interface__, CPU torch tensors) into TensorRefs without a
+// copy, keeping registered state buffers alive as long as the session, and
+// turning a non-OK Status into the exception class of its code.
+//
+// The GIL is released around the calls that read tensor memory or write
+// files (Record, Resume, Checkpoint, EndStep, Close). A Session is not
+// thread-safe, and neither is this wrapper: one Python thread drives it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <dgrr/dgrr.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "fingerprint/tensor.h"
+#include "runtime/launch_record.h"
+#include "runtime/session.h"
+
+namespace py = pybind11;
+
+namespace dgrr::python {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Errors: dgrr.Error and one subclass per StatusCode.
+// ---------------------------------------------------------------------------
+constexpr size_t kCodeCount = static_cast<size_t>(StatusCode::kInternal) + 1;
+std::array<PyObject*, kCodeCount> g_error_classes{};
+PyObject* g_error_base = nullptr;
+
+struct ErrorClass {
+  StatusCode code;
+  const char* name;
+  PyObject* extra_base;  // a builtin the class also derives from, or null
+  Status (*make)(std::string_view);
+};
+
+[[noreturn]] void Throw(const Status& status) {
+  size_t index = static_cast<size_t>(status.code());
+  PyObject* cls = index < kCodeCount && g_error_classes[index] ? g_error_classes[index] : g_error_base;
+  PyErr_SetString(cls, status.message().c_str());
+  throw py::error_already_set();
+}
+
+void Check(const Status& status) {
+  if (!status.ok()) Throw(status);
+}
+
+template <typename T>
+T Unwrap(StatusOr<T> result) {
+  if (!result.ok()) Throw(result.status());
+  return std::move(result).value();
+}
+
+[[noreturn]] void ThrowInvalid(const std::string& message) {
+  Throw(Status::InvalidArgument(message));
+}
+
+void RegisterErrors(py::module_& m) {
+  g_error_base = PyErr_NewExceptionWithDoc(
+      "dgrr._dgrr.Error", "Base class of every error dgrr raises; .code names the StatusCode.",
+      PyExc_Exception, nullptr);
+  if (g_error_base == nullptr) throw py::error_already_set();
+  m.attr("Error") = py::handle(g_error_base);
+  const ErrorClass classes[] = {
+      {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError, &Status::InvalidArgument},
+      {StatusCode::kNotFound, "NotFoundError", nullptr, &Status::NotFound},
+      {StatusCode::kIOError, "IoError", nullptr, &Status::IOError},
+      {StatusCode::kCorruption, "CorruptionError", nullptr, &Status::Corruption},
+      {StatusCode::kDivergence, "DivergenceError", nullptr, &Status::Divergence},
+      {StatusCode::kIntegrityFailure, "IntegrityFailureError", nullptr, &Status::IntegrityFailure},
+      {StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr, &Status::FailedPrecondition},
+      {StatusCode::kInternal, "InternalError", nullptr, &Status::Internal},
+  };
+  for (const ErrorClass& c : classes) {
+    std::string qualified = std::string("dgrr._dgrr.") + c.name;
+    py::object bases = c.extra_base ? py::object(py::make_tuple(py::handle(g_error_base),
+                                                                py::handle(c.extra_base)))
+                                    : py::reinterpret_borrow<py::object>(g_error_base);
+    PyObject* cls = PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr);
+    if (cls == nullptr) throw py::error_already_set();
+    py::handle(cls).attr("code") = StatusCodeName(c.code);
+    // The exit code the CLI gives this error (docs: 1 usage, 2 I/O, ...).
+    py::handle(cls).attr("exit_code") = ExitCodeFor(c.make(""));
+    g_error_classes[static_cast<size_t>(c.code)] = cls;
+    m.attr(c.name) = py::handle(cls);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Names for the enums, as Python spells them.
+// ---------------------------------------------------------------------------
+template <typename E>
+E Lookup(std::string_view what, std::string_view name,
+         std::initializer_list<std::pair<const char*, E>> table) {
+  std::string known;
+  for (const auto& [key, value] : table) {
+    if (name == key) return value;
+    if (!known.empty()) known += ", ";
+    known += key;
+  }
+  ThrowInvalid(std::string("unknown ") + std::string(what) + " '" + std::string(name) +
+               "' (one of: " + known + ")");
+}
+
+trace::Phase ParsePhase(std::string_view name) {
+  using P = trace::Phase;
+  return Lookup<P>("phase", name,
+                   {{"data", P::kData}, {"forward", P::kForward}, {"backward", P::kBackward},
+                    {"collective", P::kCollective}, {"optimizer", P::kOptimizer}});
+}
+
+trace::Direction ParseDirection(std::string_view name) {
+  using D = trace::Direction;
+  return Lookup<D>("direction", name, {{"input", D::kInput}, {"output", D::kOutput}});
+}
+
+OpKind ParseKind(std::string_view name) {
+  using K = OpKind;
+  return Lookup<K>("kind", name,
+                   {{"other", K::kOther}, {"matmul", K::kMatmul}, {"elementwise", K::kElementwise},
+                    {"norm", K::kNorm}, {"attention", K::kAttention}, {"embedding", K::kEmbedding},
+                    {"loss", K::kLoss}, {"collective", K::kCollective},
+                    {"optimizer", K::kOptimizer}, {"data", K::kData}});
+}
+
+StateRole ParseRole(std::string_view name) {
+  using R = StateRole;
+  return Lookup<R>("state role", name,
+                   {{"parameter", R::kParameter}, {"optimizer", R::kOptimizer},
+                    {"counter", R::kCounter}, {"cursor", R::kCursor}, {"rng", R::kRng},
+                    {"other", R::kOther}});
+}
+
+RecordMode ParseMode(const std::string& name) {
+  auto mode = ParseRecordMode(name);
+  if (!mode) ThrowInvalid("unknown recording mode '" + name + "' (one of: full, trusted, sdc, off)");
+  return *mode;
+}
+
+OpenMode ParseOpenMode(std::string_view name) {
+  using O = OpenMode;
+  return Lookup<O>("open mode", name,
+                   {{"create", O::kCreate}, {"overwrite", O::kOverwrite}, {"resume", O::kResume},
+                    {"continue", O::kContinue}});
+}
+
+// ---------------------------------------------------------------------------
+// Tensor memory from Python objects, without a copy.
+// ---------------------------------------------------------------------------
+
+// A TensorRef over a Python object's memory, and what keeps that memory
+// valid: the object itself and, for a buffer-protocol exporter, the buffer
+// (which also stops a NumPy array from being resized while it is held).
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(const TensorView&) = delete;
+  TensorView& operator=(const TensorView&) = delete;
+  TensorView(TensorView&& other) noexcept { *this = std::move(other); }
+  TensorView& operator=(TensorView&& other) noexcept {
+    Release();
+    ref = other.ref;
+    writable = other.writable;
+    owner = std::move(other.owner);
+    buffer_ = std::move(other.buffer_);
+    return *this;
+  }
+  ~TensorView() { Release(); }  // called with the GIL held (pybind11 owns the objects)
+
+  TensorRef ref;
+  bool writable = false;
+  py::object owner;
+
+  Py_buffer* AcquireBuffer() {
+    buffer_ = std::make_unique<Py_buffer>();
+    std::memset(buffer_.get(), 0, sizeof(Py_buffer));
+    return buffer_.get();
+  }
+  void ForgetBuffer() { buffer_.reset(); }  // the acquisition failed: nothing to release
+
+ private:
+  void Release() {
+    if (buffer_) {
+      PyBuffer_Release(buffer_.get());
+      buffer_.reset();
+    }
+  }
+  std::unique_ptr<Py_buffer> buffer_;
+};
+
+std::string Describe(const py::handle& obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+}
+
+void FillShape(TensorRef& ref, const std::vector<int64_t>& shape, const std::string& what) {
+  if (shape.size() > static_cast<size_t>(kMaxTensorDims)) {
+    ThrowInvalid(what + ": " + std::to_string(shape.size()) + " dimensions; dgrr records at most " +
+                 std::to_string(kMaxTensorDims));
+  }
+  ref.ndim = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) ref.dims[i] = shape[i];
+}
+
+uint64_t ElementCount(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// A struct-module format character (with its item size) as a dgrr dtype.
+std::optional<DType> DTypeFromFormat(std::string format, size_t itemsize) {
+  if (!format.empty() && (format[0] == '<' || format[0] == '=' || format[0] == '@')) {
+    format.erase(0, 1);
+  }
+  if (format.size() != 1) return std::nullopt;  // big-endian, structured, complex ("Zf")...
+  switch (format[0]) {
+    case 'f': return DType::kF32;
+    case 'd': return DType::kF64;
+    case 'e': return DType::kF16;
+    case 'b': return DType::kI8;
+    case 'B': return DType::kU8;
+    case '?': return DType::kBool;
+    case 'i': case 'l': case 'q':
+      if (itemsize == 4) return DType::kI32;
+      if (itemsize == 8) return DType::kI64;
+      return std::nullopt;
+    case 'I': case 'L': case 'Q':
+      if (itemsize == 4) return DType::kU32;
+      if (itemsize == 8) return DType::kU64;
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+// NumPy's __array_interface__ typestr ("<f4", "|u1") as a dgrr dtype.
+std::optional<DType> DTypeFromTypestr(const std::string& typestr) {
+  static const std::pair<const char*, DType> kTable[] = {
+      {"<f4", DType::kF32}, {"<f8", DType::kF64}, {"<f2", DType::kF16}, {"|i1", DType::kI8},
+      {"|u1", DType::kU8},  {"<i4", DType::kI32}, {"<u4", DType::kU32}, {"<i8", DType::kI64},
+      {"<u8", DType::kU64}, {"|b1", DType::kBool}};
+  for (const auto& [key, value] : kTable) {
+    if (typestr == key) return value;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> DTypeFromTorch(const std::string& name) {
+  static const std::pair<const char*, DType> kTable[] = {
+      {"torch.float32", DType::kF32}, {"torch.float64", DType::kF64},
+      {"torch.float16", DType::kF16}, {"torch.bfloat16", DType::kBF16},
+      {"torch.int8", DType::kI8},     {"torch.uint8", DType::kU8},
+      {"torch.int32", DType::kI32},   {"torch.int64", DType::kI64},
+      {"torch.bool", DType::kBool}};
+  for (const auto& [key, value] : kTable) {
+    if (name == key) return value;
+  }
+  return std::nullopt;
+}
+
+const char* kSupported = "float32, float64, float16, bfloat16 (torch), int8, uint8, int32, uint32, "
+                         "int64, uint64, bool";
+
+bool LooksLikeTorchTensor(const py::handle& obj) {
+  return py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous") &&
+         py::hasattr(obj, "element_size") && py::hasattr(obj, "device");
+}
+
+// A torch.Tensor on the CPU, by its storage pointer (no NumPy involved, so
+// bfloat16 works and a tensor that requires grad needs no detach).
+void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view) {
+  std::string device = py::str(obj.attr("device").attr("type")).cast<std::string>();
+  if (device != "cpu") {
+    ThrowInvalid(what + ": a tensor on device '" + device +
+                 "': this build of the Python binding fingerprints CPU tensors only "
+                 "(CUDA tensors are not supported yet); move it with .cpu() or leave it out");
+  }
+  std::string layout = py::str(obj.attr("layout")).cast<std::string>();
+  if (layout != "torch.strided") ThrowInvalid(what + ": a " + layout + " tensor; only dense tensors");
+  std::string dtype_name = py::str(obj.attr("dtype")).cast<std::string>();
+  auto dtype = DTypeFromTorch(dtype_name);
+  if (!dtype) {
+    ThrowInvalid(what + ": dtype " + dtype_name + " is not one dgrr records (" + kSupported + ")");
+  }
+  if (!obj.attr("is_contiguous")().cast<bool>()) {
+    ThrowInvalid(what + ": a non-contiguous tensor (a transpose or slice view, say); "
+                 "dgrr fingerprints contiguous memory only: pass .contiguous()");
+  }
+  std::vector<int64_t> shape = obj.attr("shape").cast<std::vector<int64_t>>();
+  FillShape(view.ref, shape, what);
+  view.ref.dtype = *dtype;
+  view.ref.bytes = ElementCount(shape) * obj.attr("element_size")().cast<uint64_t>();
+  view.ref.data = reinterpret_cast<const void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+  view.writable = true;
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+}
+
+void ViewBuffer(const py::handle& obj, const std::string& what, bool need_writable,
+                TensorView& view) {
+  Py_buffer* buffer = view.AcquireBuffer();
+  int flags = PyBUF_STRIDES | PyBUF_FORMAT | (need_writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj.ptr(), buffer, flags) != 0) {
+    view.ForgetBuffer();
+    PyErr_Clear();
+    if (need_writable) {
+      ThrowInvalid(what + ": a read-only " + Describe(obj) +
+                   "; registered state must be writable (a resume restores into it)");
+    }
+    ThrowInvalid(what + ": " + Describe(obj) + " does not export its memory");
+  }
+  std::string format = buffer->format ? buffer->format : "B";
+  auto dtype = DTypeFromFormat(format, static_cast<size_t>(buffer->itemsize));
+  if (!dtype) {
+    ThrowInvalid(what + ": element format '" + format + "' (" + std::to_string(buffer->itemsize) +
+                 " bytes) is not a dtype dgrr records (" + kSupported + ")");
+  }
+  if (!PyBuffer_IsContiguous(buffer, 'C')) {
+    ThrowInvalid(what + ": a non-contiguous " + Describe(obj) +
+                 " (a transpose or strided slice, say); dgrr fingerprints C-contiguous memory "
+                 "only: pass numpy.ascontiguousarray(x)");
+  }
+  std::vector<int64_t> shape(buffer->shape, buffer->shape + buffer->ndim);
+  FillShape(view.ref, shape, what);
+  view.ref.dtype = *dtype;
+  view.ref.bytes = static_cast<uint64_t>(buffer->len);
+  view.ref.data = buffer->buf;
+  view.writable = !buffer->readonly;
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+}
+
+void ViewArrayInterface(const py::handle& obj, const std::string& what, TensorView& view) {
+  py::dict iface = obj.attr("__array_interface__");
+  std::string typestr = iface["typestr"].cast<std::string>();
+  auto dtype = DTypeFromTypestr(typestr);
+  if (!dtype) {
+    ThrowInvalid(what + ": typestr '" + typestr + "' is not a dtype dgrr records (" + kSupported + ")");
+  }
+  if (!iface.contains("data") || iface["data"].is_none()) {
+    ThrowInvalid(what + ": __array_interface__ without a data pointer");
+  }
+  py::tuple data = iface["data"];
+  std::vector<int64_t> shape = iface["shape"].cast<std::vector<int64_t>>();
+  if (iface.contains("strides") && !iface["strides"].is_none()) {
+    // Strides given: C-contiguous only if they are exactly the packed ones.
+    std::vector<int64_t> strides = iface["strides"].cast<std::vector<int64_t>>();
+    int64_t expected = static_cast<int64_t>(DTypeSize(*dtype));
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] != 1 && strides[i] != expected) {
+        ThrowInvalid(what + ": non-contiguous memory (strides); dgrr fingerprints C-contiguous "
+                     "memory only");
+      }
+      expected *= shape[i];
+    }
+  }
+  FillShape(view.ref, shape, what);
+  view.ref.dtype = *dtype;
+  view.ref.bytes = ElementCount(shape) * DTypeSize(*dtype);
+  view.ref.data = reinterpret_cast<const void*>(data[0].cast<uintptr_t>());
+  view.writable = !data[1].cast<bool>();
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+}
+
+// Any object that holds tensor memory, as a view; InvalidArgumentError names
+// what is wrong with anything else.
+TensorView ViewOf(const py::handle& obj, const std::string& what, bool need_writable) {
+  TensorView view;
+  if (LooksLikeTorchTensor(obj)) {
+    ViewTorch(obj, what, view);
+  } else if (PyObject_CheckBuffer(obj.ptr())) {
+    ViewBuffer(obj, what, need_writable, view);
+  } else if (py::hasattr(obj, "__array_interface__")) {
+    ViewArrayInterface(obj, what, view);
+  } else {
+    ThrowInvalid(what + ": a " + Describe(obj) +
+                 " holds no tensor memory dgrr can read (pass a NumPy array, a CPU torch "
+                 "tensor, or an object with the buffer protocol or __array_interface__)");
+  }
+  if (need_writable && !view.writable) {
+    ThrowInvalid(what + ": read-only memory; registered state must be writable (a resume "
+                 "restores into it)");
+  }
+  Check(view.ref.Validate());
+  return view;
+}
+
+py::tuple FingerprintTuple(const Fingerprint& fp) { return py::make_tuple(fp.xor64, fp.xxh3); }
+
+// ---------------------------------------------------------------------------
+// The session.
+// ---------------------------------------------------------------------------
+struct PyBoundary {
+  BoundaryHandle handle;
+  std::string name;
+};
+
+class PySession {
+ public:
+  explicit PySession(std::unique_ptr<Session> session) : session_(std::move(session)) {}
+  ~PySession() {
+    // An unclosed session is closed by its destructor (trace flushed); the
+    // state buffers are released after it, with the GIL held.
+    session_.reset();
+    state_.clear();
+  }
+
+  Session& Get() {
+    if (!session_) Throw(Status::FailedPrecondition("the dgrr session is closed"));
+    return *session_;
+  }
+  bool closed() const { return session_ == nullptr; }
+
+  PyBoundary DeclareBoundary(const std::string& name, const std::string& phase,
+                             const std::string& direction, const std::string& kind) {
+    BoundaryHandle h = Unwrap(Get().DeclareBoundary(name, ParsePhase(phase),
+                                                    ParseDirection(direction), ParseKind(kind)));
+    return {h, name};
+  }
+
+  py::object Record(const PyBoundary& boundary, const py::handle& array, uint64_t first_example,
+                    uint32_t count, bool want_fingerprint) {
+    Session& s = Get();
+    TensorView view = ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
+    Fingerprint fp;
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = s.Record(boundary.handle, view.ref, {first_example, count},
+                        want_fingerprint ? &fp : nullptr);
+    }
+    Check(status);
+    return want_fingerprint ? py::object(FingerprintTuple(fp)) : py::object(py::none());
+  }
+
+  void RegisterState(const std::string& name, const py::handle& array, const std::string& role,
+                     bool replicated) {
+    Session& s = Get();
+    TensorView view = ViewOf(array, "state '" + name + "'", /*need_writable=*/true);
+    StateEntry entry;
+    entry.name = name;
+    entry.data = const_cast<void*>(view.ref.data);
+    entry.bytes = view.ref.bytes;
+    entry.dtype = view.ref.dtype;
+    entry.shape.assign(view.ref.shape().begin(), view.ref.shape().end());
+    entry.role = ParseRole(role);
+    entry.replicated = replicated;
+    Check(s.state().Register(std::move(entry)));
+    state_.push_back(std::move(view));  // the memory stays valid while the session lives
+  }
+
+  uint64_t Resume() {
+    Session& s = Get();
+    StatusOr<uint64_t> start = Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      start = s.Resume();
+    }
+    return Unwrap(std::move(start));
+  }
+
+  void Checkpoint(uint64_t step) { Released([&](Session& s) { return s.Checkpoint(step); }); }
+  void BeginStep(uint64_t step) { Check(Get().BeginStep(step)); }
+  void EndStep(uint64_t step, float loss) {
+    Released([&](Session& s) { return s.EndStep(step, loss); });
+  }
+
+  void Close() {
+    if (!session_) return;  // closing twice is harmless
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->Close();
+    }
+    session_.reset();
+    state_.clear();
+    Check(status);
+  }
+
+ private:
+  template <typename F>
+  void Released(F&& call) {
+    Session& s = Get();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = call(s);
+    }
+    Check(status);
+  }
+
+  std::unique_ptr<Session> session_;
+  std::vector<TensorView> state_;
+};
+
+// The launch record of a Python program: what /proc/self says (working
+// directory, the interpreter binary and its digest, the environment), with
+// the interpreter's argv as Python saw it and the script's path and digest,
+// so the re-executor runs `python3 script.py args` and refuses a changed
+// script.
+LaunchRecord PythonLaunch(const std::vector<std::string>& argv, const std::string& script) {
+  LaunchRecord launch = Unwrap(CaptureLaunchRecord());
+  if (!argv.empty()) launch.argv = argv;
+  if (!script.empty()) {
+    launch.script = script;
+    launch.script_xxh3 = Unwrap(FileContentDigest(script));
+  }
+  return launch;
+}
+
+std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed, int rank,
+                                       int world_size, int threads, const std::string& mode,
+                                       const std::string& open_mode, uint64_t checkpoint_every,
+                                       uint64_t total_steps, bool resume_fallback,
+                                       const std::string& config_json,
+                                       const std::string& program_info_json,
+                                       const std::vector<std::string>& argv,
+                                       const std::string& script, bool reexecutable) {
+  SessionOptions o;
+  o.run_dir = run_dir;
+  o.seed = seed;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.threads = threads;
+  o.mode = ParseMode(mode);
+  o.open_mode = ParseOpenMode(open_mode);
+  o.checkpoint_every = checkpoint_every;
+  o.total_steps = total_steps;
+  o.resume_fallback = resume_fallback;
+  o.config_json = config_json;
+  o.program_info_json = program_info_json;
+  o.reexecutable = reexecutable;
+  if (reexecutable) o.launch = PythonLaunch(argv, script);
+  StatusOr<std::unique_ptr<Session>> session = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    session = dgrr::Open(o);
+  }
+  return std::make_unique<PySession>(Unwrap(std::move(session)));
+}
+
+}  // namespace
+}  // namespace dgrr::python
+
+PYBIND11_MODULE(_dgrr, m) {
+  using namespace dgrr;
+  using namespace dgrr::python;
+  m.doc() = "dgrr's C++ session, bound for Python (use the dgrr package, not this module)";
+  RegisterErrors(m);
+
+  py::class_<PyBoundary>(m, "Boundary", "A declared boundary (dgrr.Session.declare_boundary).")
+      .def_property_readonly("name", [](const PyBoundary& b) { return b.name; })
+      .def_property_readonly("recorded", [](const PyBoundary& b) { return b.handle.recorded; })
+      .def("__repr__", [](const PyBoundary& b) {
+        return "<dgrr.Boundary '" + b.name + "'" + (b.handle.recorded ? "" : " (not recorded)") + ">";
+      });
+
+  py::class_<PySession>(m, "Session", "One rank of one recorded run (docs/python.md).")
+      .def("declare_boundary", &PySession::DeclareBoundary, py::arg("name"),
+           py::arg("phase") = "forward", py::arg("direction") = "output", py::arg("kind") = "other")
+      .def("record", &PySession::Record, py::arg("boundary"), py::arg("array"),
+           py::arg("first_example") = 0, py::arg("count") = 1, py::arg("fingerprint") = false)
+      .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),
+           py::arg("role") = "other", py::arg("replicated") = false)
+      .def("resume", &PySession::Resume)
+      .def("begin_step", &PySession::BeginStep, py::arg("step"))
+      .def("end_step", &PySession::EndStep, py::arg("step"), py::arg("loss"))
+      .def("should_checkpoint",
+           [](PySession& s, uint64_t step) { return s.Get().ShouldCheckpoint(step); },
+           py::arg("step"))
+      .def("checkpoint", &PySession::Checkpoint, py::arg("step"))
+      .def("should_stop", [](PySession& s, uint64_t step) { return s.Get().ShouldStop(step); },
+           py::arg("step"))
+      .def("request_stop", [](PySession& s) { s.Get().RequestStop(); })
+      .def("close", &PySession::Close)
+      .def_property_readonly("closed", &PySession::closed)
+      .def_property_readonly("rank", [](PySession& s) { return s.Get().rank(); })
+      .def_property_readonly("run_dir", [](PySession& s) { return s.Get().options().run_dir; })
+      .def_property_readonly("trace_path", [](PySession& s) { return s.Get().trace_path(); })
+      .def_property_readonly("current_step", [](PySession& s) { return s.Get().current_step(); })
+      .def_property_readonly("controlled",
+                             [](PySession& s) { return s.Get().control() != nullptr; })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PySession& s, py::handle exc_type, py::handle, py::handle) {
+        if (exc_type.is_none()) {
+          s.Close();
+        } else {
+          // An exception is on its way out: close what can be closed, and
+          // let that exception, not a secondary one, reach the caller.
+          try {
+            s.Close();
+          } catch (py::error_already_set&) {
+          }
+        }
+        return false;
+      });
+
+  m.def("_open", &OpenSession, py::arg("run_dir"), py::arg("seed"), py::arg("rank"),
+        py::arg("world_size"), py::arg("threads"), py::arg("mode"), py::arg("open_mode"),
+        py::arg("checkpoint_every"), py::arg("total_steps"), py::arg("resume_fallback"),
+        py::arg("config_json"), py::arg("program_info_json"), py::arg("argv"), py::arg("script"),
+        py::arg("reexecutable"));
+
+  m.def(
+      "fingerprint",
+      [](py::handle array) {
+        TensorView view = ViewOf(array, "fingerprint", /*need_writable=*/false);
+        return FingerprintTuple(Unwrap(FingerprintTensor(view.ref)));
+      },
+      py::arg("array"), "(xor64, xxh3) of a tensor's bytes, as a BOUNDARY record stores them.");
+  m.def("file_digest", [](const std::string& path) { return Unwrap(FileContentDigest(path)); },
+        py::arg("path"), "XXH3-64 of a file's bytes (what the launch record stores).");
+}

@@ -1,0 +1,178 @@
+"""dgrr.torch on a tiny MLP (tests/python/mlp_train.py, 6 steps of Adam,
+checkpoints after steps 1, 3 and 5): identical runs, thread counts, a
+planted one-bit bug, SIGKILL and resume, and bad use."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dgrr
+import dgrr.torch
+
+CLI = os.environ.get("DGRR_CLI", "dgrr")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlp_train.py")
+
+
+def train(run_dir, *args, env=None):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, SCRIPT, str(run_dir), "--ckpt-every", "2", *args],
+                          capture_output=True, text=True, env=full_env)
+
+
+def train_ok(run_dir, *args):
+    r = train(run_dir, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def compare(a, b):
+    return subprocess.run([CLI, "compare", str(a), str(b)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run with one intra-op thread, and its final state."""
+    root = tmp_path_factory.mktemp("reference")
+    train_ok(root / "run", "--threads", "1", "--params-out", str(root / "final.npz"))
+    return root
+
+
+def load(path):
+    with np.load(path) as f:
+        return {k: f[k].tobytes() for k in f.files}
+
+
+def test_two_identical_runs_compare_equal(reference, tmp_path):
+    train_ok(tmp_path / "b", "--threads", "1", "--params-out", str(tmp_path / "final.npz"))
+    r = compare(reference / "run", tmp_path / "b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: no divergence" in r.stdout
+    # Every boundary of all six steps, both directions of the model.
+    m = re.search(r"certified prefix: (\d+) pairs, 6 steps", r.stdout)
+    assert m and int(m.group(1)) > 100, r.stdout
+    assert load(reference / "final.npz") == load(tmp_path / "final.npz")
+
+
+def test_one_and_two_intra_op_threads_compare_equal(reference, tmp_path):
+    train_ok(tmp_path / "t2", "--threads", "2")
+    env = json.loads((tmp_path / "t2" / "rank0.env.json").read_text())
+    assert env["program"]["torch.intra_op_threads"] == 2
+    r = compare(reference / "run", tmp_path / "t2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: no divergence" in r.stdout
+
+
+def test_a_flipped_bit_is_named_at_its_module_and_step(reference, tmp_path):
+    train_ok(tmp_path / "flip", "--threads", "1", "--flip-bit", "fc2@3")
+    r = compare(reference / "run", tmp_path / "flip")
+    assert r.returncode == 4, r.stdout + r.stderr
+    first = [l for l in r.stdout.splitlines() if l.startswith("first divergence:")]
+    assert len(first) == 1, r.stdout
+    assert "step 3 rank 0 forward output fc2.out f32[16,32]" in first[0]
+    # Everything before it (steps 0-2 and step 3's fc1, act) was equal.
+    assert re.search(r"certified prefix: \d+ pairs, 3 steps", r.stdout), r.stdout
+
+
+def test_sigkill_then_the_same_command_resumes_bitwise(reference, tmp_path):
+    run = tmp_path / "killed"
+    final = str(tmp_path / "final.npz")
+    # Killed by itself right after step 4: the newest checkpoint is step 3's.
+    r = train(run, "--threads", "1", "--params-out", final,
+              env={"DGRR_TEST_KILL_AFTER_STEP": "4"})
+    assert r.returncode == -signal.SIGKILL, r.stdout + r.stderr
+    assert not os.path.exists(final)
+    r = train_ok(run, "--threads", "1", "--params-out", final)
+    assert "started at step 4, ended after step 5" in r.stdout
+    assert load(reference / "final.npz") == load(final)
+    r = compare(reference / "run", run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: no divergence" in r.stdout
+
+
+def test_the_launch_record_names_the_script(reference):
+    launch = json.loads((reference / "run" / "launch.json").read_text())
+    assert launch["argv"][:2] == [sys.executable, SCRIPT]
+    assert launch["script"] == SCRIPT
+    assert int(launch["script_xxh3"], 16) == dgrr.file_digest(SCRIPT)
+
+
+# ---- bad use, in process ----------------------------------------------------
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.fixture
+def session(tmp_path):
+    with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
+        yield s
+
+
+def test_instrumenting_twice_is_refused(session):
+    model = Tiny()
+    inst = dgrr.torch.instrument(session, model)
+    with pytest.raises(dgrr.FailedPreconditionError, match="already instrumented"):
+        dgrr.torch.instrument(session, model)
+    inst.remove()
+    dgrr.torch.instrument(session, model).remove()
+
+
+def test_unsupported_tensors_are_refused(session):
+    b = session.declare_boundary("x", "forward", "output", "other")
+    session.resume()
+    session.begin_step(0)
+    with pytest.raises(dgrr.InvalidArgumentError, match="device 'meta'"):
+        session.record(b, torch.empty(3, device="meta"))
+    with pytest.raises(dgrr.InvalidArgumentError, match="non-contiguous"):
+        session.record(b, torch.zeros(4, 4).t())
+    with pytest.raises(dgrr.InvalidArgumentError, match="torch.complex64"):
+        session.record(b, torch.zeros(4, dtype=torch.complex64))
+    with pytest.raises(dgrr.InvalidArgumentError, match="torch.int16"):
+        session.record(b, torch.zeros(4, dtype=torch.int16))
+    # Supported without NumPy in between: bfloat16 and tensors that need grad.
+    x = torch.ones(4, dtype=torch.bfloat16)
+    assert session.record(b, x, fingerprint=True) == dgrr.fingerprint(x)
+    w = torch.ones(2, 3, requires_grad=True)
+    assert dgrr.fingerprint(w) == dgrr.fingerprint(np.ones((2, 3), np.float32))
+    session.end_step(0, 0.0)
+
+
+def test_an_unsupported_module_name_or_optimizer_is_refused(session):
+    model = Tiny()
+    with pytest.raises(dgrr.InvalidArgumentError, match="no module named 'fc9'"):
+        dgrr.torch.instrument(session, model, modules=["fc9"])
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(dgrr.InvalidArgumentError, match="SGD with momentum"):
+        dgrr.torch.register_torch_state(session, model, sgd)
+
+
+def test_adam_state_made_early_matches_the_lazy_one():
+    """The eagerly created Adam state gives the same numbers, bitwise, as
+    the state torch makes inside its first step."""
+    results = []
+    for eager in (False, True):
+        torch.manual_seed(3)
+        model = Tiny()
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        if eager:
+            dgrr.torch.materialize_optimizer_state(opt)
+        for step in range(3):
+            g = torch.Generator().manual_seed(step)
+            loss = model(torch.randn(5, 3, generator=g)).square().sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        results.append([p.detach().numpy().tobytes() for p in model.parameters()])
+    assert results[0] == results[1]
