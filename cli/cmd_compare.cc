@@ -32,7 +32,8 @@ int RunCompare(const std::vector<std::string>& args) {
       "dgrr compare A B [--json] [--context N] [--ignore GLOB]... [--band W] [--perfetto OUT.json]",
       "Compares two runs boundary by boundary. A and B are trace files or run\n"
       "directories (all ranks). Differences between the runs' config.json and\n"
-      "environment fingerprints are listed first, as the likely explanation, except\n"
+      "environment fingerprints are listed first, as the likely explanation when the\n"
+      "runs diverge (\"none changed a recorded value\" when they do not), except\n"
       "settings that never change results (the thread count), marked as such. The\n"
       "boundaries are paired in one streaming pass when they line up, by the\n"
       "schedule-tolerant mapper otherwise (extra, missing or fused boundaries, local\n"

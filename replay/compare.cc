@@ -583,8 +583,10 @@ bool NeverChangesResults(const std::string& key) {
   return key.rfind("controls.dgrr.threads.", 0) == 0;
 }
 
+// `diverged`: whether the recordings differ at all. When they do not, no
+// setting is "a likely explanation": none of them changed a recorded value.
 void PrintDifferences(std::ostringstream& o, const char* what, bool available, bool digests_differ,
-                      const std::vector<KeyDifference>& diffs) {
+                      const std::vector<KeyDifference>& diffs, bool diverged) {
   if (!available) {
     o << what << ": not available for both runs"
       << (digests_differ ? " (the trace headers' digests differ)" : "") << "\n";
@@ -598,7 +600,9 @@ void PrintDifferences(std::ostringstream& o, const char* what, bool available, b
   for (const KeyDifference& d : diffs) harmless += NeverChangesResults(d.key);
   const size_t likely = diffs.size() - harmless;
   o << what << ": " << diffs.size() << " difference" << (diffs.size() == 1 ? "" : "s");
-  if (harmless == 0) {
+  if (likely > 0 && !diverged) {
+    o << " (none changed a recorded value)\n";
+  } else if (harmless == 0) {
     o << " (a likely explanation)\n";
   } else if (likely == 0) {
     o << " (in settings that never change results)\n";
@@ -631,9 +635,9 @@ std::string CompareText(const CompareResult& r) {
     o << "ignored: " << r.a.ignored << " in A, " << r.b.ignored << " in B (--ignore)\n";
   }
   PrintDifferences(o, "config", r.configs_available, r.config_digests_differ,
-                   r.config_differences);
+                   r.config_differences, r.diverged());
   PrintDifferences(o, "environment", r.environments_available, r.env_digests_differ,
-                   r.environment_differences);
+                   r.environment_differences, r.diverged());
   o << "ranks: " << (r.ranks_paired ? "paired rank by rank" : "merged (world sizes differ)")
     << "\n";
   if (r.lockstep) {

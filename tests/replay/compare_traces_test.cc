@@ -371,6 +371,20 @@ TEST_F(CompareTracesTest, EqualWorldSizesPairRankByRankAndListConfigDifferences)
   EXPECT_LT(text.find("lr: 0.1 | 0.2"), text.find("first divergence"));
 }
 
+// A setting that differs while every recorded value agrees explained
+// nothing: the report must not call it a likely explanation.
+TEST_F(CompareTracesTest, ASettingThatChangedNothingIsNotALikelyExplanation) {
+  const std::string a = Path("a"), b = Path("b");
+  WriteDataParallelRun(a, 2, R"({"lr": 0.1, "note": "first"})");
+  WriteDataParallelRun(b, 2, R"({"lr": 0.1, "note": "second"})");
+  auto r = CompareRuns(a, b, {});
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->diverged());
+  const std::string text = CompareText(*r);
+  EXPECT_NE(text.find("config: 1 difference (none changed a recorded value)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("likely explanation"), std::string::npos) << text;
+}
+
 TEST_F(CompareTracesTest, RunDirectoryMissingARankTraceIsAnIoError) {
   const std::string a = Path("a");
   WriteDataParallelRun(a, 2, "{}", 1);
