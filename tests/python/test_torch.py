@@ -97,6 +97,27 @@ def test_sigkill_then_the_same_command_resumes_bitwise(reference, tmp_path):
     assert "result: no divergence" in r.stdout
 
 
+def test_dgrr_replays_a_range_of_a_python_run(tmp_path):
+    # The script is re-launched from launch.json under a control file:
+    # restored from the checkpoint of step 1, every record verified through 4.
+    train_ok(tmp_path / "run", "--threads", "1")
+    r = subprocess.run([CLI, "replay", str(tmp_path / "run"), "--from", "2", "--to", "4"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "replayed steps 2..4" in r.stdout and "from the checkpoint of step 1" in r.stdout, r.stdout
+    assert re.search(r": \d+ boundaries and 3 step ends match the recorded traces", r.stdout), r.stdout
+
+
+def test_dgrr_bisect_names_a_flipped_bit_in_a_python_run(tmp_path):
+    train_ok(tmp_path / "good", "--threads", "1")
+    train_ok(tmp_path / "bad", "--threads", "1", "--flip-bit", "fc2@3")
+    r = subprocess.run([CLI, "bisect", "--good", str(tmp_path / "good"), "--bad", str(tmp_path / "bad"),
+                        "--json", "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 4, r.stdout + r.stderr
+    first = json.loads(r.stdout)["divergence"]["b"]
+    assert (first["step"], first["name"]) == (3, "fc2.out"), r.stdout
+
+
 def test_the_launch_record_names_the_script(reference):
     launch = json.loads((reference / "run" / "launch.json").read_text())
     assert launch["argv"][:2] == [sys.executable, SCRIPT]
