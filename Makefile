@@ -6,7 +6,7 @@ FUZZ_BUILD ?= build-fuzz
 TSAN_BUILD ?= build-tsan
 # Seconds per fuzz target: `make fuzz` (a real session) and `make fuzz-smoke` (CI).
 FUZZ_SECONDS       ?= 60
-FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_SMOKE_SECONDS ?= 8
 # What `make tsan` builds and runs: the executables whose tests drive dgrr's
 # threads (trainer workers and the persistent pool, rank threads and their
 # barriers, the trace writer's I/O thread, sessions, rollback, the kill test's
@@ -38,7 +38,7 @@ run: build
 
 sanitize: deps
 	cmake -S . -B $(SAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_SANITIZE=ON \
-	  -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1"
+	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1"
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(SAN_BUILD) $(CTEST_ARGS)
