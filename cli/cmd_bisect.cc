@@ -85,7 +85,7 @@ int RunBisect(const std::vector<std::string>& args) {
       ("context", po::value<uint32_t>()->default_value(3), "aligned pairs shown around the divergence")
       ("ignore", po::value<std::vector<std::string>>()->composing(),
        "drop boundaries whose name matches GLOB from both replays (repeatable)")
-      ("quiet", po::bool_switch(), "no progress lines on stderr")
+      ("quiet,q", po::bool_switch(), "no progress lines on stderr")
       ("allow-changed-program", po::bool_switch(),
        "runs with a launch.json: re-execute even when a program's executable changed since its recording");
   po::positional_options_description positional;

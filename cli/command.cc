@@ -111,6 +111,25 @@ std::string ParseErrorText(const po::error& error, const std::vector<std::string
   return "invalid arguments";
 }
 
+// "missing run B: a trace file or a run directory" for a positional argument
+// (its description, less the "(positional)" note); boost's own text for a
+// required option the user names with dashes.
+std::string MissingArgumentText(const po::required_option& error, const po::options_description& options,
+                                const po::positional_options_description& positional) {
+  std::string option = error.get_option_name();
+  option.erase(0, option.find_first_not_of('-'));
+  bool is_positional = false;
+  for (unsigned i = 0; i < positional.max_total_count() && i < 64; ++i) {
+    is_positional = is_positional || positional.name_for_position(i) == option;
+  }
+  const po::option_description* described = options.find_nothrow(option, false);
+  if (!is_positional || described == nullptr) return error.what();
+  std::string what = described->description();
+  const size_t note = what.find(" (positional)");
+  if (note != std::string::npos) what.erase(note, std::string(" (positional)").size());
+  return "missing " + what;
+}
+
 }  // namespace
 
 int ParseCommandLine(const std::string& name, const std::string& usage,
@@ -124,6 +143,12 @@ int ParseCommandLine(const std::string& name, const std::string& usage,
                 << options << "\n" << ExitCodeHelp();
       return kExitOk;
     }
+  } catch (const po::required_option& e) {
+    // A missing positional argument: boost names it as an option ("--b")
+    // the user never saw; say what is missing instead.
+    std::cerr << "dgrr " << name << ": " << MissingArgumentText(e, options, positional) << " (see 'dgrr "
+              << name << " --help')\n";
+    return kExitUsage;
   } catch (const po::error& e) {
     std::cerr << "dgrr " << name << ": " << ParseErrorText(e, args, options, positional) << " (see 'dgrr "
               << name << " --help')\n";

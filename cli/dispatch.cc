@@ -21,7 +21,8 @@ void PrintTopLevelHelp() {
     padded.resize(std::max<size_t>(padded.size() + 2, 14), ' ');
     std::cout << "  " << padded << c.summary << "\n";
   }
-  std::cout << "\nRun 'dgrr COMMAND --help' for a command's options.\n\n" << ExitCodeHelp();
+  std::cout << "\nRun 'dgrr help COMMAND' (or 'dgrr COMMAND --help') for a command's options.\n\n"
+            << ExitCodeHelp();
 }
 
 // Runs one command so that nothing escapes it: library code returns Status,
@@ -52,6 +53,14 @@ int RunDgrr(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const std::string& first = args[0];
+  if (first == "help" && args.size() > 1) {
+    // `dgrr help COMMAND` is `dgrr COMMAND --help`.
+    for (const auto& c : AllCommands()) {
+      if (c.name == args[1]) return RunGuarded(c, {"--help"});
+    }
+    std::cerr << "dgrr: unknown command '" << args[1] << "' (see 'dgrr --help')\n";
+    return kExitUsage;
+  }
   if (first == "--help" || first == "-h" || first == "help") {
     PrintTopLevelHelp();
     return kExitOk;

@@ -25,5 +25,33 @@ TEST(Dispatch, UnknownCommandIsUsageError) {
   testing::internal::GetCapturedStdout();
 }
 
+TEST(Dispatch, HelpCommandShowsThatCommandsHelp) {
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(RunDgrr({"help", "compare"}), 0);
+  const std::string help = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(help.rfind("usage: dgrr compare", 0), 0u) << help;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"help", "frobnicate"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+// A missing positional argument is named by what it is, not as an option
+// ("--b") the user never typed.
+TEST(Dispatch, AMissingPositionalArgumentIsNamedAsTheUserKnowsIt) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"compare", "runs/a"}), 1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("dgrr compare: missing run B: a trace file or a run directory"), std::string::npos) << err;
+  EXPECT_EQ(err.find("'--b'"), std::string::npos) << err;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"replay"}), 1);
+  const std::string replay = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(replay, "dgrr replay: missing run directory (see 'dgrr replay --help')\n");
+  // A required option the user names with dashes keeps boost's wording.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"rollback", "runs/a"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("--step"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dgrr::cli
