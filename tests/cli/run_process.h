@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <vector>
+#include "tests/support/exec_args.h"
 
 namespace dgrr::cli {
 
@@ -40,11 +41,7 @@ inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const 
     ADD_FAILURE() << dgrr << " must be built before cli_test runs";
     return result;
   }
-  std::vector<std::string> storage = {dgrr};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  test_support::ExecArgs argv(dgrr, args);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -60,7 +57,7 @@ inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const 
       limit.rlim_cur = options.max_file_bytes;
       ::setrlimit(RLIMIT_FSIZE, &limit);
     }
-    ::execv(dgrr.c_str(), argv.data());
+    ::execv(dgrr.c_str(), argv.argv());
     ::_exit(101);
   }
   int status = 0;

@@ -28,6 +28,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "tests/support/timeless_records.h"
 #include "trace_format/reader.h"
+#include "tests/support/exec_args.h"
 
 namespace {
 
@@ -53,11 +54,7 @@ Result RunBinary(const std::string& binary, const std::vector<std::string>& args
   const fs::path base = fs::temp_directory_path() /
                         ("dgrr_cc_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   const std::string out_path = base.string() + ".out", err_path = base.string() + ".err";
-  std::vector<std::string> storage = {binary};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  test_support::ExecArgs argv(binary, args);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -66,7 +63,7 @@ Result RunBinary(const std::string& binary, const std::vector<std::string>& args
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
     for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    ::execv(binary.c_str(), argv.data());
+    ::execv(binary.c_str(), argv.argv());
     ::_exit(101);
   }
   int status = 0;

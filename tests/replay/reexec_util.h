@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 #include <vector>
+#include "tests/support/exec_args.h"
 
 namespace dgrr::test_support {
 
@@ -25,11 +26,7 @@ struct ToyResult {
 inline ToyResult RunProgram(const std::vector<std::string>& args, const std::string& log,
                             const std::string& program = DGRR_TOY_PROGRAM,
                             const std::string& cwd = "") {
-  std::vector<std::string> storage = {program};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  test_support::ExecArgs argv(program, args);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -37,7 +34,7 @@ inline ToyResult RunProgram(const std::vector<std::string>& args, const std::str
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(102);
-    ::execv(program.c_str(), argv.data());
+    ::execv(program.c_str(), argv.argv());
     ::_exit(101);
   }
   int status = 0;
