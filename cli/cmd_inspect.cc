@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/coding.h"
+#include "base/file.h"
 #include "cli/command.h"
 #include "trace_format/reader.h"
 
@@ -222,7 +223,8 @@ ordered_json RecordJson(const Record& record, const TraceReader& reader) {
 
 int RunInspect(const std::vector<std::string>& args) {
   po::options_description options("Options");
-  options.add_options()("trace", po::value<std::string>()->required(), "the trace file")(
+  options.add_options()("trace", po::value<std::string>()->required(), "the trace file or run directory")(
+      "rank", po::value<uint32_t>()->default_value(0), "with a run directory: the rank whose trace to show")(
       "step", po::value<uint64_t>(), "show only records of step S")(
       "name", po::value<std::string>(), "show only boundaries whose name matches GLOB (fnmatch)")(
       "type", po::value<std::string>(), "show only records of this type: boundary, step, event or name")(
@@ -233,9 +235,10 @@ int RunInspect(const std::vector<std::string>& args) {
   positional.add("trace", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
-      kName, "dgrr inspect TRACE [--step S] [--name GLOB] [--json]\n"
+      kName, "dgrr inspect TRACE|RUN_DIR [--rank R] [--step S] [--name GLOB] [--json]\n"
       "                    [--type boundary|step|event|name] [--from S] [--to S]",
       "Lists a trace's header and records, validating as it reads (as 'dgrr verify').\n"
+      "Given a run directory, it lists rank R's trace (--rank, default 0).\n"
       "--type keeps one record type; --from/--to keep the records of a step range (NAME\n"
       "records have no step, so a range hides them); --step keeps the records of one step;\n"
       "--name keeps the boundaries whose name\n"
@@ -246,7 +249,15 @@ int RunInspect(const std::vector<std::string>& args) {
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
-  const std::string path = vm["trace"].as<std::string>();
+  const std::string given = vm["trace"].as<std::string>();
+  auto traces = TracesOf(given);
+  if (!traces.ok()) return ReportError(kName, traces.status());
+  const uint32_t rank = vm["rank"].as<uint32_t>();
+  if (IsDirectory(given) && rank >= traces->size()) {
+    return ReportError(kName, Status::InvalidArgument("--rank " + std::to_string(rank) + ": " + given + " has " +
+                                                      std::to_string(traces->size()) + " rank traces"));
+  }
+  const std::string path = IsDirectory(given) ? (*traces)[rank] : given;
   Filter filter;
   if (vm.count("step")) filter.step = vm["step"].as<uint64_t>();
   if (vm.count("name")) filter.name_glob = vm["name"].as<std::string>();

@@ -39,14 +39,14 @@ nlohmann::ordered_json SummaryJson(const trace::VerifySummary& s) {
 int RunVerify(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()("trace", po::value<std::vector<std::string>>()->required(),
-                        "trace files to verify")(
+                        "trace files or run directories (every rank<R>.trace) to verify")(
       "json", po::bool_switch(), "print one JSON object (schema dgrr.verify/1, docs/json/verify.md)");
   po::positional_options_description positional;
   positional.add("trace", -1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
-      kName, "dgrr verify TRACE... [--json]",
-      "Validates each trace: the header, then every record's CRC, type and fields, and\n"
+      kName, "dgrr verify TRACE|RUN_DIR... [--json]",
+      "Validates each trace (a run directory: each of its rank<R>.trace files): the header, then every record's CRC, type and fields, and\n"
       "the order rules (names defined before use, sequence numbers increasing). Prints\n"
       "one summary line per valid file on stdout. A torn tail (a partial record, or\n"
       "zero-filled records, at the end of the file: a writer that died mid-write) is a\n"
@@ -61,7 +61,20 @@ int RunVerify(const std::vector<std::string>& args) {
   const bool json = vm["json"].as<bool>();
   nlohmann::ordered_json traces = nlohmann::ordered_json::array();
   int exit_code = kExitOk;
-  for (const std::string& path : vm["trace"].as<std::vector<std::string>>()) {
+  std::vector<std::string> paths;
+  for (const std::string& given : vm["trace"].as<std::vector<std::string>>()) {
+    auto expanded = TracesOf(given);
+    if (!expanded.ok()) {
+      exit_code = std::max(exit_code, ReportError(kName, expanded.status()));
+      if (json) {
+        traces.push_back({{"path", given}, {"ok", false}, {"exit_code", ExitCodeFor(expanded.status())},
+                          {"error", expanded.status().message()}});
+      }
+      continue;
+    }
+    paths.insert(paths.end(), expanded->begin(), expanded->end());
+  }
+  for (const std::string& path : paths) {
     trace::VerifySummary summary;
     Status s = trace::VerifyTrace(path, &summary);
     if (!s.ok()) {

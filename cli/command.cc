@@ -7,6 +7,9 @@
 #include <iostream>
 #include <typeinfo>
 
+#include "base/file.h"
+#include "runtime/session.h"
+
 namespace dgrr::cli {
 
 namespace {
@@ -155,6 +158,14 @@ int ParseCommandLine(const std::string& name, const std::string& usage,
     return kExitUsage;
   }
   return -1;
+}
+
+StatusOr<std::vector<std::string>> TracesOf(const std::string& path) {
+  if (!IsDirectory(path)) return std::vector<std::string>{path};
+  std::vector<std::string> traces;
+  for (int rank = 0; PathExists(TracePathFor(path, rank)); ++rank) traces.push_back(TracePathFor(path, rank));
+  if (traces.empty()) return Status::NotFound(path + ": a directory with no rank0.trace (not a run directory)");
+  return traces;
 }
 
 int ReportError(const std::string& name, const Status& status) {

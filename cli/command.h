@@ -46,6 +46,11 @@ void ReportWarning(const std::string& name, const std::string& message);
 // The exit-code table shared by `dgrr --help` and every subcommand's --help.
 const char* ExitCodeHelp();
 
+// What a command that reads traces does with PATH: a run directory stands
+// for its rank<R>.trace files (R = 0, 1, ... while they exist), anything
+// else for itself. NotFound for a directory holding no rank0.trace.
+StatusOr<std::vector<std::string>> TracesOf(const std::string& path);
+
 }  // namespace dgrr::cli
 
 // DGRR_COMMAND(verify, "summary", RunVerify) in a subcommand's source file.

@@ -3,6 +3,8 @@
 // that loses no complete record.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <unistd.h>
 
 #include <iostream>
@@ -120,6 +122,32 @@ TEST_F(VerifyCommandTest, ValidTraceGivesOneSummaryLine) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, path + ": ok records=12 boundaries=4 steps=4 events=1 names=2 last_step=1\n");
   EXPECT_EQ(run.err, "");
+}
+
+// A run directory stands for its rank traces, as for compare and replay;
+// inspect shows one rank of it.
+TEST_F(VerifyCommandTest, ARunDirectoryIsEveryRankTrace) {
+  const std::string run = Path("run");
+  std::filesystem::create_directories(run);
+  trace::testing::WriteSampleTrace(run + "/rank0.trace");
+  trace::testing::WriteSampleTrace(run + "/rank1.trace");
+  Run r = Verify({run});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
+  EXPECT_EQ(r.out.find(run + "/rank0.trace: ok"), 0u) << r.out;
+  EXPECT_NE(r.out.find(run + "/rank1.trace: ok"), std::string::npos) << r.out;
+  r = Verify({Path("")});  // a directory that holds no trace
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no rank0.trace"), std::string::npos) << r.err;
+
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"inspect", run, "--rank", "1", "--type", "step"}), 0);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(::testing::internal::GetCapturedStdout().find(run + "/rank1.trace"), std::string::npos);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunDgrr({"inspect", run, "--rank", "2"}), 1);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("has 2 rank traces"), std::string::npos);
 }
 
 TEST_F(VerifyCommandTest, MissingFileIsAnIoErrorAndOtherFilesAreStillChecked) {

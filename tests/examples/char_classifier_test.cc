@@ -54,7 +54,7 @@ Result RunBinary(const std::string& binary, const std::vector<std::string>& args
   const fs::path base = fs::temp_directory_path() /
                         ("dgrr_cc_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   const std::string out_path = base.string() + ".out", err_path = base.string() + ".err";
-  test_support::ExecArgs argv(binary, args);
+  dgrr::test_support::ExecArgs argv(binary, args);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
