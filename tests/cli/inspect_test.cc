@@ -38,7 +38,7 @@ class InspectCommandTest : public trace::testing::TempDirTest {
 TEST_F(InspectCommandTest, HelpAnswers) {
   std::string out;
   EXPECT_EQ(Inspect({"--help"}, &out), 0);
-  EXPECT_NE(out.find("usage: dgrr inspect TRACE [--step S] [--name GLOB] [--json]"), std::string::npos);
+  EXPECT_NE(out.find("usage: dgrr inspect TRACE|RUN_DIR [--rank R] [--step S] [--name GLOB] [--json]"), std::string::npos);
   EXPECT_NE(out.find("--json"), std::string::npos);
   EXPECT_NE(out.find("Exit codes"), std::string::npos);
 }

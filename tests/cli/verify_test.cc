@@ -66,7 +66,7 @@ TEST_F(VerifyCommandTest, HelpAnswers) {
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(RunDgrr({"verify", "--help"}), 0);
   std::string help = ::testing::internal::GetCapturedStdout();
-  EXPECT_NE(help.find("usage: dgrr verify TRACE..."), std::string::npos);
+  EXPECT_NE(help.find("usage: dgrr verify TRACE|RUN_DIR... [--json]"), std::string::npos);
   EXPECT_NE(help.find("torn tail"), std::string::npos);
   EXPECT_NE(help.find("Exit codes"), std::string::npos);
   ::testing::internal::CaptureStderr();
