@@ -22,6 +22,7 @@
 #include "checkpoint/file_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/zstd_filter.h"
+#include "fingerprint/fingerprint.h"
 
 namespace dgrr::checkpoint {
 namespace {
@@ -522,7 +523,7 @@ Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_di
   uint64_t payload_hash = 0;
   {
     DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(tmp_path));
-    DGRR_ASSIGN_OR_RETURN(payload_hash, HashFileBody(*file, kCheckpointUserBlockBytes, &offset));
+    DGRR_ASSIGN_OR_RETURN(payload_hash, Xxh3OfFile(*file, kCheckpointUserBlockBytes, &offset));
   }
   if (offset == kCheckpointUserBlockBytes) return Status::Internal("HDF5 wrote no file body to " + tmp_path);
   uint8_t block[kCheckpointUserBlockBytes];

@@ -1,7 +1,6 @@
 #include "checkpoint/file_io.h"
 
 #include <hdf5.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
@@ -26,29 +25,6 @@ const bool kNoHdf5ExitHandler = [] {
 }();
 
 }  // namespace
-
-StatusOr<uint64_t> HashFileBody(RandomAccessFile& file, uint64_t from, uint64_t* end) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<uint8_t> buffer(1 << 20);
-  uint64_t offset = from;
-  Status status;
-  for (;;) {
-    StatusOr<size_t> n = file.Read(offset, buffer.size(), buffer.data());
-    if (!n.ok()) {
-      status = n.status();
-      break;
-    }
-    if (*n == 0) break;
-    XXH3_64bits_update(state, buffer.data(), *n);
-    offset += *n;
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!status.ok()) return status;
-  *end = offset;
-  return hash;
-}
 
 Status Hdf5WriteFailure(const std::string& file, const std::string& what) {
   const int saved_errno = errno;

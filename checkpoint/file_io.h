@@ -11,10 +11,6 @@
 
 namespace dgrr::checkpoint {
 
-// XXH3-64 (seed 0) of bytes [from, end of file) of `file`, read through a
-// 1 MiB buffer; *end receives the offset the read stopped at (the length).
-StatusOr<uint64_t> HashFileBody(RandomAccessFile& file, uint64_t from, uint64_t* end);
-
 // Call at once after a libhdf5 call on `file` failed, before any other HDF5
 // call (the next one clears the error stack). An IOError
 // "FILE: WHAT: CAUSE", where CAUSE is the errno text the innermost failure

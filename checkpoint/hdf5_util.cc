@@ -1,11 +1,11 @@
 #include "checkpoint/hdf5_util.h"
 
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 
 #include "checkpoint/zstd_filter.h"
+#include "fingerprint/fingerprint.h"
 
 namespace dgrr::checkpoint {
 
@@ -216,28 +216,36 @@ StatusOr<std::vector<std::string>> ListGroup(hid_t group, const std::string& wha
   return names;
 }
 
-StatusOr<uint64_t> HashFileFrom(int fd, const std::string& path, uint64_t from, uint64_t* end) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<uint8_t> buffer(1 << 20);
-  uint64_t offset = from;
-  Status status;
-  for (;;) {
-    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = Status::FromErrno("read", path, errno);
-      break;
+namespace {
+
+// The open file `fd` as a RandomAccessFile, for the one file hash.
+class FdFile final : public RandomAccessFile {
+ public:
+  FdFile(int fd, const std::string& path) : fd_(fd), path_(path) {}
+  StatusOr<size_t> Read(uint64_t offset, size_t n, void* dst) override {
+    for (;;) {
+      const ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
+      if (got >= 0) return static_cast<size_t>(got);
+      if (errno != EINTR) return Status::FromErrno("read", path_, errno);
     }
-    if (n == 0) break;
-    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
   }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!status.ok()) return status;
-  *end = offset;
-  return hash;
+  StatusOr<uint64_t> Size() override {
+    const off_t size = ::lseek(fd_, 0, SEEK_END);
+    if (size < 0) return Status::FromErrno("seek", path_, errno);
+    return static_cast<uint64_t>(size);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+}  // namespace
+
+StatusOr<uint64_t> HashFileFrom(int fd, const std::string& path, uint64_t from, uint64_t* end) {
+  FdFile file(fd, path);
+  return Xxh3OfFile(file, from, end);
 }
 
 }  // namespace dgrr::checkpoint

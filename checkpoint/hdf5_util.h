@@ -79,9 +79,9 @@ StatusOr<std::string> ReadStringAttribute(hid_t obj, const char* name, const std
 // Names of the links in a group, in name order.
 StatusOr<std::vector<std::string>> ListGroup(hid_t group, const std::string& what);
 
-// XXH3-64 (seed 0) of bytes [from, end of file) of the open file `fd`, read
-// through a 1 MiB buffer (fresh big buffers cost page faults); *end receives
-// the offset the read stopped at, the file's length. Checkpoints and tensor
+// XXH3-64 (seed 0) of bytes [from, end of file) of the open file `fd`
+// (fingerprint/fingerprint.h's Xxh3OfFile over it); *end receives the offset
+// the read stopped at, the file's length. Checkpoints and tensor
 // dumps both cover everything after their 512-byte user block with it.
 StatusOr<uint64_t> HashFileFrom(int fd, const std::string& path, uint64_t from, uint64_t* end);
 

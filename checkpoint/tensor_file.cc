@@ -18,6 +18,7 @@
 #include "checkpoint/file_io.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/zstd_filter.h"
+#include "fingerprint/fingerprint.h"
 
 namespace dgrr::checkpoint {
 namespace {
@@ -41,7 +42,7 @@ Status StampHeader(const std::string& tmp_path) {
   uint64_t payload = 0;
   {
     DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(tmp_path));
-    DGRR_ASSIGN_OR_RETURN(payload, HashFileBody(*file, kUserBlockBytes, &length));
+    DGRR_ASSIGN_OR_RETURN(payload, Xxh3OfFile(*file, kUserBlockBytes, &length));
   }
   uint8_t block[kUserBlockBytes] = {};
   std::memcpy(block, kMagic, sizeof kMagic);

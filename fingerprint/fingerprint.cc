@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "fingerprint/fingerprint_simd.h"
 #include "fingerprint/xxh3_core.h"
@@ -138,6 +139,23 @@ uint64_t Xor64(const void* data, size_t n) {
 uint64_t Xxh3(const void* data, size_t n) {
   const uint64_t hash = DGRR_XXH3_ONESHOT(data, n);
   ClearUpperVectorState();
+  return hash;
+}
+
+StatusOr<uint64_t> Xxh3OfFile(RandomAccessFile& file, uint64_t from, uint64_t* end) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  std::vector<uint8_t> buffer(1 << 20);
+  uint64_t offset = from;
+  for (;;) {
+    DGRR_ASSIGN_OR_RETURN(size_t n, file.Read(offset, buffer.size(), buffer.data()));
+    if (n == 0) break;
+    DGRR_XXH3_UPDATE(&state, buffer.data(), n);
+    offset += n;
+  }
+  const uint64_t hash = XXH3_64bits_digest(&state);
+  ClearUpperVectorState();
+  if (end != nullptr) *end = offset;
   return hash;
 }
 

@@ -15,6 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/file_system.h"
+#include "base/status.h"
+
 namespace dgrr {
 
 struct Fingerprint {
@@ -27,6 +30,10 @@ struct Fingerprint {
 uint64_t Xor64(const void* data, size_t n);
 // XXH3_64bits(data, n), seed 0.
 uint64_t Xxh3(const void* data, size_t n);
+// XXH3-64 (seed 0) of a file's bytes from `from` to its end, read in 1 MiB
+// pieces (an executable, a checkpoint's payload: never whole in memory);
+// `*end`, when given, receives the offset it stopped at.
+StatusOr<uint64_t> Xxh3OfFile(RandomAccessFile& file, uint64_t from = 0, uint64_t* end = nullptr);
 // Both at once, reading the memory once: from 4 KiB (8 KiB without AVX-512F)
 // each 64-byte stripe feeds the XOR and XXH3's accumulator from one load
 // (fingerprint_simd.h; AVX-512F or AVX2 where the CPU has it, else SSE2);

@@ -8,6 +8,7 @@
 
 #include "base/coding.h"
 #include "base/file.h"
+#include "base/file_system.h"
 #include "fingerprint/fingerprint.h"
 #include "runtime/json_input.h"
 
@@ -17,8 +18,6 @@ namespace dgrr {
 namespace {
 
 constexpr uint64_t kMaxLaunchBytes = 16 << 20;
-// An executable or script larger than this is not a program we digest.
-constexpr uint64_t kMaxDigestedFile = uint64_t{4} << 30;
 
 StatusOr<std::string> ReadLink(const char* path) {
   char buffer[PATH_MAX + 1];
@@ -50,8 +49,8 @@ bool LaunchVariableMatters(const std::string& name) {
 }
 
 StatusOr<uint64_t> FileContentDigest(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxDigestedFile));
-  return Xxh3(bytes.data(), bytes.size());
+  DGRR_ASSIGN_OR_RETURN(auto file, FileSystem::Default()->NewRandomAccessFile(path));
+  return Xxh3OfFile(*file);
 }
 
 StatusOr<LaunchRecord> CaptureLaunchRecord() {

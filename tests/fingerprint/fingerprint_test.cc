@@ -10,6 +10,9 @@
 #include <cpuid.h>
 #endif
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -65,6 +68,30 @@ std::vector<Vector> LoadSeedZeroVectors() {
         {std::stoull(fields[1].substr(4)), std::stoull(fields[3], nullptr, 16), line});
   }
   return vectors;
+}
+
+// The streaming file hash (executables, checkpoint payloads) equals the
+// one-shot hash of the same bytes, across its 1 MiB read pieces and from an
+// offset.
+TEST(Xxh3Test, OfAFileEqualsOfItsBytesFromAnyOffset) {
+  const std::string path = ::testing::TempDir() + "/dgrr_xxh3_of_file." + std::to_string(::getpid());
+  std::vector<uint8_t> bytes((size_t{1} << 20) * 2 + 777);
+  std::mt19937_64 gen(5);
+  for (auto& b : bytes) b = static_cast<uint8_t>(gen());
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto file = dgrr::FileSystem::Default()->NewRandomAccessFile(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  for (uint64_t from : {uint64_t{0}, uint64_t{512}, uint64_t{1} << 20, uint64_t{bytes.size()}}) {
+    uint64_t end = 0;
+    auto hash = dgrr::Xxh3OfFile(**file, from, &end);
+    ASSERT_TRUE(hash.ok()) << hash.status().ToString();
+    EXPECT_EQ(*hash, dgrr::Xxh3(bytes.data() + from, bytes.size() - from)) << "from " << from;
+    EXPECT_EQ(end, bytes.size());
+  }
+  std::remove(path.c_str());
 }
 
 TEST(Xxh3Test, MatchesPublishedSeedZeroVectors) {
