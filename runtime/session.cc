@@ -299,9 +299,9 @@ StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::
     for (const PendingDump& d : dumps_) h.recorded = h.recorded || d.request.boundary == name;
   }
   if (h.recorded) {
-    const auto found = std::find(names_.begin(), names_.end(), name);
-    h.name_id = static_cast<uint32_t>(found - names_.begin());
-    if (found == names_.end()) {
+    const auto [it, added] = name_ids_.try_emplace(std::string(name), static_cast<uint32_t>(names_.size()));
+    h.name_id = it->second;
+    if (added) {
       names_.emplace_back(name);
       writer_ids_.push_back(-1);
     }

@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -279,6 +280,7 @@ class Session {
   // writer's ids are assigned when a name is first written, so boundaries
   // can be declared before Resume() opens the trace.
   std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_ids_;  // name -> session id
   std::vector<int64_t> writer_ids_;  // session id -> writer id, -1 not yet interned
   Status deferred_error_;
   bool closed_ = false;
