@@ -136,11 +136,8 @@ TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
 
 TEST_F(ReexecCliTest, AChangedExecutableIsOneLineAndExit5UnlessAllowed) {
   const std::string program = Path("toy-copy");
-  std::filesystem::copy_file(DGRR_TOY_PROGRAM, program);
-  std::filesystem::permissions(program, std::filesystem::perms::owner_all);
   const std::string run = Path("run");
-  RecordToyRun(run, {}, 6, program);
-  std::ofstream(program, std::ios::binary | std::ios::app) << '\0';
+  test_support::RecordThenChangeProgram(program, run);
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
   ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;

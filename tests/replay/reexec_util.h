@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 #include <vector>
+
 #include "tests/support/exec_args.h"
 
 namespace dgrr::test_support {
@@ -53,6 +54,15 @@ inline void RecordToyRun(const std::string& run_dir, const std::vector<std::stri
   args.insert(args.end(), extra.begin(), extra.end());
   const ToyResult r = RunProgram(args, run_dir + ".log", program);
   ASSERT_EQ(r.rc, 0) << r.output;
+}
+
+// Records a run with `copy`, a copy of the toy program, then appends a byte
+// to the copy: its executable no longer has the digest launch.json holds.
+inline void RecordThenChangeProgram(const std::string& copy, const std::string& run_dir) {
+  std::filesystem::copy_file(DGRR_TOY_PROGRAM, copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  RecordToyRun(run_dir, {}, 6, copy);
+  std::ofstream(copy, std::ios::binary | std::ios::app) << '\0';
 }
 
 }  // namespace dgrr::test_support

@@ -124,11 +124,8 @@ TEST_F(ReexecuteTest, AForgottenRestoreShowsAtTheFirstBoundaryThatDependsOnIt) {
 
 TEST_F(ReexecuteTest, AChangedExecutableIsRefusedUnlessAllowed) {
   const std::string program = Path("toy-copy");
-  std::filesystem::copy_file(DGRR_TOY_PROGRAM, program);
-  std::filesystem::permissions(program, std::filesystem::perms::owner_all);
   const std::string run = Path("run");
-  RecordToyRun(run, {}, 6, program);
-  std::ofstream(program, std::ios::binary | std::ios::app) << '\0';
+  test_support::RecordThenChangeProgram(program, run);
   auto refused = Reexecute(run, Path("replay"), VerifyFrom(run, 1, 5), {});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kIntegrityFailure);
