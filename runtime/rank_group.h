@@ -22,10 +22,11 @@ class RankGroup {
   // Every rank calls this once per round with its own fingerprint; each gets
   // all of them, indexed by rank. Blocks until every rank has contributed.
   virtual Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) = 0;
-  // True when every rank is a thread of this process, so a rank may read
-  // another's memory while it waits (Session::Checkpoint writes all ranks'
-  // state from rank 0 then).
-  virtual bool shares_address_space() const { return false; }
+  // Every rank passes the address of an object of its own and gets every
+  // rank's, indexed by rank: only where all ranks are threads of one process
+  // (Session::Checkpoint then has rank 0 write every rank's state while the
+  // others wait). FailedPrecondition for ranks in separate processes.
+  virtual Status AllGatherAddresses(int rank, const void* mine, std::vector<const void*>* all);
 };
 
 class InProcessRankGroup final : public RankGroup {
@@ -33,7 +34,7 @@ class InProcessRankGroup final : public RankGroup {
   explicit InProcessRankGroup(int world_size);
   int world_size() const override { return world_size_; }
   Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) override;
-  bool shares_address_space() const override { return true; }
+  Status AllGatherAddresses(int rank, const void* mine, std::vector<const void*>* all) override;
   // Wakes every waiting rank and makes this and every later AllGather return
   // `why`: a rank that failed must not leave the others waiting for it.
   void Abort(const Status& why);

@@ -640,17 +640,16 @@ Status Session::Checkpoint(uint64_t step) {
   if (options_.world_size == 1) {
     ranks.push_back({options_.rank, &state_, trace_position()});
   } else {
-    if (options_.group == nullptr || !options_.group->shares_address_space()) {
-      return Status::FailedPrecondition(
-          "checkpoints of ranks in separate processes need per-rank shards, which this build does not write");
+    if (options_.group == nullptr) {
+      return Status::FailedPrecondition("a checkpoint of several ranks needs the session's RankGroup");
     }
     // Ranks that are threads of one process: rank 0 writes every rank's
     // registered state while the others wait (their state stays still until
     // the second exchange says the file is written).
-    DGRR_RETURN_IF_ERROR(options_.group->AllGather(
-        options_.rank, Fingerprint{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)), 0}, &all));
-    for (size_t r = 0; r < all.size(); ++r) {
-      const Session* peer = reinterpret_cast<const Session*>(static_cast<uintptr_t>(all[r].xor64));
+    std::vector<const void*> peers;
+    DGRR_RETURN_IF_ERROR(options_.group->AllGatherAddresses(options_.rank, this, &peers));
+    for (size_t r = 0; r < peers.size(); ++r) {
+      const Session* peer = static_cast<const Session*>(peers[r]);
       ranks.push_back({static_cast<int>(r), &peer->state_, peer->trace_position()});
     }
   }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <map>
+#include <thread>
 #include <variant>
 
 #include "base/file.h"
@@ -206,6 +207,45 @@ TEST_F(SessionContinueTest, AForgottenRestoreChangesTheResumedRun) {
   ASSERT_TRUE(rest.ok());
   // The momentum restarts from zero on resume: the plant the CLI tests use.
   EXPECT_NE(*rest, *whole);
+}
+
+// Two ranks that are threads of one process: every rank calls Checkpoint,
+// rank 0 writes one checkpoint with both ranks' state and trace positions,
+// and both resume from it bitwise.
+TEST_F(SessionContinueTest, RanksOfOneProcessCheckpointTogetherAndResume) {
+  auto run_ranks = [&](const std::string& dir, int64_t stop_after) {
+    InProcessRankGroup group(2);
+    std::vector<std::vector<float>> finals(2);
+    std::vector<Status> statuses(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        SessionOptions o = Options(dir);
+        o.rank = r;
+        o.world_size = 2;
+        o.group = &group;
+        auto w = Train(o, false, stop_after);
+        statuses[r] = w.status();
+        if (w.ok()) finals[r] = *w;
+        if (!w.ok()) group.Abort(w.status());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+    return finals;
+  };
+  const auto whole = run_ranks(Path("whole"), -1);
+  run_ranks(Path("cut"), 2);
+  const std::string ckpt = Path("cut") + "/ckpt/2";
+  ASSERT_EQ(store_.saved.count(ckpt), 1u);
+  EXPECT_EQ(store_.saved[ckpt].world_size, 2);
+  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
+  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
+  const auto rest = run_ranks(Path("cut"), -1);
+  EXPECT_EQ(rest, whole);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Computation(TracePathFor(Path("cut"), r)), Computation(TracePathFor(Path("whole"), r))) << r;
+  }
 }
 
 TEST_F(SessionContinueTest, ADifferentConfigurationIsRefusedAndChangesNothing) {
