@@ -24,6 +24,9 @@ packages=(
   # only a Recommends of clang, so named here). make tsan uses gcc's libtsan2,
   # which g++ already pulls in.
   clang libclang-rt-14-dev
+  # ranks as processes (issue 12, docs/communicator.md): Open MPI, its mpirun
+  # and headers. Tests run it as root with --allow-run-as-root.
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
