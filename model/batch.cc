@@ -4,8 +4,8 @@
 #include <string>
 
 #include "model/config.h"
-#include "model/parallel.h"
-#include "model/tree_reduce.h"
+#include "base/parallel.h"
+#include "runtime/tree_reduce.h"
 
 namespace dgrr::model {
 

@@ -1,5 +1,5 @@
 // A batch of examples on one rank: per-example forward/backward on a static
-// pool of worker threads, then the canonical tree (model/tree_reduce.h).
+// pool of worker threads, then the canonical tree (runtime/tree_reduce.h).
 #pragma once
 
 #include <cstdint>

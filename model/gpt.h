@@ -4,7 +4,7 @@
 // target = shifted by one) forward and backward, writing that example's
 // gradient into its own buffer; nothing is accumulated across examples here.
 // Batches are formed by the caller (model/batch.h) with the canonical tree sum
-// of model/tree_reduce.h, so gradients are bitwise independent of how examples
+// of runtime/tree_reduce.h, so gradients are bitwise independent of how examples
 // are spread over threads and ranks.
 //
 // S = float is the training path; S = double is the reference path used by the

@@ -33,7 +33,7 @@
 #include "model/training_program.h"
 #include "runtime/trace_check.h"
 #include "trace_format/reader.h"
-#include "model/tree_reduce.h"
+#include "runtime/tree_reduce.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
 #include "runtime/json_input.h"

@@ -12,7 +12,7 @@
 #include "model/adamw.h"
 #include "model/batch.h"
 #include "model/corpus.h"
-#include "model/tree_reduce.h"
+#include "runtime/tree_reduce.h"
 
 namespace dgrr::model {
 namespace {

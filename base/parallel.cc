@@ -1,4 +1,4 @@
-#include "model/parallel.h"
+#include "base/parallel.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-namespace dgrr::model {
+namespace dgrr {
 
 IndexRange StaticPartition(size_t n, int num_threads, int worker) {
   const size_t t = static_cast<size_t>(num_threads), w = static_cast<size_t>(worker);
@@ -133,4 +133,4 @@ void ParallelFor(size_t n, int num_threads,
   }
 }
 
-}  // namespace dgrr::model
+}  // namespace dgrr

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <functional>
 
-namespace dgrr::model {
+namespace dgrr {
 
 void ParallelFor(size_t n, int num_threads, const std::function<void(size_t index, int worker)>& fn);
 
@@ -22,4 +22,4 @@ struct IndexRange {
 };
 IndexRange StaticPartition(size_t n, int num_threads, int worker);
 
-}  // namespace dgrr::model
+}  // namespace dgrr

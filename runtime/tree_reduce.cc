@@ -1,11 +1,11 @@
-#include "model/tree_reduce.h"
+#include "runtime/tree_reduce.h"
 
 #include <algorithm>
 #include <string>
 
-#include "model/parallel.h"
+#include "base/parallel.h"
 
-namespace dgrr::model {
+namespace dgrr {
 namespace {
 
 // Sum of buffers[lo..hi) over elements [e0, e1), left in buffers[lo].
@@ -74,4 +74,4 @@ double TreeSum(std::span<const double> values) {
   return values.empty() ? 0.0 : ScalarTree(values, 0, values.size());
 }
 
-}  // namespace dgrr::model
+}  // namespace dgrr

@@ -20,7 +20,7 @@
 
 #include "base/status.h"
 
-namespace dgrr::model {
+namespace dgrr {
 
 // mid for the range [lo, hi), hi - lo >= 2.
 inline size_t TreeSplit(size_t lo, size_t hi) {
@@ -49,4 +49,4 @@ Status TreeReduceAlignedBlock(std::span<float* const> buffers, uint64_t first_in
 float TreeSum(std::span<const float> values);
 double TreeSum(std::span<const double> values);
 
-}  // namespace dgrr::model
+}  // namespace dgrr

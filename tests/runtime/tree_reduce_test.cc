@@ -1,13 +1,13 @@
-#include "model/tree_reduce.h"
+#include "runtime/tree_reduce.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "model/splitmix.h"
+#include "rng/stream_id.h"
 
-namespace dgrr::model {
+namespace dgrr {
 namespace {
 
 TEST(TreeReduce, SplitIsLargestPowerOfTwoBelowSize) {
@@ -52,10 +52,10 @@ TEST(TreeReduce, AlignedPowerOfTwoBlocksAreCanonicalNodes) {
 }
 
 std::vector<std::vector<float>> RandomBuffers(size_t count, size_t n, uint64_t seed) {
-  SplitMixStream rng(seed);
+  uint64_t state = seed;
   std::vector<std::vector<float>> out(count, std::vector<float>(n));
   for (auto& b : out) {
-    for (float& x : b) x = static_cast<float>(static_cast<int64_t>(rng.Next() >> 40) - (1 << 23)) * 1e-3f;
+    for (float& x : b) x = static_cast<float>(static_cast<int64_t>(rng::MixSplitMix64(state += 0x9e3779b97f4a7c15ULL) >> 40) - (1 << 23)) * 1e-3f;
   }
   return out;
 }
@@ -116,4 +116,4 @@ TEST(TreeReduce, AlignedBlockRejectsMisalignedShards) {
 }
 
 }  // namespace
-}  // namespace dgrr::model
+}  // namespace dgrr

@@ -1,4 +1,4 @@
-#include "model/parallel.h"
+#include "base/parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include <vector>
 
-namespace dgrr::model {
+namespace dgrr {
 namespace {
 
 TEST(ParallelFor, EveryIndexOnceByItsStaticWorker) {
@@ -85,4 +85,4 @@ TEST(ParallelFor, NestedConcurrentAndThrowing) {
 }
 
 }  // namespace
-}  // namespace dgrr::model
+}  // namespace dgrr
