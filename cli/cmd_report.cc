@@ -17,7 +17,7 @@ int RunReport(const std::vector<std::string>& args) {
   options.add_options()
       ("a", po::value<std::string>()->required(), "run A: a trace file or a run directory")
       ("b", po::value<std::string>()->required(), "run B: a trace file or a run directory")
-      ("output,o", po::value<std::string>()->required(), "the HTML file to write (replaced atomically)")
+      ("output,o", po::value<std::string>(), "the HTML file to write (required; replaced atomically)")
       ("context", po::value<uint32_t>()->default_value(5), "aligned pairs shown before and after "
                                                            "the first divergence")
       ("ignore", po::value<std::vector<std::string>>()->composing(),
@@ -47,6 +47,10 @@ int RunReport(const std::vector<std::string>& args) {
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
+  if (!vm.count("output")) {
+    std::cerr << "dgrr report: missing -o FILE, the HTML page to write (see 'dgrr report --help')\n";
+    return kExitUsage;
+  }
   replay::CompareOptions compare;
   if (vm.count("ignore")) compare.ignore_globs = vm["ignore"].as<std::vector<std::string>>();
   compare.context = vm["context"].as<uint32_t>();

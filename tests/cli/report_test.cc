@@ -210,7 +210,9 @@ TEST_F(ReportTest, ExitCodesAsCompare) {
   Train(Path("clean"));
   EXPECT_EQ(RunCaptured({"report", "--help"}).rc, kExitOk);
   EXPECT_NE(RunCaptured({"report", "--help"}).out.find("self-contained HTML"), std::string::npos);
-  EXPECT_EQ(RunCaptured({"report", Path("clean"), Path("clean")}).rc, kExitUsage);  // no -o
+  const CommandOutput no_output = RunCaptured({"report", Path("clean"), Path("clean")});
+  EXPECT_EQ(no_output.rc, kExitUsage);
+  EXPECT_NE(no_output.err.find("dgrr report: missing -o FILE"), std::string::npos) << no_output.err;
   EXPECT_EQ(RunCaptured({"report", Path("clean"), Path("missing"), "-o", Path("r.html")}).rc, kExitIO);
   WriteBytes(Path("bad.trace"), std::string(300, 'x'));
   EXPECT_EQ(RunCaptured({"report", Path("clean"), Path("bad.trace"), "-o", Path("r.html")}).rc,
