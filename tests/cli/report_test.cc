@@ -46,7 +46,7 @@ ChromiumResult RunChromium(const std::string& html, const std::string& mode, con
   ChromiumResult r;
   const std::string command = "timeout 300 " + ChromiumBinary() +
                               " --headless --no-sandbox --disable-gpu --hide-scrollbars"
-                              " --window-size=1280,2400 --user-data-dir='" + profile + "' " + mode +
+                              " --window-size=1280,6000 --user-data-dir='" + profile + "' " + mode +
                               " 'file://" + html + "' 2>/dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
