@@ -23,13 +23,17 @@ int RunCompare(const std::vector<std::string>& args) {
        "drop boundaries whose name matches GLOB from both runs (repeatable)")
       ("band", po::value<uint32_t>()->default_value(64), "reach of the tolerant mapper: how far a repeated key's counterpart is searched")
       ("perfetto", po::value<std::string>(), "also write a Chrome trace-event JSON view to OUT.json "
-                                             "(open it in ui.perfetto.dev)");
+                                             "(open it in ui.perfetto.dev; its time axis is boundary "
+                                             "order, not time)")
+      ("perfetto-max-pairs", po::value<uint64_t>()->default_value(replay::kDefaultPerfettoMaxPairs),
+       "aligned pairs the Perfetto view draws, centred on the first divergence (0: all)");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
       kName,
-      "dgrr compare A B [--json] [--context N] [--ignore GLOB]... [--band W] [--perfetto OUT.json]",
+      "dgrr compare A B [--json] [--context N] [--ignore GLOB]... [--band W] [--perfetto OUT.json]\n"
+      "                  [--perfetto-max-pairs N]",
       "Compares two runs boundary by boundary. A and B are trace files or run\n"
       "directories (all ranks). Differences between the runs' config.json and\n"
       "environment fingerprints are listed first, as the likely explanation when the\n"
@@ -66,8 +70,17 @@ int RunCompare(const std::vector<std::string>& args) {
                              "): they may be unrelated runs; comparing anyway");
   }
   if (perfetto) {
-    Status s = replay::WritePerfetto(vm["perfetto"].as<std::string>(), *result);
+    replay::PerfettoOptions view;
+    view.max_pairs = vm["perfetto-max-pairs"].as<uint64_t>();
+    Status s = replay::WritePerfetto(vm["perfetto"].as<std::string>(), *result, view);
     if (!s.ok()) return ReportError(kName, s);
+    const replay::PerfettoWindow window = replay::PerfettoWindowOf(*result, view);
+    if (window.cut()) {
+      ReportWarning(kName, "the Perfetto view draws pairs #" + std::to_string(window.first) + "..#" +
+                               std::to_string(window.last - 1) + " of " + std::to_string(window.total) +
+                               " (--perfetto-max-pairs " + std::to_string(view.max_pairs) +
+                               "; 0 draws all)");
+    }
   }
   if (vm["json"].as<bool>()) {
     // Names are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather than an exception.

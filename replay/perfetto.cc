@@ -28,17 +28,35 @@ ordered_json Metadata(const char* what, int pid, std::optional<uint32_t> tid,
   return e;
 }
 
+// How a slice's pair compared: its category, the prefix of its name and its
+// colour for viewers that honour "cname" (chrome://tracing; Perfetto colours
+// by name, hence the prefix).
+struct SliceLook {
+  const char* category;
+  const char* name_prefix;
+  const char* cname;
+};
+SliceLook LookOf(std::string_view status) {
+  if (status == "equal") return {"boundary.equal", "", "good"};
+  if (status == "differs") return {"boundary.differs", "DIFF ", "terrible"};
+  return {"boundary.unpaired", "UNPAIRED ", "grey"};
+}
+
 ordered_json Slice(int pid, uint64_t position, const BoundaryItem& item, const std::string& name,
                    const char* status) {
+  const SliceLook look = LookOf(status);
   return {{"ph", "X"},
-          {"cat", "boundary"},
-          {"name", name},
+          {"cat", look.category},
+          {"name", look.name_prefix + name},
+          {"cname", look.cname},
           {"pid", pid},
           {"tid", item.key.rank},
           {"ts", position},
           {"dur", 1},
           {"args",
-           {{"step", item.step},
+           {{"boundary", name},
+            {"position", position},  // = ts: logical order, not time
+            {"step", item.step},
             {"rank", item.key.rank},
             {"phase", std::string(trace::PhaseName(static_cast<trace::Phase>(item.key.phase)))},
             {"first_example", item.key.first_example},
@@ -68,17 +86,26 @@ ordered_json DivergenceArgs(const CompareResult& r) {
 
 }  // namespace
 
+PerfettoWindow PerfettoWindowOf(const CompareResult& r, const PerfettoOptions& options) {
+  // The window of pairs shown: max_pairs of them, centred on the divergence.
+  const uint64_t total = r.alignment.pairs.size();
+  const uint64_t cap = options.max_pairs == 0 ? std::max<uint64_t>(1, total) : options.max_pairs;
+  const uint64_t centre = r.certify.first_divergence ? r.certify.first_divergence->ordinal : 0;
+  uint64_t first = centre > cap / 2 ? centre - cap / 2 : 0;
+  const uint64_t last = std::min<uint64_t>(total, first + cap);
+  if (last - first < cap) first = last > cap ? last - cap : 0;
+  return {first, last, total};
+}
+
 StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOptions& options) {
   const std::vector<AlignedPair>& pairs = r.alignment.pairs;
   if (!r.has_sequences) {
     return Status::InvalidArgument("the Perfetto view needs the sequences (keep_sequences)");
   }
-  // The window of pairs shown: max_pairs of them, centred on the divergence.
-  uint64_t centre = r.certify.first_divergence ? r.certify.first_divergence->ordinal : 0;
-  const uint64_t cap = std::max<uint64_t>(1, options.max_pairs);
-  uint64_t first = centre > cap / 2 ? centre - cap / 2 : 0;
-  const uint64_t last = std::min<uint64_t>(pairs.size(), first + cap);
-  if (last - first < cap) first = last > cap ? last - cap : 0;
+  const PerfettoWindow window = PerfettoWindowOf(r, options);
+  const uint64_t first = window.first, last = window.last;
+  // With nothing paired, the start of each side is shown under the same cap.
+  const uint64_t cap = options.max_pairs == 0 ? UINT64_MAX : options.max_pairs;
 
   // Boundaries shown on each side: the window's pairs plus the unpaired
   // boundaries lying between them.
@@ -109,8 +136,10 @@ StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOption
   }
 
   ordered_json events = ordered_json::array();
-  events.push_back(Metadata("process_name", kPidA, std::nullopt, "A: " + r.a.path));
-  events.push_back(Metadata("process_name", kPidB, std::nullopt, "B: " + r.b.path));
+  // The viewer labels its axis in time units; the process names say what it is.
+  constexpr const char* kAxisNote = " (time axis = boundary order, not time)";
+  events.push_back(Metadata("process_name", kPidA, std::nullopt, "A: " + r.a.path + kAxisNote));
+  events.push_back(Metadata("process_name", kPidB, std::nullopt, "B: " + r.b.path + kAxisNote));
   std::set<uint32_t> ranks_a, ranks_b;
   for (uint64_t i = lo_a; i < hi_a; ++i) ranks_a.insert(r.items_a[i].key.rank);
   for (uint64_t j = lo_b; j < hi_b; ++j) ranks_b.insert(r.items_b[j].key.rank);
@@ -152,13 +181,19 @@ StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOption
   ordered_json doc;
   doc["traceEvents"] = std::move(events);
   doc["displayTimeUnit"] = "ns";
-  doc["otherData"] = {{"schema", "dgrr.compare.perfetto/1"},
+  doc["otherData"] = {{"schema", "dgrr.compare.perfetto/2"},
                       {"a", r.a.path},
                       {"b", r.b.path},
                       {"verdict", r.diverged() ? "divergence" : "no_divergence"},
+                      {"time_axis",
+                       "logical order: ts is the boundary's position in the compared sequence, one "
+                       "unit per boundary (dur 1); it is not microseconds and says nothing of time"},
                       {"pairs_total", pairs.size()},
                       {"pairs_shown", last - first},
                       {"first_pair_shown", first},
+                      {"max_pairs", options.max_pairs},
+                      {"truncated", window.cut() || hi_a - lo_a < r.items_a.size() ||
+                                        hi_b - lo_b < r.items_b.size()},
                       {"first_divergence",
                        r.first_divergence ? DivergenceArgs(r) : ordered_json(nullptr)}};
   return doc;

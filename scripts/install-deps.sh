@@ -27,6 +27,8 @@ packages=(
   # ranks as processes (issue 12, docs/communicator.md): Open MPI, its mpirun
   # and headers. Tests run it as root with --allow-run-as-root.
   libopenmpi-dev openmpi-bin
+  # tests/cli/report_test.cc opens dgrr report's HTML page in headless Chromium
+  chromium
 )
 
 missing=()

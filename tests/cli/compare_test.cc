@@ -300,6 +300,26 @@ TEST_F(CompareCommandTest, PerfettoFileIsWrittenAndParses) {
   EXPECT_NE(out.find("first divergence: pair #7"), std::string::npos);
 }
 
+TEST_F(CompareCommandTest, PerfettoCapIsAnOptionAndACutIsSaidOnStderr) {
+  const std::string a = Path("a.trace"), b = Path("b.trace"), view = Path("view.json");
+  WriteTrace(a);
+  WriteTrace(b, 7);
+  std::string out, err;
+  EXPECT_EQ(Compare({a, b, "--perfetto", view, "--perfetto-max-pairs", "4"}, &out, &err), kExitDivergence);
+  EXPECT_NE(err.find("dgrr compare: warning: the Perfetto view draws pairs #5..#8 of 18 "
+                     "(--perfetto-max-pairs 4; 0 draws all)"),
+            std::string::npos)
+      << err;
+  auto text = ReadFileToString(view);
+  ASSERT_TRUE(text.ok());
+  json doc = json::parse(*text);
+  EXPECT_EQ(doc["otherData"]["truncated"], true);
+  EXPECT_EQ(doc["otherData"]["pairs_shown"], 4);
+  // Uncut: no warning.
+  EXPECT_EQ(Compare({a, b, "--perfetto", view, "--perfetto-max-pairs", "0"}, &out, &err), kExitDivergence);
+  EXPECT_EQ(err.find("Perfetto view draws"), std::string::npos) << err;
+}
+
 // A data-parallel run recorded through the Session API: per-example
 // activations (example_count 1) and an all-reduced gradient on every rank.
 void RecordRun(const std::string& dir, int world) {

@@ -1,5 +1,7 @@
 // The Perfetto (Chrome trace-event) view of a comparison: processes, threads,
-// slices, flows between aligned pairs, the marked divergence, the pair cap.
+// slices (differing ones marked apart from equal ones), flows between aligned
+// pairs, the marked divergence, the time axis labelled as logical order, the
+// pair cap and what the file says when it cuts.
 #include "replay/perfetto.h"
 
 #include <gtest/gtest.h>
@@ -76,6 +78,7 @@ TEST_F(PerfettoTest, ProcessesThreadsSlicesFlowsAndTheMarkedDivergence) {
   std::map<int, int> slices_by_pid;
   std::map<uint64_t, std::pair<int, int>> flow_ends;  // id -> (starts, finishes)
   std::vector<json> instants;
+  std::map<std::string, int> slices_by_category;
   for (const json& e : doc["traceEvents"]) {
     const std::string ph = e["ph"];
     if (ph == "M" && e["name"] == "process_name") process_names[e["pid"]] = e["args"]["name"];
@@ -87,6 +90,22 @@ TEST_F(PerfettoTest, ProcessesThreadsSlicesFlowsAndTheMarkedDivergence) {
       ++slices_by_pid[e["pid"]];
       EXPECT_EQ(e["dur"], 1);
       EXPECT_EQ(e["tid"], 1);
+      EXPECT_EQ(e["args"]["position"], e["ts"]);
+      const std::string status = e["args"]["status"];
+      ++slices_by_category[e["cat"]];
+      // A differing slice stands apart by category, name and colour.
+      if (status == "differs") {
+        EXPECT_EQ(e["cat"], "boundary.differs");
+        EXPECT_EQ(e["name"], "DIFF " + e["args"]["boundary"].get<std::string>());
+        EXPECT_EQ(e["cname"], "terrible");
+      } else if (status == "equal") {
+        EXPECT_EQ(e["cat"], "boundary.equal");
+        EXPECT_EQ(e["name"], e["args"]["boundary"]);
+        EXPECT_EQ(e["cname"], "good");
+      } else {
+        EXPECT_EQ(e["cat"], "boundary.unpaired");
+        EXPECT_EQ(e["name"], "UNPAIRED " + e["args"]["boundary"].get<std::string>());
+      }
     }
     if (ph == "s") ++flow_ends[e["id"]].first;
     if (ph == "f") {
@@ -95,8 +114,16 @@ TEST_F(PerfettoTest, ProcessesThreadsSlicesFlowsAndTheMarkedDivergence) {
     }
     if (ph == "i") instants.push_back(e);
   }
-  EXPECT_EQ(process_names[1], "A: " + a);
-  EXPECT_EQ(process_names[2], "B: " + b);
+  // The viewer draws ts as microseconds: the names and the metadata say it is order.
+  EXPECT_EQ(process_names[1], "A: " + a + " (time axis = boundary order, not time)");
+  EXPECT_EQ(process_names[2], "B: " + b + " (time axis = boundary order, not time)");
+  EXPECT_NE(doc["otherData"]["time_axis"].get<std::string>().find("not microseconds"), std::string::npos);
+  EXPECT_EQ(doc["otherData"]["schema"], "dgrr.compare.perfetto/2");
+  EXPECT_EQ(doc["otherData"]["truncated"], false);
+  // 40 pairs of which only the flipped one differs; the inserted one unpaired.
+  EXPECT_EQ(slices_by_category["boundary.differs"], 2);
+  EXPECT_EQ(slices_by_category["boundary.equal"], 78);
+  EXPECT_EQ(slices_by_category["boundary.unpaired"], 1);
   EXPECT_EQ(threads, (std::set<std::pair<int, int>>{{1, 1}, {2, 1}}));
   EXPECT_EQ(slices_by_pid[1], 40);
   EXPECT_EQ(slices_by_pid[2], 41);
@@ -138,6 +165,32 @@ TEST_F(PerfettoTest, PairCapCentresTheWindowOnTheDivergence) {
   EXPECT_EQ(min_ts, 175u);
   EXPECT_EQ(max_ts, 224u);
   EXPECT_EQ((*doc)["otherData"]["pairs_shown"], 50);
+  EXPECT_EQ((*doc)["otherData"]["pairs_total"], 300);
+  EXPECT_EQ((*doc)["otherData"]["max_pairs"], 50);
+  EXPECT_EQ((*doc)["otherData"]["truncated"], true);
+  const PerfettoWindow window = PerfettoWindowOf(*r, view);
+  EXPECT_EQ(window.first, 175u);
+  EXPECT_EQ(window.last, 225u);
+  EXPECT_TRUE(window.cut());
+}
+
+TEST_F(PerfettoTest, ZeroCapDrawsEveryPair) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  Write(a, 0, 300);
+  Write(b, 0, 300, /*flip=*/200);
+  CompareOptions options;
+  options.keep_sequences = true;
+  auto r = CompareRuns(a, b, options);
+  ASSERT_TRUE(r.ok());
+  PerfettoOptions view;
+  view.max_pairs = 0;
+  auto doc = PerfettoJson(*r, view);
+  ASSERT_TRUE(doc.ok());
+  EXPECT_EQ((*doc)["otherData"]["pairs_shown"], 300);
+  EXPECT_EQ((*doc)["otherData"]["truncated"], false);
+  EXPECT_FALSE(PerfettoWindowOf(*r, view).cut());
+  // The default cap does not cut 300 pairs either.
+  EXPECT_FALSE(PerfettoWindowOf(*r).cut());
 }
 
 TEST_F(PerfettoTest, RefusesAResultWithoutSequences) {
