@@ -799,6 +799,10 @@ class Instrumentation:
             self.record_update()
             return result
 
+        # An LR scheduler made before this marks the step it wrapped; keep
+        # the mark, or it warns that step() was overridden (it still counts).
+        if getattr(original, "_with_counter", False):
+            step._with_counter = True
         optimizer.step = step
         self._restore_step = original
 
