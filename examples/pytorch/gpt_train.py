@@ -9,7 +9,9 @@ instrumentation there is.
 
 import argparse
 import math
+import random
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -90,7 +92,11 @@ def main():
     args = ap.parse_args()
 
     info = dgrr.torch.determinism(threads=args.threads)                        # dgrr
+    # Every global generator is seeded (dgrr checkpoints them all; Python's
+    # and NumPy's are seeded from the OS otherwise).
     torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
     model = Gpt(seq_len=args.seq_len)
     dgrr.torch.replace_dropout(model)                                          # dgrr
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)

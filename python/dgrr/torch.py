@@ -319,7 +319,8 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
       scheduler.<key>                  an LR scheduler's state_dict()
       sampler                          a PermutationSampler's (epoch, position)
       rng.torch.cpu, rng.torch.cuda.<d>, rng.python.*, rng.numpy.*
-                                       the global generators (generators=True)
+                                       the global generators (generators=True, or
+                                       some of ("torch", "python", "numpy"))
 
     The tensors must stay the same objects (no `p.data = ...`, no
     load_state_dict after this)."""
@@ -342,7 +343,8 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     if sampler is not None:
         sampler.register(session, f"{prefix}sampler")
     if generators:
-        register_generators(session, prefix=prefix)
+        register_generators(session, prefix=prefix,
+                            which=_GENERATORS if generators is True else generators)
 
 
 # ---------------------------------------------------------------------------
@@ -482,12 +484,35 @@ def _set_python_random(state):
     _random.setstate((3, tuple(int(x) for x in state["mt"].tolist()), gauss))
 
 
-def register_generators(session, prefix=""):
+_GENERATORS = ("torch", "python", "numpy")
+
+
+def register_generators(session, prefix="", which=_GENERATORS):
     """Registers the global generators a script draws from behind dgrr's
     back: torch's CPU generator (rng.torch.cpu), each initialised CUDA
     device's (rng.torch.cuda.<d>), Python's `random` (rng.python.*) and
     NumPy's legacy global RandomState (rng.numpy.*, when NumPy is present),
-    so a resumed run draws what the uninterrupted one drew."""
+    so a resumed run draws what the uninterrupted one drew.
+
+    Seed each one registered: Python and NumPy seed theirs from the OS at
+    start, so an unseeded one differs between two runs of the same script,
+    and so do their checkpoints (which `dgrr bisect` compares), even if it is
+    never drawn from. `which` names the ones to register."""
+    which = set(which)
+    unknown = which - set(_GENERATORS)
+    if unknown:
+        raise InvalidArgumentError(f"dgrr.torch: unknown generators {sorted(unknown)} "
+                                   f"(one of: {', '.join(_GENERATORS)})")
+    if "torch" in which:
+        _register_torch_generators(session, prefix)
+    if "python" in which:
+        _MirroredState(session, f"{prefix}rng.python", "rng", _python_random_state,
+                       _set_python_random)
+    if "numpy" in which:
+        _register_numpy_generator(session, prefix)
+
+
+def _register_torch_generators(session, prefix):
     _MirroredState(session, f"{prefix}rng.torch", "rng",
                    lambda: {"cpu": _torch.get_rng_state()},
                    lambda s: _torch.set_rng_state(s["cpu"]))
@@ -496,7 +521,9 @@ def register_generators(session, prefix=""):
         _MirroredState(session, f"{prefix}rng.torch.cuda", "rng",
                        lambda: {d: _torch.cuda.get_rng_state(d) for d in devices},
                        lambda s: [_torch.cuda.set_rng_state(s[d], d) for d in devices])
-    _MirroredState(session, f"{prefix}rng.python", "rng", _python_random_state, _set_python_random)
+
+
+def _register_numpy_generator(session, prefix):
     try:
         import numpy as np
     except ImportError:

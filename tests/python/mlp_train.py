@@ -168,10 +168,10 @@ def main():
 
     info = dgrr.torch.determinism(threads=args.threads)
     torch.manual_seed(SEED)
+    # Every generator dgrr registers is seeded: Python's and NumPy's are
+    # seeded from the OS otherwise, and two runs' checkpoints would differ.
     random.seed(SEED)
-    if args.global_rng:
-        import numpy
-        numpy.random.seed(SEED)
+    np.random.seed(SEED)
     model = Mlp(args.dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.5) if args.scheduler else None
