@@ -27,6 +27,10 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "fingerprint/tensor.h"
+#include "model/corpus.h"
+#include "rng/distributions.h"
+#include "rng/rng_streams.h"
+#include "runtime/determinism.h"
 #include "runtime/launch_record.h"
 #include "runtime/session.h"
 
@@ -414,6 +418,7 @@ class PySession {
     // An unclosed session is closed by its destructor (trace flushed); the
     // state buffers are released after it, with the GIL held.
     session_.reset();
+    hooks_.clear();
     state_.clear();
   }
 
@@ -461,17 +466,34 @@ class PySession {
     state_.push_back(std::move(view));  // the memory stays valid while the session lives
   }
 
+  // State that lives outside registered memory (a generator inside torch,
+  // Python's `random`, a scheduler's attributes) is mirrored into registered
+  // buffers: `capture` copies it in, `restore` copies it back out. Captured
+  // before every checkpoint and before a resume (so a fresh start restores
+  // what is already there, a no-op), restored after every resume.
+  void AddStateHooks(py::function capture, py::function restore) {
+    Get();
+    hooks_.emplace_back(std::move(capture), std::move(restore));
+  }
+
   uint64_t Resume() {
     Session& s = Get();
+    CaptureHooks();
     StatusOr<uint64_t> start = Status::Internal("unset");
     {
       py::gil_scoped_release release;
       start = s.Resume();
     }
-    return Unwrap(std::move(start));
+    uint64_t first = Unwrap(std::move(start));
+    for (auto& [capture, restore] : hooks_) restore();
+    return first;
   }
 
-  void Checkpoint(uint64_t step) { Released([&](Session& s) { return s.Checkpoint(step); }); }
+  void Checkpoint(uint64_t step) {
+    Get();
+    CaptureHooks();
+    Released([&](Session& s) { return s.Checkpoint(step); });
+  }
   void BeginStep(uint64_t step) { Check(Get().BeginStep(step)); }
   void EndStep(uint64_t step, float loss) {
     Released([&](Session& s) { return s.EndStep(step, loss); });
@@ -485,11 +507,16 @@ class PySession {
       status = session_->Close();
     }
     session_.reset();
+    hooks_.clear();
     state_.clear();
     Check(status);
   }
 
  private:
+  void CaptureHooks() {
+    for (auto& [capture, restore] : hooks_) capture();
+  }
+
   template <typename F>
   void Released(F&& call) {
     Session& s = Get();
@@ -503,6 +530,7 @@ class PySession {
 
   std::unique_ptr<Session> session_;
   std::vector<TensorView> state_;
+  std::vector<std::pair<py::function, py::function>> hooks_;
 };
 
 // The launch record of a Python program: what /proc/self says (working
@@ -551,6 +579,55 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
   return std::make_unique<PySession>(Unwrap(std::move(session)));
 }
 
+// ---------------------------------------------------------------------------
+// Counter-based randomness: rng/'s streams, as the C++ trainer uses them.
+// ---------------------------------------------------------------------------
+
+// keep[i, :] = the Bernoulli(1 - p) keep-mask of example examples[i], from
+// Philox stream (seed, dropout, {step, example, layer, site}): the same
+// derivation as model/trainer.cc's PhiloxMasks, so a row depends on its
+// example's key alone, never on the batch it sits in or the thread asking.
+void DropoutKeepMask(uint64_t seed, uint64_t step, const std::vector<uint64_t>& examples,
+                     uint64_t layer, uint64_t site, double p, const py::handle& out) {
+  const uint64_t threshold = Unwrap(rng::BernoulliThreshold(1.0 - p));
+  TensorView view = ViewOf(out, "dropout mask", /*need_writable=*/true);
+  if (view.ref.dtype != DType::kU8 && view.ref.dtype != DType::kBool) {
+    ThrowInvalid("dropout mask: the output must be uint8 or bool");
+  }
+  if (examples.empty()) {
+    if (view.ref.bytes != 0) ThrowInvalid("dropout mask: no examples for a non-empty mask");
+    return;
+  }
+  if (view.ref.bytes % examples.size() != 0) {
+    ThrowInvalid("dropout mask: " + std::to_string(view.ref.bytes) + " elements do not split into " +
+                 std::to_string(examples.size()) + " equal rows");
+  }
+  const size_t per_example = view.ref.bytes / examples.size();
+  auto* keep = static_cast<uint8_t*>(const_cast<void*>(view.ref.data));
+  const rng::RngStreams streams(seed);
+  py::gil_scoped_release release;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    rng::PhiloxStream s = streams.Stream(rng::Purpose::kDropout, {step, examples[i], layer, site});
+    rng::FillBernoulliMask(s, keep + i * per_example, per_example, threshold);
+  }
+}
+
+// Epoch `epoch`'s order of n examples (RngStreams::EpochPermutation, as
+// model/data_order.h uses it), as little-endian uint32 bytes.
+py::bytes EpochPermutation(uint64_t seed, uint64_t epoch, uint64_t n) {
+  std::vector<uint32_t> order;
+  {
+    py::gil_scoped_release release;
+    StatusOr<std::vector<uint32_t>> result = rng::RngStreams(seed).EpochPermutation(epoch, n);
+    if (!result.ok()) {
+      py::gil_scoped_acquire acquire;
+      Throw(result.status());
+    }
+    order = std::move(result).value();
+  }
+  return py::bytes(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(uint32_t));
+}
+
 }  // namespace
 }  // namespace dgrr::python
 
@@ -575,6 +652,9 @@ PYBIND11_MODULE(_dgrr, m) {
       .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),
            py::arg("role") = "other", py::arg("replicated") = false)
       .def("resume", &PySession::Resume)
+      .def("add_state_hooks", &PySession::AddStateHooks, py::arg("capture"), py::arg("restore"),
+           "capture() copies outside state into registered buffers (before each checkpoint "
+           "and resume); restore() copies it back (after each resume).")
       .def("begin_step", &PySession::BeginStep, py::arg("step"))
       .def("end_step", &PySession::EndStep, py::arg("step"), py::arg("loss"))
       .def("should_checkpoint",
@@ -587,6 +667,7 @@ PYBIND11_MODULE(_dgrr, m) {
       .def("close", &PySession::Close)
       .def_property_readonly("closed", &PySession::closed)
       .def_property_readonly("rank", [](PySession& s) { return s.Get().rank(); })
+      .def_property_readonly("seed", [](PySession& s) { return s.Get().options().seed; })
       .def_property_readonly("run_dir", [](PySession& s) { return s.Get().options().run_dir; })
       .def_property_readonly("trace_path", [](PySession& s) { return s.Get().trace_path(); })
       .def_property_readonly("current_step", [](PySession& s) { return s.Get().current_step(); })
@@ -620,6 +701,33 @@ PYBIND11_MODULE(_dgrr, m) {
         return FingerprintTuple(Unwrap(FingerprintTensor(view.ref)));
       },
       py::arg("array"), "(xor64, xxh3) of a tensor's bytes, as a BOUNDARY record stores them.");
+  m.def("dropout_keep_mask", &DropoutKeepMask, py::arg("seed"), py::arg("step"),
+        py::arg("examples"), py::arg("layer"), py::arg("site"), py::arg("p"), py::arg("out"),
+        "Fills out (uint8, one row per example) with keep-masks from Philox streams keyed by "
+        "(seed, dropout, step, example, layer, site).");
+  m.def("epoch_permutation", &EpochPermutation, py::arg("seed"), py::arg("epoch"), py::arg("n"),
+        "Epoch `epoch`'s order of n examples, as little-endian uint32 bytes.");
+  m.def("arithmetic_corpus",
+        [](uint64_t seed, size_t num_bytes) {
+          std::string text;
+          {
+            py::gil_scoped_release release;
+            text = model::ArithmeticCorpus(seed, num_bytes);
+          }
+          return py::bytes(text);
+        },
+        py::arg("seed"), py::arg("num_bytes") = model::kDefaultCorpusBytes,
+        "The embedded arithmetic corpus dgrr train uses (model/corpus.h).");
+  {
+    // The runtime's names for where a control's value came from, so the
+    // torch controls dgrr.torch records read like the C++ ones.
+    py::dict origins;
+    origins["environment"] = ControlOriginName(ControlOrigin::kEnvironment);
+    origins["dgrr_default"] = ControlOriginName(ControlOrigin::kDgrrDefault);
+    origins["session"] = ControlOriginName(ControlOrigin::kSession);
+    origins["not_applicable"] = ControlOriginName(ControlOrigin::kNotApplicable);
+    m.attr("control_origins") = origins;
+  }
   m.def("file_digest", [](const std::string& path) { return Unwrap(FileContentDigest(path)); },
         py::arg("path"), "XXH3-64 of a file's bytes (what the launch record stores).");
 }

@@ -27,13 +27,17 @@ clear error: this slice has no device fingerprint path yet.
 """
 
 import os
+import random as _random
+import warnings
 
 import torch as _torch
 
-from . import FailedPreconditionError, InvalidArgumentError
+from . import FailedPreconditionError, InvalidArgumentError, _dgrr
 
-__all__ = ["instrument", "register_torch_state", "deterministic", "Instrumentation",
-           "materialize_optimizer_state"]
+__all__ = ["instrument", "register_torch_state", "determinism", "deterministic", "Instrumentation",
+           "materialize_optimizer_state", "register_generators", "register_object_state",
+           "Dropout", "RandomContext", "random_context", "replace_dropout", "PermutationSampler",
+           "NondeterminismWarning", "torch_info", "current_controls"]
 
 _INSTRUMENTED = "_dgrr_instrumentation"
 
@@ -41,56 +45,197 @@ _INSTRUMENTED = "_dgrr_instrumentation"
 # ---------------------------------------------------------------------------
 # Determinism controls
 # ---------------------------------------------------------------------------
-def deterministic(threads=None):
-    """Applies torch's determinism settings and returns what they are, as a
-    dict for dgrr.open(program_info=...) so the environment fingerprint (and
-    `dgrr compare`) sees them. Call it before the session opens and before
-    anything initialises CUDA (CUBLAS_WORKSPACE_CONFIG is read then).
+class NondeterminismWarning(UserWarning):
+    """A torch setting in force that endangers bitwise reproducibility; the
+    message names it, its value and who set it."""
 
-    threads: the intra-op thread count to set (None: leave torch's choice,
-    which is recorded either way)."""
-    origins = {}
-    _torch.use_deterministic_algorithms(True)
+
+# Where a control's value came from: the runtime's names (runtime/determinism.h)
+# for the origins it knows, and two that only a Python script has.
+ORIGIN_DGRR = _dgrr.control_origins["dgrr_default"]      # dgrr set it
+ORIGIN_ENVIRONMENT = _dgrr.control_origins["environment"]
+ORIGIN_SESSION = _dgrr.control_origins["session"]        # an argument to determinism()
+ORIGIN_USER = "user"                  # the script set it (an argument, or before dgrr)
+ORIGIN_TORCH_DEFAULT = "torch default"
+
+# torch's own defaults (1.12 and later), to tell a value the script set
+# from one nobody touched.
+_TORCH_DEFAULTS = {
+    "torch.use_deterministic_algorithms": False,
+    "torch.backends.cudnn.deterministic": False,
+    "torch.backends.cudnn.benchmark": False,
+    "torch.backends.cuda.matmul.allow_tf32": False,
+    "torch.backends.cudnn.allow_tf32": True,
+}
+# The value each must have for bitwise-reproducible results, and why.
+_DETERMINISTIC = {
+    "torch.use_deterministic_algorithms": (
+        True, "nondeterministic kernels (scatter_add, index_add, CUDA atomics) may run"),
+    "torch.backends.cudnn.deterministic": (
+        True, "cuDNN may pick nondeterministic convolution algorithms"),
+    "torch.backends.cudnn.benchmark": (
+        False, "cuDNN benchmarks and picks the fastest algorithm per run, which may differ"),
+    "torch.backends.cuda.matmul.allow_tf32": (
+        False, "matmuls round inputs to TF32 on Ampere and later: results differ from FP32 "
+               "and between GPU generations"),
+    "torch.backends.cudnn.allow_tf32": (
+        False, "convolutions round inputs to TF32 on Ampere and later: results differ from "
+               "FP32 and between GPU generations"),
+}
+_CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
+_set_by_dgrr = {}   # what an earlier determinism() of this process set itself
+_applied = False
+
+
+def _read(name):
+    if name == "torch.use_deterministic_algorithms":
+        return bool(_torch.are_deterministic_algorithms_enabled())
+    if name == "torch.backends.cudnn.deterministic":
+        return bool(_torch.backends.cudnn.deterministic)
+    if name == "torch.backends.cudnn.benchmark":
+        return bool(_torch.backends.cudnn.benchmark)
+    if name == "torch.backends.cuda.matmul.allow_tf32":
+        return bool(_torch.backends.cuda.matmul.allow_tf32)
+    if name == "torch.backends.cudnn.allow_tf32":
+        return bool(_torch.backends.cudnn.allow_tf32)
+    raise KeyError(name)
+
+
+def _write(name, value):
+    if name == "torch.use_deterministic_algorithms":
+        _torch.use_deterministic_algorithms(bool(value))
+    elif name == "torch.backends.cudnn.deterministic":
+        _torch.backends.cudnn.deterministic = bool(value)
+    elif name == "torch.backends.cudnn.benchmark":
+        _torch.backends.cudnn.benchmark = bool(value)
+    elif name == "torch.backends.cuda.matmul.allow_tf32":
+        _torch.backends.cuda.matmul.allow_tf32 = bool(value)
+    elif name == "torch.backends.cudnn.allow_tf32":
+        _torch.backends.cudnn.allow_tf32 = bool(value)
+    _set_by_dgrr[name] = bool(value)
+
+
+def _text(value):
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def determinism(threads=None, warn=True, **overrides):
+    """Applies torch's determinism settings, records each with its origin,
+    warns by name about any left nondeterministic, and returns the record
+    for dgrr.open(program_info=...) (it lands in rank<R>.env.json under
+    "program", so `dgrr compare` names a differing setting). Call it before
+    the session opens and before anything initialises CUDA
+    (CUBLAS_WORKSPACE_CONFIG is read then).
+
+    Like the runtime's own controls, a value the script chose is respected:
+    one passed here (overrides, by the setting's name with dots as
+    underscores and the "torch." prefix dropped, e.g. backends_cudnn_benchmark=True)
+    or one set before this call that differs from torch's default is kept
+    and recorded with origin "user"; everything else is set to its
+    deterministic value with origin "dgrr default".
+
+    threads: the intra-op thread count to set (origin "session option");
+    None leaves it (origin "environment" when OMP_NUM_THREADS is set, else
+    "torch default"). Results of the deterministic settings do not depend on it."""
+    global _applied
+    known = {n[len("torch."):].replace(".", "_"): n for n in _DETERMINISTIC}
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise InvalidArgumentError(
+            f"dgrr.torch.determinism: unknown setting {', '.join(unknown)} "
+            f"(one of: {', '.join(sorted(known))})")
+    chosen = {known[k]: bool(v) for k, v in overrides.items()}
+    controls = {}
+    for name, (wanted, why) in _DETERMINISTIC.items():
+        current = _read(name)
+        if name in chosen:
+            _write(name, chosen[name])
+            _set_by_dgrr.pop(name, None)
+            origin = ORIGIN_USER
+        elif current != _TORCH_DEFAULTS[name] and _set_by_dgrr.get(name) != current:
+            origin = ORIGIN_USER        # the script set it before: respected
+        else:
+            _write(name, wanted)
+            origin = ORIGIN_DGRR
+        value = _read(name)
+        controls[name] = {"value": _text(value), "origin": origin}
+        if value != wanted:
+            controls[name]["warning"] = why
+
     if threads is not None:
         if int(threads) < 1:
             raise InvalidArgumentError(f"threads must be at least 1, not {threads}")
         _torch.set_num_threads(int(threads))
-        origins["intra_op_threads"] = "dgrr.torch.deterministic(threads=...)"
+        _set_by_dgrr["threads"] = int(threads)
+        origin = ORIGIN_SESSION
+    elif _set_by_dgrr.get("threads") == _torch.get_num_threads():
+        origin = ORIGIN_SESSION
     else:
-        origins["intra_op_threads"] = "torch default"
-    _torch.backends.cudnn.deterministic = True
-    _torch.backends.cudnn.benchmark = False
-    _torch.backends.cuda.matmul.allow_tf32 = False
-    _torch.backends.cudnn.allow_tf32 = False
-    if "CUBLAS_WORKSPACE_CONFIG" in os.environ:
-        origins["CUBLAS_WORKSPACE_CONFIG"] = "environment"
+        origin = ORIGIN_ENVIRONMENT if "OMP_NUM_THREADS" in os.environ else ORIGIN_TORCH_DEFAULT
+    controls["torch.intra_op_threads"] = {"value": str(_torch.get_num_threads()), "origin": origin}
+
+    name = "CUBLAS_WORKSPACE_CONFIG"
+    value = os.environ.get(name)
+    if value is not None and _set_by_dgrr.get(name) != value:
+        origin = ORIGIN_ENVIRONMENT
     else:
         # cuBLAS is deterministic with a fixed workspace per stream; torch's
         # deterministic mode refuses CUDA matmuls without it.
-        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-        origins["CUBLAS_WORKSPACE_CONFIG"] = "dgrr.torch.deterministic"
-    return torch_info(origins)
+        value = _CUBLAS_DETERMINISTIC[0]
+        os.environ[name] = value
+        _set_by_dgrr[name] = value
+        origin = ORIGIN_DGRR
+    controls[name] = {"value": value, "origin": origin}
+    if value not in _CUBLAS_DETERMINISTIC:
+        controls[name]["warning"] = (f"cuBLAS may pick nondeterministic reductions (use "
+                                     f"{' or '.join(_CUBLAS_DETERMINISTIC)})")
+
+    _applied = True
+    if warn:
+        _warn_about(controls)
+    return torch_info(controls)
 
 
-def torch_info(origins=None):
-    """torch's versions and determinism settings as a flat dict (recorded
-    under "program" in the environment fingerprint)."""
+deterministic = determinism   # the first slice's name
+
+
+def _warn_about(controls, stacklevel=3):
+    for name, c in controls.items():
+        if "warning" in c:
+            warnings.warn(f"dgrr.torch: {name}={c['value']} (origin: {c['origin']}) is not "
+                          f"deterministic: {c['warning']}", NondeterminismWarning,
+                          stacklevel=stacklevel)
+
+
+def current_controls():
+    """The determinism settings in force now, as determinism() records them
+    (origins "dgrr default" for what dgrr set, else "user" or "torch default")."""
+    controls = {}
+    for name, (wanted, why) in _DETERMINISTIC.items():
+        value = _read(name)
+        if _set_by_dgrr.get(name) == value:
+            origin = ORIGIN_DGRR
+        elif value != _TORCH_DEFAULTS[name]:
+            origin = ORIGIN_USER
+        else:
+            origin = ORIGIN_TORCH_DEFAULT
+        controls[name] = {"value": _text(value), "origin": origin}
+        if value != wanted:
+            controls[name]["warning"] = why
+    return controls
+
+
+def torch_info(controls=None):
+    """torch's versions and determinism controls (name -> value, origin and,
+    for a setting that endangers reproducibility, warning), recorded under
+    "program" in the environment fingerprint."""
     cudnn = _torch.backends.cudnn
-    info = {
+    return {
         "torch.version": _torch.__version__,
         "torch.cuda": _torch.version.cuda or "none",
         "torch.cudnn": str(cudnn.version()) if cudnn.is_available() else "none",
-        "torch.deterministic_algorithms": bool(_torch.are_deterministic_algorithms_enabled()),
-        "torch.cudnn.deterministic": bool(cudnn.deterministic),
-        "torch.cudnn.benchmark": bool(cudnn.benchmark),
-        "torch.cuda.matmul.allow_tf32": bool(_torch.backends.cuda.matmul.allow_tf32),
-        "torch.cudnn.allow_tf32": bool(cudnn.allow_tf32),
-        "torch.intra_op_threads": int(_torch.get_num_threads()),
-        "torch.CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""),
+        "torch.controls": controls if controls is not None else current_controls(),
     }
-    for key, origin in (origins or {}).items():
-        info[f"torch.{key}.origin"] = origin
-    return info
 
 
 # ---------------------------------------------------------------------------
@@ -160,24 +305,388 @@ def _optimizer_tensors(model, optimizer):
     return out
 
 
-def register_torch_state(session, model, optimizer=None, prefix=""):
-    """Registers the model's parameters ("model.<name>", role parameter:
-    fingerprinted into every STEP record) and the optimizer's state
-    ("optimizer.<param>.<key>": Adam's exp_avg, exp_avg_sq and step) with the
-    session, so its checkpoints hold them and a resume restores them in
-    place, bitwise. Call it before session.resume(). The tensors must stay
-    the same objects (no `p.data = ...`, no load_state_dict after this)."""
+def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
+                         generators=True, prefix=""):
+    """Registers a torch run's state with the session, so its checkpoints
+    hold it and a resume restores it bitwise. Call it before session.resume().
+
+      model.<name>                     parameters (role parameter: fingerprinted
+                                       into every STEP record) and buffers
+      optimizer.<param>.<key>          the optimizer's state tensors (Adam's
+                                       exp_avg, exp_avg_sq, step)
+      optimizer.param_groups.<i>.<key> the groups' hyperparameters (lr, betas...,
+                                       which a scheduler changes)
+      scheduler.<key>                  an LR scheduler's state_dict()
+      sampler                          a PermutationSampler's (epoch, position)
+      rng.torch.cpu, rng.torch.cuda.<d>, rng.python.*, rng.numpy.*
+                                       the global generators (generators=True, or
+                                       some of ("torch", "python", "numpy"))
+
+    The tensors must stay the same objects (no `p.data = ...`, no
+    load_state_dict after this)."""
     for name, p in model.named_parameters():
         session.register_state(f"{prefix}model.{name}", p, "parameter")
     for name, b in model.named_buffers():
         if b is not None:
             session.register_state(f"{prefix}model.{name}", b, "other")
-    if optimizer is None:
+    if optimizer is not None:
+        materialize_optimizer_state(optimizer)
+        for pname, key, tensor in _optimizer_tensors(model, optimizer):
+            role = "counter" if key == "step" else "optimizer"
+            session.register_state(f"{prefix}optimizer.{pname}.{key}", tensor, role)
+        _MirroredState(session, f"{prefix}optimizer.param_groups", "counter",
+                       lambda: [{k: v for k, v in g.items() if k != "params"}
+                                for g in optimizer.param_groups],
+                       lambda groups: [g.update(s) for g, s in zip(optimizer.param_groups, groups)])
+    if scheduler is not None:
+        register_object_state(session, f"{prefix}scheduler", scheduler, role="counter")
+    if sampler is not None:
+        sampler.register(session, f"{prefix}sampler")
+    if generators:
+        register_generators(session, prefix=prefix,
+                            which=_GENERATORS if generators is True else generators)
+
+
+# ---------------------------------------------------------------------------
+# State that lives outside registered memory, mirrored into it
+# ---------------------------------------------------------------------------
+def _leaves(value, path=()):
+    """(path, value) of every number and tensor in a nested state (dicts by
+    sorted key, lists and tuples by index). Anything else (None, strings,
+    functions) is configuration, not state: left where it is."""
+    if isinstance(value, dict):
+        for k in sorted(value, key=str):
+            yield from _leaves(value[k], path + (k,))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+    elif isinstance(value, (bool, int, float, _torch.Tensor)):
+        yield path, value
+
+
+def _leaf_kind(value):
+    if isinstance(value, _torch.Tensor):
+        return ("tensor", value.dtype, tuple(value.shape))
+    return type(value).__name__
+
+
+def _buffer_for(value, what):
+    if isinstance(value, _torch.Tensor):
+        if value.device.type != "cpu":
+            value = value.cpu()
+        return value.detach().clone().contiguous()
+    if isinstance(value, bool):
+        return _torch.tensor([value], dtype=_torch.bool)
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise InvalidArgumentError(f"dgrr.torch: state {what} = {value} does not fit in int64")
+        return _torch.tensor([value], dtype=_torch.int64)
+    return _torch.tensor([value], dtype=_torch.float64)
+
+
+def _value_from(buffer, template):
+    if isinstance(template, _torch.Tensor):
+        return buffer.clone().to(template.device)
+    if isinstance(template, bool):
+        return bool(buffer[0])
+    if isinstance(template, int):
+        return int(buffer[0])
+    return float(buffer[0])
+
+
+def _rebuild(template, values, path=()):
+    """template with each leaf replaced by values[path]."""
+    if isinstance(template, dict):
+        return {k: _rebuild(v, values, path + (k,)) for k, v in template.items()}
+    if isinstance(template, (list, tuple)):
+        items = [_rebuild(v, values, path + (i,)) for i, v in enumerate(template)]
+        return items if isinstance(template, list) else type(template)(items)
+    return values.get(path, template)
+
+
+class _MirroredState:
+    """A Python object's numeric state (a nested structure of numbers and
+    tensors, from `get`) mirrored into registered tensors, one per leaf,
+    named <name>.<key>.<key>...: copied in before each checkpoint, handed
+    back to `put` after each resume. Its shape is fixed when registered; a
+    state that grows or changes a type later is refused by name."""
+
+    def __init__(self, session, name, role, get, put):
+        self.name, self._get, self._put = name, get, put
+        self._kinds = {}
+        self._buffers = {}
+        for path, value in _leaves(get()):
+            label = self._label(path)
+            buffer = _buffer_for(value, label)
+            self._kinds[path] = _leaf_kind(value)
+            self._buffers[path] = buffer
+            session.register_state(label, buffer, role)
+        session.add_state_hooks(self.capture, self.restore)
+
+    def _label(self, path):
+        return ".".join([self.name] + [str(k) for k in path])
+
+    def capture(self):
+        now = dict(_leaves(self._get()))
+        if now.keys() != self._buffers.keys():
+            changed = sorted(self._label(p) for p in now.keys() ^ self._buffers.keys())
+            raise FailedPreconditionError(
+                f"dgrr: the state of {self.name} changed shape since it was registered "
+                f"({', '.join(changed[:6])}); register state whose entries stay the same")
+        for path, value in now.items():
+            if _leaf_kind(value) != self._kinds[path]:
+                raise FailedPreconditionError(
+                    f"dgrr: {self._label(path)} changed from {self._kinds[path]} to "
+                    f"{_leaf_kind(value)} since it was registered")
+            buffer = self._buffers[path]
+            if isinstance(value, _torch.Tensor):
+                buffer.copy_(value.detach())
+            else:
+                buffer[0] = value
+
+    def restore(self):
+        template = self._get()
+        values = {path: _value_from(self._buffers[path], leaf) for path, leaf in _leaves(template)
+                  if path in self._buffers}
+        self._put(_rebuild(template, values))
+
+
+def register_object_state(session, name, obj=None, role="other", get=None, put=None):
+    """Registers any object with state_dict()/load_state_dict() (an LR
+    scheduler, a GradScaler, a user's own class), or a pair of callables
+    get() -> state and put(state): every number and tensor of its state is
+    checkpointed as <name>.<key>... and restored, bitwise, on resume. Call
+    it before session.resume()."""
+    if obj is not None:
+        if get is not None or put is not None:
+            raise InvalidArgumentError("register_object_state: pass obj or get/put, not both")
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise InvalidArgumentError(
+                f"register_object_state: {type(obj).__name__} has no state_dict/load_state_dict; "
+                "pass get= and put= callables")
+        get, put = obj.state_dict, obj.load_state_dict
+    elif get is None or put is None:
+        raise InvalidArgumentError("register_object_state: pass obj, or both get= and put=")
+    return _MirroredState(session, name, role, get, put)
+
+
+def _python_random_state():
+    version, internal, gauss_next = _random.getstate()
+    if version != 3:
+        raise InvalidArgumentError(f"dgrr.torch: Python's random state version {version} is not 3")
+    return {"mt": _torch.tensor(internal, dtype=_torch.int64),
+            "has_gauss": gauss_next is not None,
+            "gauss": float(gauss_next or 0.0)}
+
+
+def _set_python_random(state):
+    gauss = state["gauss"] if state["has_gauss"] else None
+    _random.setstate((3, tuple(int(x) for x in state["mt"].tolist()), gauss))
+
+
+_GENERATORS = ("torch", "python", "numpy")
+
+
+def register_generators(session, prefix="", which=_GENERATORS):
+    """Registers the global generators a script draws from behind dgrr's
+    back: torch's CPU generator (rng.torch.cpu), each initialised CUDA
+    device's (rng.torch.cuda.<d>), Python's `random` (rng.python.*) and
+    NumPy's legacy global RandomState (rng.numpy.*, when NumPy is present),
+    so a resumed run draws what the uninterrupted one drew.
+
+    Seed each one registered: Python and NumPy seed theirs from the OS at
+    start, so an unseeded one differs between two runs of the same script,
+    and so do their checkpoints (which `dgrr bisect` compares), even if it is
+    never drawn from. `which` names the ones to register."""
+    which = set(which)
+    unknown = which - set(_GENERATORS)
+    if unknown:
+        raise InvalidArgumentError(f"dgrr.torch: unknown generators {sorted(unknown)} "
+                                   f"(one of: {', '.join(_GENERATORS)})")
+    if "torch" in which:
+        _register_torch_generators(session, prefix)
+    if "python" in which:
+        _MirroredState(session, f"{prefix}rng.python", "rng", _python_random_state,
+                       _set_python_random)
+    if "numpy" in which:
+        _register_numpy_generator(session, prefix)
+
+
+def _register_torch_generators(session, prefix):
+    _MirroredState(session, f"{prefix}rng.torch", "rng",
+                   lambda: {"cpu": _torch.get_rng_state()},
+                   lambda s: _torch.set_rng_state(s["cpu"]))
+    if _torch.cuda.is_available() and _torch.cuda.is_initialized():
+        devices = range(_torch.cuda.device_count())
+        _MirroredState(session, f"{prefix}rng.torch.cuda", "rng",
+                       lambda: {d: _torch.cuda.get_rng_state(d) for d in devices},
+                       lambda s: [_torch.cuda.set_rng_state(s[d], d) for d in devices])
+
+
+def _register_numpy_generator(session, prefix):
+    try:
+        import numpy as np
+    except ImportError:
         return
-    materialize_optimizer_state(optimizer)
-    for pname, key, tensor in _optimizer_tensors(model, optimizer):
-        role = "counter" if key == "step" else "optimizer"
-        session.register_state(f"{prefix}optimizer.{pname}.{key}", tensor, role)
+
+    def numpy_state():
+        kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+        return {"keys": _torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+    def set_numpy(state):
+        np.random.set_state(("MT19937", state["keys"].numpy().astype(np.uint32), state["pos"],
+                             state["has_gauss"], state["cached_gaussian"]))
+
+    _MirroredState(session, f"{prefix}rng.numpy", "rng", numpy_state, set_numpy)
+
+
+# ---------------------------------------------------------------------------
+# Counter-based randomness: dropout and data order from dgrr's Philox streams
+# ---------------------------------------------------------------------------
+class RandomContext:
+    """What a dgrr Dropout keys its masks by besides layer and site: the
+    run's seed, the step, and the global index of each example in the batch
+    (row i of the batch is example examples[i]). Instrumentation.begin_step
+    sets the default context; set it yourself otherwise."""
+
+    def __init__(self, seed=None, step=None, examples=None):
+        self.seed, self.step, self.examples = seed, step, examples
+
+    def set(self, seed=None, step=None, examples=None):
+        if seed is not None:
+            self.seed = int(seed)
+        if step is not None:
+            self.step = int(step)
+        if examples is not None:
+            if isinstance(examples, tuple) and len(examples) == 2:
+                first, count = examples
+                examples = range(int(first), int(first) + int(count))
+            self.examples = [int(e) for e in examples]
+        return self
+
+
+random_context = RandomContext()   # the default one
+
+
+class Dropout(_torch.nn.Module):
+    """nn.Dropout with masks from dgrr's Philox streams keyed by
+    (seed, step, example, layer, site): row i of the input is masked by
+    example context.examples[i]'s stream alone, so a mask is the same
+    whatever the batch it sits in, the thread count or the device, and a
+    resumed run draws exactly what the uninterrupted one drew, with no
+    generator state to save. The batch is dimension 0. Same scaling as
+    nn.Dropout: kept elements are multiplied by 1/(1-p)."""
+
+    def __init__(self, p=0.5, layer=0, site=0, context=None):
+        super().__init__()
+        if not 0.0 <= float(p) <= 1.0:
+            raise InvalidArgumentError(f"dgrr.torch.Dropout: p={p} is not in [0, 1]")
+        self.p, self.layer, self.site = float(p), int(layer), int(site)
+        self.context = context
+
+    def extra_repr(self):
+        return f"p={self.p}, layer={self.layer}, site={self.site}"
+
+    def keep_mask(self, shape):
+        """The uint8 keep-mask for an input of `shape` under the context."""
+        ctx = self.context or random_context
+        if ctx.seed is None or ctx.step is None or ctx.examples is None:
+            raise FailedPreconditionError(
+                "dgrr.torch.Dropout: no seed, step or examples in its RandomContext; call "
+                "Instrumentation.begin_step(step, (first, count)) or random_context.set(...)")
+        if len(shape) == 0 or shape[0] != len(ctx.examples):
+            raise InvalidArgumentError(
+                f"dgrr.torch.Dropout (layer {self.layer}, site {self.site}): input of shape "
+                f"{tuple(shape)} but {len(ctx.examples)} examples in the context; dimension 0 "
+                "must be the batch")
+        mask = _torch.empty(tuple(shape), dtype=_torch.uint8)
+        _dgrr.dropout_keep_mask(ctx.seed, ctx.step, ctx.examples, self.layer, self.site,
+                                self.p, mask)
+        return mask
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * 0
+        keep = self.keep_mask(x.shape).to(device=x.device, dtype=x.dtype)
+        return x * (keep * (1.0 / (1.0 - self.p)))
+
+
+def replace_dropout(model, context=None):
+    """Swaps every nn.Dropout in the model for a dgrr Dropout with the same
+    p; layer is the module's index among the model's dropouts in
+    named_modules() order (stable for a given architecture). Returns the
+    names replaced."""
+    replaced = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is _torch.nn.Dropout:
+                full = f"{name}.{child_name}" if name else child_name
+                setattr(module, child_name, Dropout(child.p, len(replaced), 0, context))
+                replaced.append(full)
+    return replaced
+
+
+class PermutationSampler(_torch.utils.data.Sampler):
+    """The data order as dgrr's trainer has it: epoch e visits the
+    num_examples examples in the Philox permutation of (seed, shuffle, e)
+    (rng RngStreams::EpochPermutation). Its state is two integers, `state` =
+    [epoch, position] (position: indices handed out in this epoch), updated
+    as indices are handed out and registered as "sampler" by
+    register_torch_state, so resuming costs one permutation of one epoch,
+    however far the run had come. Each iter() yields the rest of the current
+    epoch; once it is exhausted the next iter() starts the next epoch.
+
+    A DataLoader with workers prefetches indices ahead of the step that
+    consumes them; use num_workers=0, or seek() to the consumed position
+    before checkpointing."""
+
+    def __init__(self, num_examples, seed, epoch=0):
+        if not 0 < int(num_examples) < (1 << 32):
+            raise InvalidArgumentError(
+                f"PermutationSampler: num_examples={num_examples} is not in [1, 2^32)")
+        self.num_examples, self.seed = int(num_examples), int(seed)
+        self.state = _torch.tensor([int(epoch), 0], dtype=_torch.int64)
+        self._order_epoch, self._order = None, None
+
+    @property
+    def epoch(self):
+        return int(self.state[0])
+
+    @property
+    def position(self):
+        return int(self.state[1])
+
+    def seek(self, global_example):
+        """Positions the sampler at global example g: epoch g // n, position g % n."""
+        g = int(global_example)
+        self.state[0], self.state[1] = g // self.num_examples, g % self.num_examples
+
+    def order(self, epoch):
+        """Epoch `epoch`'s permutation (an int64 tensor); the last one is kept."""
+        if self._order_epoch != epoch:
+            raw = _dgrr.epoch_permutation(self.seed, epoch, self.num_examples)
+            self._order = _torch.frombuffer(bytearray(raw), dtype=_torch.int32).to(_torch.int64)
+            self._order_epoch = epoch
+        return self._order
+
+    def register(self, session, name="sampler"):
+        session.register_state(name, self.state, "cursor")
+
+    def __iter__(self):
+        if self.position >= self.num_examples:
+            self.state[0], self.state[1] = self.epoch + 1, 0
+        order = self.order(self.epoch)
+        while self.position < self.num_examples:
+            i = self.position
+            self.state[1] = i + 1
+            yield int(order[i])
+
+    def __len__(self):
+        left = self.num_examples - self.position
+        return left if left > 0 else self.num_examples
 
 
 # ---------------------------------------------------------------------------
@@ -194,10 +703,13 @@ _KINDS = (
 
 
 def _kind_of(module):
+    if isinstance(module, Dropout):
+        return "elementwise"
     for types, kind in _KINDS:
         if isinstance(module, types):
             return kind
     return "other"
+
 
 
 def _tensors(value):
@@ -251,6 +763,17 @@ class Instrumentation:
         if optimizer is not None:
             self._hook_optimizer(optimizer)
 
+    def begin_step(self, step, examples=None):
+        """session.begin_step(step), and the step's batch: examples =
+        (first, count), the global indices of its examples, for the records'
+        example ranges and the default RandomContext of dgrr Dropout."""
+        self.session.begin_step(step)
+        if examples is not None:
+            first, count = examples
+            self.examples = (int(first), int(count))
+        random_context.set(seed=self.session.seed, step=step,
+                           examples=self.examples if self.examples[1] > 0 else None)
+
     # -- boundaries ---------------------------------------------------------
     def _boundary(self, name, phase, kind):
         key = (name, phase)
@@ -303,6 +826,10 @@ class Instrumentation:
             self.record_update()
             return result
 
+        # An LR scheduler made before this marks the step it wrapped; keep
+        # the mark, or it warns that step() was overridden (it still counts).
+        if getattr(original, "_with_counter", False):
+            step._with_counter = True
         optimizer.step = step
         self._restore_step = original
 
@@ -353,6 +880,9 @@ def instrument(session, model, optimizer=None, modules=None, backward=True):
         raise FailedPreconditionError(
             "dgrr.torch: this model is already instrumented; call remove() on the first "
             "Instrumentation before instrumenting it again")
+    if not _applied:
+        # The settings in force, named, when determinism() was not called.
+        _warn_about(current_controls())
     inst = Instrumentation(session, model, optimizer, modules, backward)
     setattr(model, _INSTRUMENTED, inst)
     return inst

@@ -64,7 +64,7 @@ def test_two_identical_runs_compare_equal(reference, tmp_path):
 def test_one_and_two_intra_op_threads_compare_equal(reference, tmp_path):
     train_ok(tmp_path / "t2", "--threads", "2")
     env = json.loads((tmp_path / "t2" / "rank0.env.json").read_text())
-    assert env["program"]["torch.intra_op_threads"] == 2
+    assert env["program"]["torch.controls"]["torch.intra_op_threads"]["value"] == "2"
     r = compare(reference / "run", tmp_path / "t2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result: no divergence" in r.stdout

@@ -1,0 +1,174 @@
+"""A small GPT in plain PyTorch, trained on dgrr's embedded arithmetic
+corpus and recorded by dgrr (examples/pytorch/README.md).
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch/gpt_train.py runs/gpt [--steps N]
+
+The model is ordinary PyTorch; the lines marked `# dgrr` are all the
+instrumentation there is.
+"""
+
+import argparse
+import math
+import random
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dgrr                 # dgrr
+import dgrr.torch           # dgrr
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, seq_len, dropout):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.attn_drop = nn.Dropout(dropout)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.fc_out = nn.Linear(4 * dim, dim)
+        self.mlp_drop = nn.Dropout(dropout)
+        self.register_buffer("causal", torch.tril(torch.ones(seq_len, seq_len)).bool(),
+                             persistent=False)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+        att = att.masked_fill(~self.causal[:t, :t], float("-inf")).softmax(dim=-1)
+        y = (self.attn_drop(att) @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.mlp_drop(self.fc_out(self.act(self.fc(self.ln2(x)))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=256, dim=64, heads=4, layers=2, seq_len=32, dropout=0.1):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq_len, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, seq_len, dropout) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+class Windows(torch.utils.data.Dataset):
+    """Example i: bytes [i*T, i*T + T + 1) of the corpus (input, target shifted by one)."""
+
+    def __init__(self, text, seq_len):
+        self.data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+        self.seq_len = seq_len
+
+    def __len__(self):
+        return (len(self.data) - 1) // self.seq_len
+
+    def __getitem__(self, i):
+        w = self.data[i * self.seq_len: i * self.seq_len + self.seq_len + 1]
+        return w[:-1], w[1:]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run_dir")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--mode", default="full", help="full, trusted, sdc or off")
+    ap.add_argument("--no-dgrr", action="store_true", help="train without dgrr (for the benchmark)")
+    args = ap.parse_args()
+
+    info = dgrr.torch.determinism(threads=args.threads)                        # dgrr
+    # Every global generator is seeded (dgrr checkpoints them all; Python's
+    # and NumPy's are seeded from the OS otherwise).
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    model = Gpt(seq_len=args.seq_len)
+    dgrr.torch.replace_dropout(model)                                          # dgrr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+    data = Windows(dgrr._dgrr.arithmetic_corpus(args.seed, 1 << 16), args.seq_len)
+    sampler = dgrr.torch.PermutationSampler(len(data), args.seed)             # dgrr
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler,
+                                         drop_last=True,
+                                         generator=torch.Generator().manual_seed(args.seed))
+    config = {k: v for k, v in vars(args).items() if k not in ("run_dir", "threads", "mode")}
+
+    if args.no_dgrr:
+        return train_plain(args, model, optimizer, scheduler, loader)
+    with dgrr.open(run_dir=args.run_dir, seed=args.seed, threads=args.threads, mode=args.mode,  # dgrr
+                   checkpoint_every=args.ckpt_every, total_steps=args.steps,
+                   config=config, program_info=info) as session:
+        dgrr.torch.register_torch_state(session, model, optimizer, scheduler, sampler)  # dgrr
+        inst = dgrr.torch.instrument(session, model, optimizer)                        # dgrr
+        batches = Batches(loader)
+        step = start = session.resume()                                                # dgrr
+        for step in range(start, args.steps):
+            inst.begin_step(step, (step * args.batch, args.batch))                      # dgrr
+            x, y = batches.next()
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            inst.record_loss(loss)                                                     # dgrr
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            session.end_step(step, loss.item())                                        # dgrr
+            if step % 20 == 0:
+                print(f"step {step} loss {loss.item():.4f}", flush=True)
+            if session.should_checkpoint(step):                                        # dgrr
+                session.checkpoint(step)                                               # dgrr
+            if session.should_stop(step):                                              # dgrr
+                break
+        print(f"started at step {start}, ended after step {step}", flush=True)
+
+
+class Batches:
+    """Endless batches: the sampler's next epoch when one ends (an epoch
+    resumed near its end may have too little left for a batch)."""
+
+    def __init__(self, loader):
+        self.loader, self.it = loader, None
+
+    def next(self):
+        for _ in range(3):
+            if self.it is not None:
+                try:
+                    return next(self.it)
+                except StopIteration:
+                    pass
+            self.it = iter(self.loader)
+        raise RuntimeError("the data loader yields no batch")
+
+
+def train_plain(args, model, optimizer, scheduler, loader):
+    """The same loop with no dgrr session (dgrr Dropout keyed by hand)."""
+    batches = Batches(loader)
+    for step in range(args.steps):
+        dgrr.torch.random_context.set(seed=args.seed, step=step,
+                                      examples=(step * args.batch, args.batch))
+        x, y = batches.next()
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    print(f"trained {args.steps} steps without dgrr, loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
