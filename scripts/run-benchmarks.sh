@@ -49,6 +49,11 @@ run "recording_overhead small" "$overhead" --model small --steps 12 --rounds 3 -
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   run "model vs PyTorch" "$(dirname "$0")/../bench/model/compare_torch.sh" "$build" 3
   run "fingerprint vs torch.sum" "$(dirname "$0")/../bench/fingerprint/compare_torch.sh" "$build"
+  if [ -d "$build/python/dgrr" ]; then
+    run "dgrr.torch recording overhead" /usr/bin/python3 "$(dirname "$0")/../bench/python/recording_overhead.py" "$build"
+  else
+    echo "bench: $build/python/dgrr is not built: dgrr.torch overhead skipped" >&2
+  fi
 else
   echo
   echo "== PyTorch comparisons skipped: /usr/bin/python3 has no torch (run scripts/install-bench-deps.sh)"

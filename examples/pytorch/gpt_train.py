@@ -10,6 +10,7 @@ instrumentation there is.
 import argparse
 import math
 import random
+import time
 
 import numpy as np
 import torch
@@ -118,6 +119,7 @@ def main():
         inst = dgrr.torch.instrument(session, model, optimizer)                        # dgrr
         batches = Batches(loader)
         step = start = session.resume()                                                # dgrr
+        loop_start = time.perf_counter()
         for step in range(start, args.steps):
             inst.begin_step(step, (step * args.batch, args.batch))                      # dgrr
             x, y = batches.next()
@@ -135,6 +137,7 @@ def main():
             if session.should_stop(step):                                              # dgrr
                 break
         print(f"started at step {start}, ended after step {step}", flush=True)
+        print(f"loop seconds {time.perf_counter() - loop_start:.6f}", flush=True)
 
 
 class Batches:
@@ -158,6 +161,7 @@ class Batches:
 def train_plain(args, model, optimizer, scheduler, loader):
     """The same loop with no dgrr session (dgrr Dropout keyed by hand)."""
     batches = Batches(loader)
+    loop_start = time.perf_counter()
     for step in range(args.steps):
         dgrr.torch.random_context.set(seed=args.seed, step=step,
                                       examples=(step * args.batch, args.batch))
@@ -168,6 +172,7 @@ def train_plain(args, model, optimizer, scheduler, loader):
         optimizer.step()
         scheduler.step()
     print(f"trained {args.steps} steps without dgrr, loss {loss.item():.4f}", flush=True)
+    print(f"loop seconds {time.perf_counter() - loop_start:.6f}", flush=True)
 
 
 if __name__ == "__main__":
