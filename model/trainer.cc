@@ -279,7 +279,6 @@ struct Trainer::Impl {
   Status WriteCheckpoint(Rank& rank, int64_t step);
   Status WriteCheckpointFile(Rank& rank, int64_t step, size_t world,
                              const std::function<uint64_t(size_t)>& trace_position);
-  Fingerprint ReplicatedStateFingerprint(const Rank& rank) const;
   void PrepareDumps(Rank& rank, int64_t step);
   void Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
                std::span<const int64_t> dims, std::vector<uint8_t> bytes, const Fingerprint& fp,
@@ -809,26 +808,31 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   DGRR_RETURN_IF_ERROR(
       s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
   DGRR_RETURN_IF_ERROR(s.Sync());
-  struct Mine {
-    uint64_t trace_position;
-    Fingerprint state;
-  };
-  static_assert(std::is_trivially_copyable_v<Mine>);
-  Mine mine{s.trace_position(), ReplicatedStateFingerprint(rank)};
-  std::vector<Mine> all(static_cast<size_t>(rank.comm.size()));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&mine, sizeof(Mine), all.data()));
-  std::vector<Fingerprint> states;
-  for (const Mine& m : all) states.push_back(m.state);
-  const std::string differing = RanksDiffering(states);
-  if (!differing.empty()) {
-    return Status::Divergence("checkpoint of step " + std::to_string(step) + ": the replicated state " +
-                              "(parameters, AdamW moments, counters) of rank(s) " + differing +
-                              " differs from rank 0's; no checkpoint written");
+  // Per rank: its trace position, then a fingerprint of each replicated
+  // entry (the same entries on every rank: the configurations agree).
+  std::vector<std::string> names;
+  std::vector<Fingerprint> mine;
+  for (const StateEntry& e : s.state().entries()) {
+    if (e.restore != RestorePolicy::kCheckpoint || !e.replicated) continue;
+    names.push_back(e.name);
+    mine.push_back(FingerprintBytes(e.data, e.bytes));
+  }
+  const uint64_t position = s.trace_position();
+  mine.push_back(Fingerprint{position, 0});
+  const size_t stride = mine.size();
+  std::vector<Fingerprint> all(stride * static_cast<size_t>(rank.comm.size()));
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
+  for (size_t r = 1; r < static_cast<size_t>(rank.comm.size()); ++r) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (all[r * stride + i] == all[i]) continue;
+      return Status::Divergence("checkpoint of step " + std::to_string(step) + " not written: replicated " +
+                                "state entry '" + names[i] + "' differs between rank 0 and rank " +
+                                std::to_string(r));
+    }
   }
   Status written = Status::OK();
-  if (rank.r == 0) written = WriteCheckpointFile(rank, step, all.size(), [&](size_t r) {
-    return all[r].trace_position;
-  });
+  if (rank.r == 0) written = WriteCheckpointFile(rank, step, static_cast<size_t>(rank.comm.size()),
+                                                 [&](size_t r) { return all[r * stride + stride - 1].xor64; });
   // Nobody goes on (or reports the checkpoint) before it is in place.
   uint8_t ok = written.ok() ? 1 : 0;
   DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&ok, 1, 0));
@@ -860,18 +864,6 @@ Status Trainer::Impl::WriteCheckpointFile(Rank& rank, int64_t step, size_t world
       checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots, write));
   KillPoint("ckpt-commit", step);
   return Status::OK();
-}
-
-// What the ranks must hold alike: every entry of the checkpointed state.
-Fingerprint Trainer::Impl::ReplicatedStateFingerprint(const Rank& rank) const {
-  const Fingerprint parts[] = {
-      FingerprintBytes(rank.params.data(), num_params * sizeof(float)),
-      FingerprintBytes(rank.adamw.m().data(), num_params * sizeof(float)),
-      FingerprintBytes(rank.adamw.v().data(), num_params * sizeof(float)),
-      FingerprintBytes(&rank.adamw_t, sizeof(rank.adamw_t)),
-      FingerprintBytes(&rank.cursor, sizeof(rank.cursor)),
-  };
-  return FingerprintBytes(parts, sizeof(parts));
 }
 
 // The dump requests due on this rank at `step`, each with an empty dump.

@@ -207,6 +207,20 @@ TEST_F(TrainerTest, RanksGivenDifferentConfigurationsAreRefusedOnEveryRankNaming
   EXPECT_FALSE(fs::exists(dir_ / "mixed" / "config.json"));
 }
 
+// Rank 0 writes the replicated state from its own memory, so the ranks
+// first show they hold the same: a moment flipped on one rank at a
+// checkpoint's step is named (entry and rank), and no checkpoint is written.
+TEST_F(TrainerTest, CheckpointOfStateThatDiffersAcrossRanksIsRefusedNamingEntryAndRank) {
+  TrainOptions o = Options("moment", 4, 1);
+  o.ckpt_every = 2;
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=1,rank=3,at=adamw.m.wte"));
+  Status s;
+  Train(o, &s);
+  EXPECT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("'adamw.m' differs between rank 0 and rank 3"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointPath(o.out_dir, 1)));
+}
+
 TEST_F(TrainerTest, RaceMakesOtherwiseIdenticalRunsDiffer) {
   auto with_race = [&](const std::string& name) {
     TrainOptions o = Options(name, 1, 4);
