@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
@@ -19,6 +22,12 @@
 #include "model/trainer.h"
 #include "runtime/metrics_log.h"
 #include "runtime/session.h"
+#ifndef DGRR_HAVE_MPI
+#define DGRR_HAVE_MPI 0
+#endif
+#if DGRR_HAVE_MPI
+#include "runtime/mpi_communicator.h"
+#endif
 
 namespace dgrr::cli {
 namespace {
@@ -226,6 +235,40 @@ Status CheckResumeSettings(const po::variables_map& vm, const TrainOptions& give
   return Status::InvalidArgument(message);
 }
 
+// Runs the trainer: its ranks as threads of this process, or, started by
+// mpirun, this process's one rank over MPI.
+Status RunTrainer(model::Trainer& trainer, bool as_mpi_rank,
+                  const std::function<void(const TrainProgress&)>& progress, model::TrainResult* result) {
+  if (!as_mpi_rank) return trainer.Run(progress, result);
+#if DGRR_HAVE_MPI
+  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, OpenMpiCommunicator());
+  return trainer.RunAsRank(*comm, progress, result);
+#else
+  return Status::Internal("MPI rank without MPI");
+#endif
+}
+
+// Where an MPI launcher (mpirun, mpiexec) started this process: its rank and
+// the job's size, from the variables Open MPI and the PMI launchers set.
+struct Launched {
+  int rank = 0;
+  int size = 0;  // 0: not started by a launcher
+};
+
+Launched LaunchedByMpi() {
+  auto number = [](const char* name) -> int {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::atoi(v) : -1;
+  };
+  Launched l;
+  for (auto [size_var, rank_var] : {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                    std::pair{"PMI_SIZE", "PMI_RANK"}}) {
+    const int size = number(size_var), rank = number(rank_var);
+    if (size > 0 && rank >= 0 && rank < size) return {rank, size};
+  }
+  return l;
+}
+
 int RunTrain(const std::vector<std::string>& args) {
   TrainOptions o;
   std::string mode = "full";
@@ -297,7 +340,30 @@ int RunTrain(const std::vector<std::string>& args) {
   o.force = vm.count("force") > 0;
   o.resume = vm.count("resume") > 0;
   o.fallback = vm.count("fallback") > 0;
-  const bool quiet = vm.count("quiet") > 0;
+  // Under mpirun the job's size is the world size; --ranks may only repeat it.
+  const Launched launched = LaunchedByMpi();
+  if (launched.size > 0) {
+    if (vm.count("ranks") && !vm["ranks"].defaulted() && o.ranks != launched.size) {
+      return ReportError("train", Status::InvalidArgument(
+                                      "--ranks " + std::to_string(o.ranks) + " differs from the " +
+                                      std::to_string(launched.size) + " processes mpirun started: " +
+                                      "leave --ranks out (the world size comes from mpirun -np)"));
+    }
+    o.ranks = launched.size;
+  }
+#if !DGRR_HAVE_MPI
+  if (launched.size > 1) {
+    return ReportError("train", Status::FailedPrecondition(
+                                    "started by an MPI launcher as rank " + std::to_string(launched.rank) +
+                                    " of " + std::to_string(launched.size) +
+                                    ", but this dgrr was built without MPI (install libopenmpi-dev and "
+                                    "rebuild), or run 'dgrr train --ranks " + std::to_string(launched.size) +
+                                    "' in one process"));
+  }
+#endif
+  const bool as_mpi_rank = DGRR_HAVE_MPI && launched.size > 0;
+  // Rank 0 speaks for the job; the others only report their errors.
+  const bool quiet = vm.count("quiet") > 0 || launched.rank != 0;
   const bool json = vm.count("json") > 0;
   if (o.fallback && !o.resume) {
     return ReportError("train", Status::InvalidArgument("--fallback goes with --resume"));
@@ -334,7 +400,10 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!trainer.ok()) return ReportError("train", trainer.status());
   // Before the first byte of output: a second writer, or a directory that
   // holds another run, is refused having written nothing.
-  if (Status locked = (*trainer)->LockRunDirectory(); !locked.ok()) return ReportError("train", locked);
+  // Under mpirun rank 0 locks, once the ranks have agreed on the run.
+  if (!as_mpi_rank) {
+    if (Status locked = (*trainer)->LockRunDirectory(); !locked.ok()) return ReportError("train", locked);
+  }
   const bool fresh_from_resume = (*trainer)->options().resumed_fresh;
   if (!quiet && (*trainer)->options().resume) {
     std::fprintf(stderr, "dgrr train: resuming %s\n", o.out_dir.c_str());
@@ -352,9 +421,10 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   ProgressPrinter progress(quiet);
   model::TrainResult result;
-  Status s = (*trainer)->Run([&](const TrainProgress& p) { progress(p); }, &result);
+  Status s = RunTrainer(**trainer, as_mpi_rank, [&](const TrainProgress& p) { progress(p); }, &result);
   progress.Break();
   if (!s.ok()) return ReportError("train", s);
+  if (launched.rank != 0) return kExitOk;  // rank 0 reports the run
   uint64_t total_trace = 0;
   for (uint64_t b : result.trace_bytes) total_trace += b;
   const int64_t ckpt_every = (*trainer)->options().ckpt_every;

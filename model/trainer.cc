@@ -18,6 +18,7 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "base/coding.h"
@@ -39,6 +40,7 @@
 #include "runtime/json_input.h"
 #include "runtime/metrics_log.h"
 #include "runtime/session.h"
+#include "runtime/inprocess_communicator.h"
 
 namespace dgrr::model {
 namespace {
@@ -98,38 +100,68 @@ trace::Phase TracePhase(model::Phase p) {
   return Phase::kForward;
 }
 
-// A barrier that can be broken: when a rank fails, the others must not wait
-// for it forever.
-class Barrier {
+// The SDC check's per-step fingerprint exchange, over the rank's own
+// communicator: the session never learns whether its peers are threads or
+// processes.
+class CommunicatorRankGroup final : public RankGroup {
  public:
-  explicit Barrier(int parties) : parties_(parties) {}
-  Status Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!abort_.ok()) return abort_;
-    const uint64_t gen = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return Status::OK();
-    }
-    cv_.wait(lock, [&] { return generation_ != gen || !abort_.ok(); });
-    return generation_ != gen ? Status::OK() : abort_;
-  }
-  void Abort(const Status& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (abort_.ok()) abort_ = why;
-    cv_.notify_all();
+  explicit CommunicatorRankGroup(Communicator& comm) : comm_(comm) {}
+  int world_size() const override { return comm_.size(); }
+  Status AllGather(int, const Fingerprint& mine, std::vector<Fingerprint>* all) override {
+    static_assert(sizeof(Fingerprint) == 16 && std::is_trivially_copyable_v<Fingerprint>);
+    all->assign(static_cast<size_t>(comm_.size()), Fingerprint{});
+    return comm_.AllGather(&mine, sizeof(Fingerprint), all->data());
   }
 
  private:
-  const int parties_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  Status abort_;
+  Communicator& comm_;
 };
+
+// Every example's values [lo, hi) of the batch, in example order, on every
+// rank: the ranks' equal shards (Validate: the batch divides by the ranks)
+// packed and all-gathered. Only the data-parallel faults use it, at the step
+// they fire: they reduce in orders of their own over the whole batch.
+Status GatherExampleRange(Communicator& comm, std::span<float* const> shard, size_t lo, size_t hi,
+                          std::vector<float>* all) {
+  const size_t n = hi - lo;
+  std::vector<float> mine(shard.size() * n);
+  for (size_t i = 0; i < shard.size(); ++i) {
+    std::memcpy(mine.data() + i * n, shard[i] + lo, n * sizeof(float));
+  }
+  all->assign(mine.size() * static_cast<size_t>(comm.size()), 0.0f);
+  return comm.AllGather(mine.data(), mine.size() * sizeof(float), all->data());
+}
+
+// out[0..n) = the canonical tree sum (TreeReduceInPlace) over all `total`
+// per-example buffers of the batch, on every rank; this rank holds
+// [first, first + shard.size()) of them.
+Status ReduceBatch(Communicator& comm, std::span<float* const> shard, uint64_t first, uint64_t total,
+                   size_t n, float* out, int num_threads) {
+  if (comm.size() == 1) {
+    TreeReduceInPlace(shard, n, num_threads);
+    std::memcpy(out, shard[0], n * sizeof(float));
+    return Status::OK();
+  }
+  (void)first;
+  std::vector<float> all;
+  DGRR_RETURN_IF_ERROR(GatherExampleRange(comm, shard, 0, n, &all));
+  std::vector<float*> views(total);
+  for (uint64_t e = 0; e < total; ++e) views[e] = all.data() + e * n;
+  TreeReduceInPlace(views, n, num_threads);
+  std::memcpy(out, views[0], n * sizeof(float));
+  return Status::OK();
+}
+
+// One line naming the ranks whose value differs from rank 0's ("" when all agree).
+template <typename T>
+std::string RanksDiffering(const std::vector<T>& values) {
+  std::string ranks;
+  for (size_t r = 1; r < values.size(); ++r) {
+    if (values[r] == values[0]) continue;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return ranks;
+}
 
 // Collects the names of one example's boundaries, in order, with the
 // element count of each.
@@ -237,13 +269,16 @@ StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& conf
 struct Trainer::Impl {
   struct Rank;
   explicit Impl(Trainer& t);
-  Status RunRank(int r);
-  Status RunRankBody(int r);
+  Status RunRank(Rank& rank);
+  Status RunRankBody(Rank& rank);
+  Status AgreeOnRun(Rank& rank);
+  Status AllReduceGradients(Rank& rank, int64_t step);
   Status Step(Rank& rank, int64_t step, bool* stop);
   Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
-  Status ReduceSlice(int r, int64_t step);
   Status RecordCollective(Rank& rank, uint64_t first);
   Status WriteCheckpoint(Rank& rank, int64_t step);
+  Status WriteCheckpointFile(Rank& rank, int64_t step, size_t world,
+                             const std::function<uint64_t(size_t)>& trace_position);
   void PrepareDumps(Rank& rank, int64_t step);
   void Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
                std::span<const int64_t> dims, std::vector<uint8_t> bytes, const Fingerprint& fp,
@@ -256,31 +291,24 @@ struct Trainer::Impl {
   ParameterLayout layout;
   rng::RngStreams rng;
   LrSchedule schedule;
-  InProcessRankGroup group;
-  Barrier barrier;
-  RunId run_id = NewRunId();
+  RunId run_id = NewRunId();  // rank 0's is broadcast: the others' are unused
   size_t num_params;
   int shard;  // examples per rank
-  std::vector<float*> example_grads;   // all B per-example gradient buffers, by global position
-  std::vector<float> example_losses;   // all B per-example losses
-  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::unique_ptr<Rank>> ranks;  // the ranks of this process (threads)
   Clock::time_point start;
   Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
   std::mutex dumps_mu;
   std::vector<std::string> dumps_written;  // guarded by dumps_mu
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
-  // The stop request as rank 0 read it in the current step, between two
-  // barriers, so that every rank stops after the same step.
-  bool stop_sampled = false;
-  int64_t stopped_after = -1;              // set by rank 0
-  bool checkpoint_at_stop = false;
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
-  Rank(Impl& impl, int r)
+  Rank(Impl& impl, Communicator& comm)
       : impl(impl),
-        r(r),
+        comm(comm),
+        group(comm),
+        r(comm.rank()),
         batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard)),
         params(impl.num_params),
         grad(impl.num_params),
@@ -428,6 +456,10 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   }
 
   Impl& impl;
+  // The only way to the other ranks: they may be threads of this process or
+  // other processes, and this rank cannot tell.
+  Communicator& comm;
+  CommunicatorRankGroup group;
   const int r;
   std::unique_ptr<Session> session;
   BatchGradients batch;
@@ -450,6 +482,12 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   std::unique_ptr<DataOrder> data_order;
   std::unique_ptr<TraceCheck> check;  // replay: the recorded trace to match
   float loss = 0;
+  RunId run_id{};  // rank 0's
+  // Set when a stop request ended the run after step `stopped_after`
+  // (rank 0 samples the request and broadcasts it: every rank stops there).
+  int64_t stopped_after = -1;
+  bool checkpoint_at_stop = false;
+  uint64_t boundaries_verified = 0, steps_verified = 0;  // replay: over all ranks
   // Dumps due on this rank at the current step, by boundary name: set before
   // the workers start (they only look names up), filled on the rank thread.
   struct PendingDump {
@@ -464,12 +502,8 @@ Trainer::Impl::Impl(Trainer& t)
       model(t.preset_.model),
       layout(t.preset_.model),
       rng(t.options_.seed),
-      group(t.options_.ranks),
-      barrier(t.options_.ranks),
       num_params(layout.total_size()),
-      shard(t.batch_ / t.options_.ranks),
-      example_grads(static_cast<size_t>(t.batch_)),
-      example_losses(static_cast<size_t>(t.batch_)) {
+      shard(t.batch_ / t.options_.ranks) {
   schedule.max_lr = t.lr_;
   schedule.min_lr = t.lr_ * 0.1f;
   schedule.warmup_steps = std::min<int64_t>(t.preset_.train.warmup_steps, t.options_.steps);
@@ -486,13 +520,14 @@ const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) 
 }
 
 // Whatever makes a rank fail, the others must not wait for it at a barrier.
-Status Trainer::Impl::RunRank(int r) {
+Status Trainer::Impl::RunRank(Rank& rank) {
+  const int r = rank.r;
   Status s;
   // Exceptions end here, on the rank's own thread, where an escaping one
   // would terminate the process: running out of memory for a large model or
   // batch is an error like any other.
   try {
-    s = RunRankBody(r);
+    s = RunRankBody(rank);
   } catch (const std::bad_alloc&) {
     s = Status::IOError("rank " + std::to_string(r) + ": out of memory");
   } catch (const std::system_error& e) {
@@ -500,15 +535,31 @@ Status Trainer::Impl::RunRank(int r) {
   } catch (const std::exception& e) {
     s = Status::Internal("rank " + std::to_string(r) + ": unexpected error: " + e.what());
   }
-  if (!s.ok()) {
-    barrier.Abort(s);
-    group.Abort(s);
-  }
+  if (!s.ok()) rank.comm.Abort(s);
   return s;
 }
 
-Status Trainer::Impl::RunRankBody(int r) {
-  Rank& rank = *ranks[static_cast<size_t>(r)];
+// Before anything is written: every rank runs the same configuration (one
+// started with other flags or another data file is refused on every rank,
+// naming it), and the ranks take rank 0's run id.
+Status Trainer::Impl::AgreeOnRun(Rank& rank) {
+  const std::string config = t.config_.dump();
+  const uint64_t mine = Xxh3(config.data(), config.size());
+  std::vector<uint64_t> digests(static_cast<size_t>(rank.comm.size()));
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&mine, sizeof(mine), digests.data()));
+  const std::string differing = RanksDiffering(digests);
+  if (!differing.empty()) {
+    return Status::FailedPrecondition("rank(s) " + differing + " of " + std::to_string(digests.size()) +
+                                      " run a different configuration than rank 0 (every rank must be "
+                                      "started with the same options)");
+  }
+  rank.run_id = run_id;
+  return rank.comm.Broadcast(rank.run_id.data(), rank.run_id.size(), 0);
+}
+
+Status Trainer::Impl::RunRankBody(Rank& rank) {
+  const int r = rank.r;
+  DGRR_RETURN_IF_ERROR(AgreeOnRun(rank));
   SessionOptions o;
   o.run_dir = t.options_.out_dir;
   o.rank = r;
@@ -524,9 +575,9 @@ Status Trainer::Impl::RunRankBody(int r) {
                                           TracePathFor(t.options_.verify_against, r), first_record));
     o.check = rank.check.get();
   }
-  o.run_id = run_id;
+  o.run_id = rank.run_id;
   o.config_json = t.config_.dump();
-  o.group = &group;
+  o.group = &rank.group;
   // dgrr's own commands still re-execute the reference trainer in process
   // (TrainOptions' replay fields), not through a control file.
   o.reexecutable = false;
@@ -611,7 +662,17 @@ Status Trainer::Impl::RunRankBody(int r) {
     if (stop) break;
   }
   Status closed = s.Close();
-  return status.ok() ? closed : status;
+  DGRR_RETURN_IF_ERROR(status.ok() ? closed : status);
+  // Totals over all ranks, and every trace closed before any rank reports.
+  const uint64_t mine[2] = {rank.check ? rank.check->boundaries_verified() : 0,
+                            rank.check ? rank.check->steps_verified() : 0};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(rank.comm.size()));
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine, sizeof(mine), all.data()));
+  for (size_t i = 0; i < all.size(); i += 2) {
+    rank.boundaries_verified += all[i];
+    rank.steps_verified += all[i + 1];
+  }
+  return Status::OK();
 }
 
 Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
@@ -654,18 +715,15 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   }
   DGRR_RETURN_IF_ERROR(RecordExamples(rank, step, batch_first));
 
-  // All-reduce: publish, reduce-scatter, all-gather.
-  for (int i = 0; i < shard; ++i) {
-    example_grads[rank.shard_first - batch_first + i] = rank.batch.gradients()[i];
-    example_losses[rank.shard_first - batch_first + i] = rank.batch.losses()[i];
-  }
-  DGRR_RETURN_IF_ERROR(barrier.Wait());
-  DGRR_RETURN_IF_ERROR(ReduceSlice(rank.r, step));
-  DGRR_RETURN_IF_ERROR(barrier.Wait());
+  // All-reduce: the canonical tree over all B examples, whatever R; every
+  // example's loss in example order, summed in the tree as well.
+  DGRR_RETURN_IF_ERROR(AllReduceGradients(rank, step));
   const float fb = static_cast<float>(B);
-  for (size_t k = 0; k < num_params; ++k) rank.grad[k] = example_grads[0][k] / fb;
-  rank.loss = TreeSum(std::span<const float>(example_losses)) / fb;
-  DGRR_RETURN_IF_ERROR(barrier.Wait());  // everyone has copied before buffers are reused
+  for (size_t k = 0; k < num_params; ++k) rank.grad[k] /= fb;
+  std::vector<float> losses(B);
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(rank.batch.losses().data(), static_cast<size_t>(shard) * sizeof(float),
+                                           losses.data()));
+  rank.loss = TreeSum(std::span<const float>(losses)) / fb;
   if (rank.r == 0) {
     for (auto kind : {FaultKind::kRace, FaultKind::kReduceOrder}) {
       if (const FaultSpec* f = FaultAt(kind, step)) {
@@ -724,25 +782,25 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     // Rank 0 reads the request (also one raised from its progress callback)
     // and the barrier hands it to all ranks, which then stop after this
     // same step. Rank 0 writes it again only past the next step's barriers.
-    if (rank.r == 0) stop_sampled = t.options_.stop->load() != 0;
-    DGRR_RETURN_IF_ERROR(barrier.Wait());
+    uint8_t stop_sampled = rank.r == 0 && t.options_.stop->load() != 0 ? 1 : 0;
+    DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&stop_sampled, 1, 0));
     const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
-    *stop = stop_sampled && step + 1 < end;
+    *stop = stop_sampled != 0 && step + 1 < end;
     if (!*stop) return Status::OK();
     // The checkpoint a resume continues from, when the run keeps checkpoints.
     const bool at_stop = !periodic && !last && t.options_.write_checkpoints && t.options_.ckpt_every > 0;
     if (at_stop) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
-    if (rank.r == 0) {
-      stopped_after = step;
-      checkpoint_at_stop = periodic || last || at_stop;
-    }
+    rank.stopped_after = step;
+    rank.checkpoint_at_stop = periodic || last || at_stop;
   }
   return Status::OK();
 }
 
 // Every rank records the EVENT and makes its trace durable, so the
-// checkpoint's trace positions name records that exist; then rank 0 writes
-// the one file holding every rank's state.
+// checkpoint's trace positions name records that exist. The state is
+// replicated, so rank 0 writes it from its own memory for every rank, once
+// the ranks have shown by a fingerprint of it that they hold the same; the
+// per-rank trace positions come over the communicator.
 Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   Session& s = *rank.session;
   rank.adamw_t = static_cast<uint64_t>(rank.adamw.step());
@@ -750,30 +808,62 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   DGRR_RETURN_IF_ERROR(
       s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
   DGRR_RETURN_IF_ERROR(s.Sync());
-  DGRR_RETURN_IF_ERROR(barrier.Wait());
-  if (rank.r == 0) {
-    if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
-    checkpoint::CheckpointMeta meta;
-    meta.step = static_cast<uint64_t>(step);
-    meta.config_digest = t.StateConfigDigest();
-    meta.run_id_hex = RunIdHex(s.options().run_id);
-    meta.world_size = static_cast<int>(ranks.size());
-    meta.plan_json = t.plan_json_;
-    std::vector<checkpoint::RankSnapshot> snapshots;
-    for (const auto& other : ranks) {
-      snapshots.push_back({other->r, &other->session->state(), other->session->trace_position()});
-    }
-    checkpoint::CheckpointWriteOptions write;
-    write.fault_hook = [step](const char*) {
-      KillPoint("ckpt-temp", step);
-      return Status::OK();
-    };
-    DGRR_RETURN_IF_ERROR(checkpoint::WriteCheckpoint(
-        checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots,
-        write));
-    KillPoint("ckpt-commit", step);
+  // Per rank: its trace position, then a fingerprint of each replicated
+  // entry (the same entries on every rank: the configurations agree).
+  std::vector<std::string> names;
+  std::vector<Fingerprint> mine;
+  for (const StateEntry& e : s.state().entries()) {
+    if (e.restore != RestorePolicy::kCheckpoint || !e.replicated) continue;
+    names.push_back(e.name);
+    mine.push_back(FingerprintBytes(e.data, e.bytes));
   }
-  return barrier.Wait();
+  const uint64_t position = s.trace_position();
+  mine.push_back(Fingerprint{position, 0});
+  const size_t stride = mine.size();
+  std::vector<Fingerprint> all(stride * static_cast<size_t>(rank.comm.size()));
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
+  for (size_t r = 1; r < static_cast<size_t>(rank.comm.size()); ++r) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (all[r * stride + i] == all[i]) continue;
+      return Status::Divergence("checkpoint of step " + std::to_string(step) + " not written: replicated " +
+                                "state entry '" + names[i] + "' differs between rank 0 and rank " +
+                                std::to_string(r));
+    }
+  }
+  Status written = Status::OK();
+  if (rank.r == 0) written = WriteCheckpointFile(rank, step, static_cast<size_t>(rank.comm.size()),
+                                                 [&](size_t r) { return all[r * stride + stride - 1].xor64; });
+  // Nobody goes on (or reports the checkpoint) before it is in place.
+  uint8_t ok = written.ok() ? 1 : 0;
+  DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&ok, 1, 0));
+  if (ok == 0 && written.ok()) {
+    return Status::IOError("rank 0 could not write the checkpoint of step " + std::to_string(step));
+  }
+  return written;
+}
+
+Status Trainer::Impl::WriteCheckpointFile(Rank& rank, int64_t step, size_t world,
+                                          const std::function<uint64_t(size_t)>& trace_position) {
+  if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
+  checkpoint::CheckpointMeta meta;
+  meta.step = static_cast<uint64_t>(step);
+  meta.config_digest = t.StateConfigDigest();
+  meta.run_id_hex = RunIdHex(rank.session->options().run_id);
+  meta.world_size = static_cast<int>(world);
+  meta.plan_json = t.plan_json_;
+  std::vector<checkpoint::RankSnapshot> snapshots;
+  for (size_t r = 0; r < world; ++r) {
+    snapshots.push_back({static_cast<int>(r), &rank.session->state(), trace_position(r)});
+  }
+  checkpoint::CheckpointWriteOptions write;
+  write.fault_hook = [step](const char*) {
+    KillPoint("ckpt-temp", step);
+    return Status::OK();
+  };
+  DGRR_RETURN_IF_ERROR(checkpoint::WriteCheckpoint(
+      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots, write));
+  KillPoint("ckpt-commit", step);
+  return Status::OK();
 }
 
 // The dump requests due on this rank at `step`, each with an empty dump.
@@ -876,66 +966,66 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
   return Status::OK();
 }
 
-// Rank r reduces parameters [r*P/R, (r+1)*P/R) over all B examples. The tree
-// per element does not depend on the slice, so neither does the result.
-Status Trainer::Impl::ReduceSlice(int r, int64_t step) {
-  const size_t R = ranks.size();
-  size_t lo = num_params * static_cast<size_t>(r) / R, hi = num_params * (static_cast<size_t>(r) + 1) / R;
+// rank.grad = the sum of the batch's B per-example gradients, in the
+// canonical tree over all B examples (so independent of R), on every rank.
+// The data-parallel faults replace it, at the step they fire, by sums in
+// orders of their own.
+Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
+  const std::span<float* const> mine = rank.batch.gradients();
+  const uint64_t B = static_cast<uint64_t>(t.batch_);
   const FaultSpec* race = FaultAt(FaultKind::kRace, step);
   const NamedTensor* racy = race ? t.fault_targets_->ReducedParameter(race->at) : nullptr;
-  const bool left_to_right = FaultAt(FaultKind::kReduceOrder, step) != nullptr;
-  auto reduce = [&](size_t a, size_t b) {
-    if (a >= b) return;
-    if (left_to_right) {  // a valid but different order: ((g0 + g1) + g2) + ...
-      for (size_t e = 1; e < example_grads.size(); ++e) {
-        for (size_t k = a; k < b; ++k) example_grads[0][k] += example_grads[e][k];
-      }
-      return;
+  if (FaultAt(FaultKind::kReduceOrder, step) != nullptr) {
+    // A valid but different order: ((g0 + g1) + g2) + ..., every rank alike.
+    std::vector<float> all;
+    DGRR_RETURN_IF_ERROR(GatherExampleRange(rank.comm, mine, 0, num_params, &all));
+    std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(num_params), rank.grad.begin());
+    for (uint64_t e = 1; e < B; ++e) {
+      const float* g = all.data() + e * num_params;
+      for (size_t k = 0; k < num_params; ++k) rank.grad[k] += g[k];
     }
-    std::vector<float*> views(example_grads.size());
-    for (size_t e = 0; e < views.size(); ++e) views[e] = example_grads[e] + a;
-    TreeReduceInPlace(views, b - a, t.options_.threads);
-  };
-  if (racy == nullptr) {
-    reduce(lo, hi);
-    return Status::OK();
+  } else {
+    DGRR_RETURN_IF_ERROR(ReduceBatch(rank.comm, mine, rank.shard_first - static_cast<uint64_t>(step) * B, B,
+                                     num_params, rank.grad.data(), t.options_.threads));
   }
+  if (racy == nullptr) return Status::OK();
   // The race fault: the racy tensor's range is summed by racing workers on
-  // rank 0, in the order they win the lock; everything else as usual. Each
-  // worker first "computes" for a few microseconds drawn from the OS entropy
-  // source, standing in for the uneven kernel times of a real race: on a
-  // quiet two-core machine the workers would otherwise tend to queue in the
-  // order they were started and the race would rarely show.
-  const size_t ra = racy->offset, rb = racy->offset + racy->size;
-  reduce(lo, std::min(hi, ra));
-  reduce(std::max(lo, rb), hi);
-  if (r != 0) return Status::OK();
-  std::vector<float> acc(racy->size, 0.0f);
-  std::mutex mu;
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> racers;
-  std::random_device entropy;
-  std::vector<unsigned> jitter_seeds(static_cast<size_t>(std::max(2, t.options_.threads)));
-  for (unsigned& s : jitter_seeds) s = entropy();
-  auto race_worker = [&](unsigned seed) {
-    std::minstd_rand jitter(seed);
-    for (size_t e; (e = next.fetch_add(1)) < example_grads.size();) {
-      std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
-      std::lock_guard<std::mutex> lock(mu);
-      for (size_t k = 0; k < racy->size; ++k) acc[k] += example_grads[e][ra + k];
+  // rank 0, in the order they win the lock, and every rank takes rank 0's
+  // sum. Each worker first "computes" for a few microseconds drawn from the
+  // OS entropy source, standing in for the uneven kernel times of a real
+  // race: on a quiet two-core machine the workers would otherwise tend to
+  // queue in the order they were started and the race would rarely show.
+  const size_t ra = racy->offset, n = racy->size;
+  std::vector<float> all;
+  DGRR_RETURN_IF_ERROR(GatherExampleRange(rank.comm, mine, ra, ra + n, &all));
+  if (rank.r == 0) {
+    std::vector<float> acc(n, 0.0f);
+    std::mutex mu;
+    std::atomic<uint64_t> next{0};
+    std::vector<std::thread> racers;
+    std::random_device entropy;
+    std::vector<unsigned> jitter_seeds(static_cast<size_t>(std::max(2, t.options_.threads)));
+    for (unsigned& s : jitter_seeds) s = entropy();
+    auto race_worker = [&](unsigned seed) {
+      std::minstd_rand jitter(seed);
+      for (uint64_t e; (e = next.fetch_add(1)) < B;) {
+        std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t k = 0; k < n; ++k) acc[k] += all[e * n + k];
+      }
+    };
+    for (unsigned seed : jitter_seeds) {
+      try {
+        racers.emplace_back(race_worker, seed);
+      } catch (const std::system_error&) {
+        break;  // fewer racers still race; this thread joins in below
+      }
     }
-  };
-  for (unsigned seed : jitter_seeds) {
-    try {
-      racers.emplace_back(race_worker, seed);
-    } catch (const std::system_error&) {
-      break;  // fewer racers still race; this thread joins in below
-    }
+    race_worker(jitter_seeds[0]);
+    for (auto& th : racers) th.join();
+    std::memcpy(rank.grad.data() + ra, acc.data(), n * sizeof(float));
   }
-  race_worker(jitter_seeds[0]);
-  for (auto& th : racers) th.join();
-  std::memcpy(example_grads[0] + ra, acc.data(), racy->size * sizeof(float));
-  return Status::OK();
+  return rank.comm.Broadcast(rank.grad.data() + ra, n * sizeof(float), 0);
 }
 
 Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
@@ -1504,15 +1594,16 @@ Status Trainer::PrepareRunDirectory() const {
   return SyncDirectory(dir);
 }
 
-Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
-  // The lock goes when Run returns, whatever it returns.
-  struct Release {
-    std::optional<RunLock>& lock;
-    ~Release() { lock.reset(); }
-  } release{lock_};
+// The run directory made ready for the run's ranks: locked, cleared or cut
+// back to the checkpoint a resume continues from.
+Status Trainer::PrepareRun() {
   DGRR_RETURN_IF_ERROR(LockRunDirectory());
   DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
   if (!options_.restore_checkpoint.empty()) DGRR_RETURN_IF_ERROR(PrepareRestore());
+  return CheckDumpsAfterStart();
+}
+
+Status Trainer::CheckDumpsAfterStart() const {
   for (const DumpRequest& d : options_.dumps) {
     if (d.step < first_step_) {
       return Status::InvalidArgument("--dump " + d.boundary + "@" + std::to_string(d.step) +
@@ -1520,31 +1611,138 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
                                      ", after it");
     }
   }
+  return Status::OK();
+}
+
+Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
+  // The lock goes when Run returns, whatever it returns.
+  struct Release {
+    std::optional<RunLock>& lock;
+    ~Release() { lock.reset(); }
+  } release{lock_};
+  DGRR_RETURN_IF_ERROR(PrepareRun());
+  InProcessGroup group(options_.ranks);
+  std::vector<Communicator*> comms;
+  for (const auto& comm : group.ranks) comms.push_back(comm.get());
+  return RunRanks(comms, progress, result);
+}
+
+namespace {
+
+// Rank 0's outcome of preparing the run directory, as the other ranks learn it.
+struct Prepared {
+  uint8_t code = 0;               // StatusCode
+  int64_t resume_step = -1;       // the checkpoint a resume continues from; -1: none
+  char message[1024] = {};
+};
+
+// `message` with the code rank 0 reported.
+Status StatusWithCode(uint8_t code, const std::string& message) {
+  switch (static_cast<StatusCode>(code)) {
+    case StatusCode::kOk: return Status::OK();
+    case StatusCode::kInvalidArgument: return Status::InvalidArgument(message);
+    case StatusCode::kNotFound: return Status::NotFound(message);
+    case StatusCode::kIOError: return Status::IOError(message);
+    case StatusCode::kCorruption: return Status::Corruption(message);
+    case StatusCode::kDivergence: return Status::Divergence(message);
+    case StatusCode::kIntegrityFailure: return Status::IntegrityFailure(message);
+    case StatusCode::kFailedPrecondition: return Status::FailedPrecondition(message);
+    case StatusCode::kInternal: return Status::Internal(message);
+  }
+  return Status::Internal(message);
+}
+
+}  // namespace
+
+Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const TrainProgress&)>& progress,
+                          TrainResult* result) {
+  if (comm.size() != options_.ranks) {
+    return Status::InvalidArgument("--ranks " + std::to_string(options_.ranks) + " differs from the " +
+                                   std::string(comm.name()) + " world size " + std::to_string(comm.size()));
+  }
+  struct Release {
+    std::optional<RunLock>& lock;
+    ~Release() { lock.reset(); }
+  } release{lock_};
+  // The configurations agree before rank 0 touches the directory.
+  const std::string config = config_.dump();
+  const uint64_t mine = Xxh3(config.data(), config.size());
+  std::vector<uint64_t> digests(static_cast<size_t>(comm.size()));
+  DGRR_RETURN_IF_ERROR(comm.AllGather(&mine, sizeof(mine), digests.data()));
+  const std::string differing = RanksDiffering(digests);
+  if (!differing.empty()) {
+    return Status::FailedPrecondition("rank(s) " + differing + " of " + std::to_string(comm.size()) +
+                                      " run a different configuration than rank 0 (every rank must be "
+                                      "started with the same options)");
+  }
+  // Rank 0 alone locks and prepares the directory, then tells the others.
+  Prepared prepared;
+  if (comm.rank() == 0) {
+    const Status s = PrepareRun();
+    prepared.code = static_cast<uint8_t>(s.code());
+    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->meta.step) : -1;
+    std::snprintf(prepared.message, sizeof(prepared.message), "%s", s.message().c_str());
+  }
+  DGRR_RETURN_IF_ERROR(comm.Broadcast(&prepared, sizeof(prepared), 0));
+  if (prepared.code != 0) {
+    if (comm.rank() == 0) return StatusWithCode(prepared.code, prepared.message);
+    return StatusWithCode(prepared.code, std::string("rank 0: ") + prepared.message);
+  }
+  if (comm.rank() != 0) {
+    Status s = Status::OK();
+    if (prepared.resume_step >= 0 && options_.restore_checkpoint.empty()) {
+      auto ckpt = checkpoint::ReadCheckpoint(
+          checkpoint::CheckpointPath(options_.out_dir, static_cast<uint64_t>(prepared.resume_step)));
+      s = ckpt.status();
+      if (s.ok()) s = CheckCheckpointFitsRun(*ckpt);
+      if (s.ok()) {
+        first_step_ = prepared.resume_step + 1;
+        resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt).value());
+      }
+    } else if (!options_.restore_checkpoint.empty()) {
+      s = PrepareRestore();
+    }
+    if (s.ok()) s = CheckDumpsAfterStart();
+    if (!s.ok()) {
+      comm.Abort(s);
+      return s;
+    }
+  }
+  Communicator* const mine_only[] = {&comm};
+  return RunRanks(mine_only, progress, result);
+}
+
+Status Trainer::RunRanks(std::span<Communicator* const> comms,
+                         const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;
-  for (int r = 0; r < options_.ranks; ++r) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, r));
-  // Only a recording run keeps a metrics log; a replay checks, and a
-  // rollback's re-execution happens in scratch space.
-  if (options_.verify_against.empty()) {
+  for (Communicator* comm : comms) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, *comm));
+  const bool has_rank0 = impl.ranks[0]->r == 0;
+  // Only a recording run keeps a metrics log (rank 0's); a replay checks,
+  // and a rollback's re-execution happens in scratch space.
+  if (options_.verify_against.empty() && has_rank0) {
     DGRR_ASSIGN_OR_RETURN(impl.metrics,
                           MetricsLog::Open(MetricsPathFor(options_.out_dir), /*fresh=*/first_step_ == 0));
   }
   impl.start = impl.step_start = Clock::now();
-  std::vector<Status> statuses(static_cast<size_t>(options_.ranks));
+  std::vector<Status> statuses(impl.ranks.size());
   std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(options_.ranks));
   Status spawn;
-  for (int r = 0; r < options_.ranks; ++r) {
-    try {
-      threads.emplace_back([&, r] { statuses[static_cast<size_t>(r)] = impl.RunRank(r); });
-    } catch (const std::system_error& e) {
-      // The ranks already started would wait for this one at the barrier.
-      spawn = Status::IOError("cannot start the thread of rank " + std::to_string(r) + " of " +
-                              std::to_string(options_.ranks) + ": " + e.what());
-      impl.barrier.Abort(spawn);
-      impl.group.Abort(spawn);
-      break;
+  if (impl.ranks.size() == 1) {
+    statuses[0] = impl.RunRank(*impl.ranks[0]);
+  } else {
+    threads.reserve(impl.ranks.size());
+    for (size_t i = 0; i < impl.ranks.size(); ++i) {
+      try {
+        threads.emplace_back([&, i] { statuses[i] = impl.RunRank(*impl.ranks[i]); });
+      } catch (const std::system_error& e) {
+        // The ranks already started would wait for this one in a collective.
+        spawn = Status::IOError("cannot start the thread of rank " + std::to_string(impl.ranks[i]->r) +
+                                " of " + std::to_string(options_.ranks) + ": " + e.what());
+        impl.ranks[i]->comm.Abort(spawn);
+        break;
+      }
     }
   }
   for (auto& th : threads) th.join();
@@ -1554,25 +1752,22 @@ Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, T
   if (impl.metrics) DGRR_RETURN_IF_ERROR(impl.metrics->Close());
 
   if (result != nullptr) {
+    const Impl::Rank& rank = *impl.ranks[0];
     // A replay or rollback stops after last_step, not at the run's end.
     int64_t end = options_.last_step >= 0 ? options_.last_step + 1 : options_.steps;
-    result->stopped = impl.stopped_after >= 0;
-    result->checkpoint_at_stop = impl.checkpoint_at_stop;
-    if (result->stopped) end = impl.stopped_after + 1;
+    result->stopped = rank.stopped_after >= 0;
+    result->checkpoint_at_stop = rank.checkpoint_at_stop;
+    if (result->stopped) end = rank.stopped_after + 1;
     result->first_step = first_step_;
     result->steps = end;
-    result->final_loss = impl.ranks[0]->loss;
+    result->final_loss = rank.loss;
     result->seconds = std::chrono::duration<double>(Clock::now() - impl.start).count();
     result->tokens_per_second = static_cast<double>(end - first_step_) * batch_ *
                                 preset_.model.seq_len / std::max(result->seconds, 1e-9);
-    result->params = FingerprintBytes(impl.ranks[0]->params.data(), impl.num_params * sizeof(float));
-    result->boundaries_verified = result->steps_verified = 0;
-    for (const auto& rank : impl.ranks) {
-      if (rank->check) {
-        result->boundaries_verified += rank->check->boundaries_verified();
-        result->steps_verified += rank->check->steps_verified();
-      }
-    }
+    result->params = FingerprintBytes(rank.params.data(), impl.num_params * sizeof(float));
+    result->boundaries_verified = rank.boundaries_verified;
+    result->steps_verified = rank.steps_verified;
+    // Every rank closed its trace before the last collective.
     result->trace_bytes.clear();
     for (int r = 0; r < options_.ranks; ++r) {
       auto size = FileSize(TracePathFor(options_.out_dir, r));

@@ -24,6 +24,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/fast_forward.h"
 #include "model/faults.h"
+#include "runtime/communicator.h"
 #include "runtime/recording_mode.h"
 
 namespace dgrr::model {
@@ -158,9 +160,20 @@ class Trainer {
   // is refused having written nothing. IOError when another writer holds it.
   Status LockRunDirectory();
 
-  // Trains, writing the run directory. `progress` is called from rank 0's
-  // thread after every step.
+  // Trains, writing the run directory: options.ranks ranks as threads of
+  // this process, over an in-process communicator. `progress` is called from
+  // rank 0's thread after every step.
   Status Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
+
+  // Trains as rank comm.rank() of comm.size() (which must equal
+  // options.ranks), the other ranks running the same command elsewhere (other
+  // processes under mpirun): the configurations are compared first (a
+  // mismatch: FailedPrecondition on every rank, naming the ranks); rank 0
+  // locks and prepares the run directory and writes the shared files, each
+  // rank writes its own trace. The run directory is bitwise the one Run
+  // writes. `progress` is called on rank 0 only.
+  Status RunAsRank(Communicator& comm, const std::function<void(const TrainProgress&)>& progress,
+                   TrainResult* result);
 
   const nlohmann::json& config() const { return config_; }
   // The options in force (for --resume: as loaded from the run's config).
@@ -178,6 +191,10 @@ class Trainer {
   struct Impl;
   Trainer() = default;
   Status Validate();
+  Status PrepareRun();
+  Status CheckDumpsAfterStart() const;
+  Status RunRanks(std::span<Communicator* const> comms,
+                  const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
   Status LoadConfigForResume();
   Status PrepareRunDirectory() const;
   // Refuses a directory holding anything but dgrr's lock and temporaries,

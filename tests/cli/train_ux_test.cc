@@ -118,6 +118,24 @@ TEST_F(TrainUxTest, ConflictingSettingsAreAllNamedInOneLine) {
   EXPECT_EQ(err_.find("--ranks"), std::string::npos) << err_;  // agrees with the run
 }
 
+// Under mpirun the world size is the job's: a different --ranks is a usage
+// error on every rank, said before anything is written.
+TEST_F(TrainUxTest, RanksOtherThanTheMpiWorldSizeAreRefused) {
+  const std::string run = Path("run");
+  for (const char* rank : {"0", "1"}) {
+    ProcessOptions options;
+    options.env["OMPI_COMM_WORLD_SIZE"] = "2";
+    options.env["OMPI_COMM_WORLD_RANK"] = rank;
+    const ProcessResult r = RunDgrrProcess(
+        {"train", "--out", run, "--steps", "2", "--ranks", "3", "--batch", "6", "--quiet"}, options, Path("err"));
+    ASSERT_TRUE(r.exited) << r.err;
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_EQ(Lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("--ranks 3 differs from the 2 processes mpirun started"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(run)) << "rank " << rank;
+  }
+}
+
 TEST_F(TrainUxTest, ResumeWithNoRunYetStartsIt) {
   const std::string missing = Path("missing"), stale = Path("stale"), clean = Path("clean");
   const std::string expected = CleanRun(clean);

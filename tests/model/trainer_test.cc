@@ -10,10 +10,12 @@
 
 #include <filesystem>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 
@@ -135,6 +137,88 @@ TEST_F(TrainerTest, ParametersAndPerExampleBoundariesIndependentOfRanksAndThread
       EXPECT_EQ(PerExampleBoundaries((dir_ / name).string(), ranks), base_examples) << name;
     }
   }
+}
+
+// One Trainer per rank, each on its own thread, meeting only through its
+// communicator: what `mpirun -np R dgrr train` runs, with threads for
+// processes. options_for(r) gives rank r's options.
+std::vector<Status> RunAsRanks(int ranks, const std::function<TrainOptions(int)>& options_for,
+                               std::vector<TrainResult>* results) {
+  InProcessGroup group(ranks);
+  std::vector<Status> statuses(static_cast<size_t>(ranks));
+  results->assign(static_cast<size_t>(ranks), TrainResult{});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto t = Trainer::Create(options_for(r));
+      Status s = t.status();
+      if (t.ok()) s = (*t)->RunAsRank(*group.ranks[static_cast<size_t>(r)], nullptr, &(*results)[r]);
+      if (!s.ok()) group.ranks[static_cast<size_t>(r)]->Abort(s);
+      statuses[static_cast<size_t>(r)] = s;
+    });
+  }
+  for (auto& th : threads) th.join();
+  return statuses;
+}
+
+TEST_F(TrainerTest, OneTrainerPerRankWritesTheRunOfOneProcessBitwise) {
+  TrainOptions o = Options("threads", 4, 1);
+  o.ckpt_every = 2;
+  o.steps = 4;
+  const TrainResult base = Train(o);
+  std::vector<TrainResult> results;
+  const auto statuses = RunAsRanks(4, [&](int) {
+    TrainOptions p = o;
+    p.out_dir = (dir_ / "ranks").string();
+    return p;
+  }, &results);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r].ToString();
+    EXPECT_EQ(results[r].params, base.params) << "rank " << r;
+    const auto a = Records((dir_ / "threads").string(), r), b = Records((dir_ / "ranks").string(), r);
+    ASSERT_EQ(a.size(), b.size()) << "rank " << r;
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].body == b[i].body) << "rank " << r << " record " << i;
+  }
+  for (uint64_t step : {1, 3}) {
+    auto a = ReadFileToString(checkpoint::CheckpointPath((dir_ / "threads").string(), step));
+    auto b = ReadFileToString(checkpoint::CheckpointPath((dir_ / "ranks").string(), step));
+    ASSERT_TRUE(a.ok() && b.ok());
+    // Only the run id (random per run) may differ.
+    auto ca = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath((dir_ / "threads").string(), step));
+    auto cb = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath((dir_ / "ranks").string(), step));
+    ASSERT_TRUE(ca.ok() && cb.ok());
+    ASSERT_EQ(ca->ranks.size(), cb->ranks.size());
+    for (size_t r = 0; r < ca->ranks.size(); ++r) EXPECT_EQ(ca->ranks[r].trace_position, cb->ranks[r].trace_position);
+    EXPECT_EQ(a->size(), b->size());
+  }
+}
+
+TEST_F(TrainerTest, RanksGivenDifferentConfigurationsAreRefusedOnEveryRankNamingThem) {
+  std::vector<TrainResult> results;
+  const auto statuses = RunAsRanks(4, [&](int r) {
+    TrainOptions p = Options("mixed", 4, 1);
+    if (r == 2) p.lr = 0.5f;
+    return p;
+  }, &results);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(statuses[r].code(), StatusCode::kFailedPrecondition) << "rank " << r << ": " << statuses[r].ToString();
+    EXPECT_NE(statuses[r].message().find("rank(s) 2 of 4"), std::string::npos) << statuses[r].message();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "mixed" / "config.json"));
+}
+
+// Rank 0 writes the replicated state from its own memory, so the ranks
+// first show they hold the same: a moment flipped on one rank at a
+// checkpoint's step is named (entry and rank), and no checkpoint is written.
+TEST_F(TrainerTest, CheckpointOfStateThatDiffersAcrossRanksIsRefusedNamingEntryAndRank) {
+  TrainOptions o = Options("moment", 4, 1);
+  o.ckpt_every = 2;
+  o.faults.push_back(*ParseFaultSpec("bitflip:step=1,rank=3,at=adamw.m.wte"));
+  Status s;
+  Train(o, &s);
+  EXPECT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("'adamw.m' differs between rank 0 and rank 3"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(checkpoint::CheckpointPath(o.out_dir, 1)));
 }
 
 TEST_F(TrainerTest, RaceMakesOtherwiseIdenticalRunsDiffer) {
