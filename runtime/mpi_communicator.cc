@@ -1,0 +1,225 @@
+#include "runtime/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace dgrr {
+
+struct MpiCommunicator::Handle {
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+namespace {
+
+std::string MpiError(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+Status Check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  return Status::Internal(std::string(call) + " failed: " + MpiError(rc));
+}
+
+Status RefuseDevice(const Placement& where, const char* what) {
+  if (where.host()) return Status::OK();
+  return Status::FailedPrecondition(std::string(what) + ": the MPI communicator moves host memory only (device " +
+                                    std::to_string(where.device) + " given; device buffers need the NCCL backend)");
+}
+
+// MPI counts and displacements are int.
+Status FitsInt(size_t bytes, const char* what) {
+  if (bytes <= static_cast<size_t>(INT_MAX)) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + ": " + std::to_string(bytes) +
+                                 " bytes exceed MPI's int count limit (" + std::to_string(INT_MAX) + ")");
+}
+
+Status ToInts(std::span<const size_t> values, const char* what, std::vector<int>* out) {
+  out->clear();
+  for (size_t v : values) {
+    DGRR_RETURN_IF_ERROR(FitsInt(v, what));
+    out->push_back(static_cast<int>(v));
+  }
+  return Status::OK();
+}
+
+bool IsDecimal(const char* s) {
+  if (s == nullptr || *s == '\0') return false;
+  for (const char* p = s; *p; ++p) {
+    if (*p < '0' || *p > '9') return false;
+  }
+  return std::strlen(s) <= 9;
+}
+
+// NAME_SIZE and NAME_RANK both present, decimal, rank < size.
+Status CheckSizeAndRank(const std::function<const char*(const char*)>& getenv, const char* size_var,
+                        const char* rank_var, const char* launcher) {
+  const char* size = getenv(size_var);
+  const char* rank = getenv(rank_var);
+  if (!IsDecimal(size) || !IsDecimal(rank) || std::atoi(size) < 1 || std::atoi(rank) >= std::atoi(size)) {
+    return Status::FailedPrecondition(std::string("incomplete ") + launcher + " launch environment: " + size_var +
+                                      "=" + (size ? size : "(unset)") + ", " + rank_var + "=" +
+                                      (rank ? rank : "(unset)") + " (start the ranks with mpirun -np R)");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckMpiLauncherEnvironment(const std::function<const char*(const char*)>& getenv) {
+  const bool ompi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("OMPI_COMM_WORLD_RANK");
+  const bool pmix = getenv("PMIX_RANK") || getenv("PMIX_NAMESPACE");
+  const bool pmi = getenv("PMI_SIZE") || getenv("PMI_RANK");
+  if (!ompi && !pmix && !pmi) {
+    return Status::FailedPrecondition(
+        "not started by an MPI launcher (none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE is set): run under "
+        "mpirun -np R, or use in-process ranks");
+  }
+  if (ompi) {
+    DGRR_RETURN_IF_ERROR(CheckSizeAndRank(getenv, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "Open MPI"));
+  }
+  if (ompi || pmix) {
+    // Open MPI's mpirun always hands its ranks a PMIx server; without one,
+    // MPI_Init would try to reach a launcher that is not there.
+    const char* rank = getenv("PMIX_RANK");
+    if (!IsDecimal(rank) || getenv("PMIX_NAMESPACE") == nullptr) {
+      return Status::FailedPrecondition(std::string("incomplete MPI launch environment: PMIX_RANK=") +
+                                        (rank ? rank : "(unset)") + ", PMIX_NAMESPACE " +
+                                        (getenv("PMIX_NAMESPACE") ? "set" : "unset") +
+                                        " (start the ranks with mpirun -np R)");
+    }
+    if (ompi && std::string(rank) != getenv("OMPI_COMM_WORLD_RANK")) {
+      return Status::FailedPrecondition(std::string("inconsistent MPI launch environment: PMIX_RANK=") + rank +
+                                        ", OMPI_COMM_WORLD_RANK=" + getenv("OMPI_COMM_WORLD_RANK"));
+    }
+    return Status::OK();
+  }
+  return CheckSizeAndRank(getenv, "PMI_SIZE", "PMI_RANK", "PMI");
+}
+
+StatusOr<std::unique_ptr<MpiCommunicator>> OpenMpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::FailedPrecondition("MPI has already been finalized in this process: it cannot be opened again");
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  bool owns_mpi = false;
+  if (!initialized) {
+    DGRR_RETURN_IF_ERROR(CheckMpiLauncherEnvironment([](const char* name) { return std::getenv(name); }));
+    int provided = MPI_THREAD_SINGLE;
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) return Status::Internal("MPI_Init_thread failed: " + MpiError(rc));
+    owns_mpi = true;
+    if (provided < MPI_THREAD_SERIALIZED) {
+      MPI_Finalize();
+      return Status::FailedPrecondition("this MPI library does not support MPI_THREAD_SERIALIZED (provided level " +
+                                        std::to_string(provided) + ")");
+    }
+  } else {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      return Status::FailedPrecondition(
+          "MPI was initialized by the program below MPI_THREAD_SERIALIZED (level " + std::to_string(provided) +
+          "); dgrr needs collectives from any one thread at a time");
+    }
+  }
+  auto handle = std::make_unique<MpiCommunicator::Handle>();
+  // Errors come back as return codes on our own duplicate of the world, so
+  // dgrr's collectives never match messages of the program's own.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  Status s = Check(MPI_Comm_dup(MPI_COMM_WORLD, &handle->comm), "MPI_Comm_dup");
+  if (s.ok()) s = Check(MPI_Comm_set_errhandler(handle->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  int rank = 0, size = 1;
+  if (s.ok()) s = Check(MPI_Comm_rank(handle->comm, &rank), "MPI_Comm_rank");
+  if (s.ok()) s = Check(MPI_Comm_size(handle->comm, &size), "MPI_Comm_size");
+  if (!s.ok()) {
+    if (owns_mpi) MPI_Finalize();
+    return s;
+  }
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(std::move(handle), rank, size, owns_mpi));
+}
+
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, int rank, int size, bool owns_mpi)
+    : handle_(std::move(handle)), rank_(rank), size_(size), owns_mpi_(owns_mpi) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (handle_->comm != MPI_COMM_NULL) MPI_Comm_free(&handle_->comm);
+  if (owns_mpi_) MPI_Finalize();
+}
+
+Status MpiCommunicator::Barrier() { return Check(MPI_Barrier(handle_->comm), "MPI_Barrier"); }
+
+Status MpiCommunicator::Broadcast(void* data, size_t count, int root, const Placement& where) {
+  DGRR_RETURN_IF_ERROR(RefuseDevice(where, "Broadcast"));
+  DGRR_RETURN_IF_ERROR(FitsInt(count, "Broadcast"));
+  if (root < 0 || root >= size_) return Status::InvalidArgument("Broadcast: root " + std::to_string(root));
+  return Check(MPI_Bcast(data, static_cast<int>(count), MPI_BYTE, root, handle_->comm), "MPI_Bcast");
+}
+
+Status MpiCommunicator::AllGather(const void* mine, size_t count, void* out, const Placement& where) {
+  DGRR_RETURN_IF_ERROR(RefuseDevice(where, "AllGather"));
+  // The receive side's last displacement is (size - 1) * count.
+  DGRR_RETURN_IF_ERROR(FitsInt(count * static_cast<size_t>(size_), "AllGather"));
+  return Check(MPI_Allgather(mine, static_cast<int>(count), MPI_BYTE, out, static_cast<int>(count), MPI_BYTE,
+                             handle_->comm),
+               "MPI_Allgather");
+}
+
+Status MpiCommunicator::AllGatherV(const void* mine, std::span<const size_t> counts, void* out,
+                                   const Placement& where) {
+  DGRR_RETURN_IF_ERROR(RefuseDevice(where, "AllGatherV"));
+  DGRR_RETURN_IF_ERROR(CheckRankArrays(*this, counts, {}, "AllGatherV"));
+  std::vector<size_t> offsets(counts.size());
+  size_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = at;
+    at += counts[r];
+  }
+  DGRR_RETURN_IF_ERROR(FitsInt(at, "AllGatherV"));
+  std::vector<int> icounts, ioffsets;
+  DGRR_RETURN_IF_ERROR(ToInts(counts, "AllGatherV", &icounts));
+  DGRR_RETURN_IF_ERROR(ToInts(offsets, "AllGatherV", &ioffsets));
+  const int my_count = icounts[static_cast<size_t>(rank_)];
+  return Check(MPI_Allgatherv(mine, my_count, MPI_BYTE, out, icounts.data(), ioffsets.data(), MPI_BYTE,
+                              handle_->comm),
+               "MPI_Allgatherv");
+}
+
+Status MpiCommunicator::AllToAllV(const void* send, std::span<const size_t> send_counts,
+                                  std::span<const size_t> send_offsets, void* recv,
+                                  std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
+                                  const Placement& where) {
+  DGRR_RETURN_IF_ERROR(RefuseDevice(where, "AllToAllV"));
+  DGRR_RETURN_IF_ERROR(CheckRankArrays(*this, send_counts, send_offsets, "AllToAllV send"));
+  DGRR_RETURN_IF_ERROR(CheckRankArrays(*this, recv_counts, recv_offsets, "AllToAllV receive"));
+  std::vector<int> sc, so, rc, ro;
+  DGRR_RETURN_IF_ERROR(ToInts(send_counts, "AllToAllV send", &sc));
+  DGRR_RETURN_IF_ERROR(ToInts(send_offsets, "AllToAllV send", &so));
+  DGRR_RETURN_IF_ERROR(ToInts(recv_counts, "AllToAllV receive", &rc));
+  DGRR_RETURN_IF_ERROR(ToInts(recv_offsets, "AllToAllV receive", &ro));
+  return Check(MPI_Alltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rc.data(), ro.data(), MPI_BYTE,
+                             handle_->comm),
+               "MPI_Alltoallv");
+}
+
+void MpiCommunicator::Abort(const Status& why) {
+  std::fprintf(stderr, "dgrr: rank %d aborts the MPI job: %s\n", rank_, why.ToString().c_str());
+  std::fflush(stderr);
+  const int code = std::max(1, ExitCodeFor(why));  // an abort is never a success
+  MPI_Abort(handle_->comm != MPI_COMM_NULL ? handle_->comm : MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+}  // namespace dgrr
