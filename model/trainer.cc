@@ -34,6 +34,7 @@
 #include "model/training_program.h"
 #include "runtime/trace_check.h"
 #include "trace_format/reader.h"
+#include "runtime/canonical_reduce.h"
 #include "runtime/tree_reduce.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
@@ -130,26 +131,6 @@ Status GatherExampleRange(Communicator& comm, std::span<float* const> shard, siz
   }
   all->assign(mine.size() * static_cast<size_t>(comm.size()), 0.0f);
   return comm.AllGather(mine.data(), mine.size() * sizeof(float), all->data());
-}
-
-// out[0..n) = the canonical tree sum (TreeReduceInPlace) over all `total`
-// per-example buffers of the batch, on every rank; this rank holds
-// [first, first + shard.size()) of them.
-Status ReduceBatch(Communicator& comm, std::span<float* const> shard, uint64_t first, uint64_t total,
-                   size_t n, float* out, int num_threads) {
-  if (comm.size() == 1) {
-    TreeReduceInPlace(shard, n, num_threads);
-    std::memcpy(out, shard[0], n * sizeof(float));
-    return Status::OK();
-  }
-  (void)first;
-  std::vector<float> all;
-  DGRR_RETURN_IF_ERROR(GatherExampleRange(comm, shard, 0, n, &all));
-  std::vector<float*> views(total);
-  for (uint64_t e = 0; e < total; ++e) views[e] = all.data() + e * n;
-  TreeReduceInPlace(views, n, num_threads);
-  std::memcpy(out, views[0], n * sizeof(float));
-  return Status::OK();
 }
 
 // One line naming the ranks whose value differs from rank 0's ("" when all agree).
@@ -985,8 +966,8 @@ Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
       for (size_t k = 0; k < num_params; ++k) rank.grad[k] += g[k];
     }
   } else {
-    DGRR_RETURN_IF_ERROR(ReduceBatch(rank.comm, mine, rank.shard_first - static_cast<uint64_t>(step) * B, B,
-                                     num_params, rank.grad.data(), t.options_.threads));
+    DGRR_RETURN_IF_ERROR(CanonicalAllReduce(rank.comm, mine, rank.shard_first - static_cast<uint64_t>(step) * B, B,
+                                             num_params, rank.grad.data(), t.options_.threads));
   }
   if (racy == nullptr) return Status::OK();
   // The race fault: the racy tensor's range is summed by racing workers on
