@@ -1,5 +1,8 @@
 #include "runtime/rank_group.h"
 
+#include <string>
+#include <type_traits>
+
 #include <map>
 
 namespace dgrr {
@@ -80,6 +83,19 @@ std::vector<int> OutlierRanks(const std::vector<Fingerprint>& fingerprints) {
     }
   }
   return outliers;
+}
+
+Status CommunicatorRankGroup::AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) {
+  if (rank != comm_.rank()) {
+    return Status::InvalidArgument("rank group: rank " + std::to_string(rank) + " called through the " +
+                                   std::string(comm_.name()) + " communicator of rank " +
+                                   std::to_string(comm_.rank()));
+  }
+  // Copied as native words: the ranks of one job share an architecture, and
+  // the fingerprints are only compared within the job, never stored.
+  static_assert(sizeof(Fingerprint) == 16 && std::is_trivially_copyable_v<Fingerprint>);
+  all->assign(static_cast<size_t>(comm_.size()), Fingerprint{});
+  return comm_.AllGather(&mine, sizeof(Fingerprint), all->data());
 }
 
 }  // namespace dgrr

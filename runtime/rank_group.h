@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
+#include "runtime/communicator.h"
 
 namespace dgrr {
 
@@ -48,6 +49,23 @@ class InProcessRankGroup final : public RankGroup {
   int arrived_ = 0;
   int departed_ = 0;
   uint64_t round_ = 0;
+};
+
+// A RankGroup over any Communicator (in-process, MPI, later NCCL): the
+// fingerprint exchange is one AllGather of 16 bytes. Unlike
+// InProcessRankGroup, which all ranks share, each rank makes its own over
+// its own communicator and passes it to its Session (SessionOptions::group);
+// the `rank` argument must then be comm.rank(). Addresses are not exchanged
+// (the ranks may be processes): AllGatherAddresses is FailedPrecondition.
+class CommunicatorRankGroup final : public RankGroup {
+ public:
+  explicit CommunicatorRankGroup(Communicator& comm) : comm_(comm) {}
+  int world_size() const override { return comm_.size(); }
+  Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) override;
+  Communicator& communicator() { return comm_; }
+
+ private:
+  Communicator& comm_;
 };
 
 // The ranks whose fingerprint differs from the majority value (all ranks that

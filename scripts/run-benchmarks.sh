@@ -42,6 +42,10 @@ for bin in rng/rng_bench fingerprint/fingerprint_bench trace_format/trace_format
     --benchmark_out="$out/$name.json" --benchmark_out_format=json
 done
 
+# CanonicalAllReduce vs MPI_Allreduce under mpirun -np 1, 2, 4 (MPI builds only).
+if [[ -x $build/bench/collective/collective_bench ]]; then
+  run "canonical all-reduce vs MPI_Allreduce" "$(dirname "$0")/../bench/collective/run.sh" "$build"
+fi
 overhead="$build/bench/model/recording_overhead"
 run "recording_overhead tiny" "$overhead" --model tiny --steps 40 --rounds 5 --out "$out/overhead-tiny"
 run "recording_overhead small" "$overhead" --model small --steps 12 --rounds 3 --threads 2 --out "$out/overhead-small"

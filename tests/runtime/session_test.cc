@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/file.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/op_guard.h"
 #include "trace_format/reader.h"
 
@@ -304,6 +305,53 @@ TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
     }
   }
   EXPECT_TRUE(found_event);
+}
+
+// The same check with each rank's session on its own communicator (the
+// adapter any backend gets: in-process here, MPI in a real job).
+TEST_F(SessionTest, SdcCheckOverACommunicatorNamesTheFaultyRank) {
+  constexpr int kRanks = 3;
+  InProcessGroup comms(kRanks);
+  std::vector<Status> results(kRanks);
+  std::vector<std::vector<SdcMismatch>> mismatches(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorRankGroup group(*comms.ranks[static_cast<size_t>(r)]);
+      SessionOptions o = Options(r, kRanks);
+      o.mode = RecordMode::kSdc;
+      o.group = &group;
+      auto s = Session::Open(o);
+      if (!s.ok()) {
+        results[r] = s.status();
+        comms.ranks[static_cast<size_t>(r)]->Abort(results[r]);
+        return;
+      }
+      std::vector<float> params(32, 1.0f);
+      (void)(*s)->state().Register({"params", params.data(), params.size() * 4, DType::kF32,
+                                    {32}, StateRole::kParameter});
+      for (uint64_t step = 0; step < 4; ++step) {
+        (void)(*s)->BeginStep(step);
+        for (auto& p : params) p *= 0.5f;
+        if (r == 1 && step == 1) params[3] = -params[3];  // a silent corruption on rank 1
+        Status st = (*s)->EndStep(step, 1.0f);
+        if (!st.ok()) {
+          results[r] = st;
+          break;
+        }
+      }
+      mismatches[r] = (*s)->sdc_mismatches();
+      (void)(*s)->Close();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(results[r].code(), StatusCode::kDivergence) << r << " " << results[r].ToString();
+    EXPECT_NE(results[r].message().find("rank 1"), std::string::npos) << results[r].ToString();
+    ASSERT_EQ(mismatches[r].size(), 1u);
+    EXPECT_EQ(mismatches[r][0].rank, 1);
+    EXPECT_EQ(mismatches[r][0].step, 1u);
+  }
 }
 
 TEST(RecordingMode, ParsesNamesAndFilters) {
