@@ -101,23 +101,6 @@ trace::Phase TracePhase(model::Phase p) {
   return Phase::kForward;
 }
 
-// The SDC check's per-step fingerprint exchange, over the rank's own
-// communicator: the session never learns whether its peers are threads or
-// processes.
-class CommunicatorRankGroup final : public RankGroup {
- public:
-  explicit CommunicatorRankGroup(Communicator& comm) : comm_(comm) {}
-  int world_size() const override { return comm_.size(); }
-  Status AllGather(int, const Fingerprint& mine, std::vector<Fingerprint>* all) override {
-    static_assert(sizeof(Fingerprint) == 16 && std::is_trivially_copyable_v<Fingerprint>);
-    all->assign(static_cast<size_t>(comm_.size()), Fingerprint{});
-    return comm_.AllGather(&mine, sizeof(Fingerprint), all->data());
-  }
-
- private:
-  Communicator& comm_;
-};
-
 // Every example's values [lo, hi) of the batch, in example order, on every
 // rank: the ranks' equal shards (Validate: the batch divides by the ranks)
 // packed and all-gathered. Only the data-parallel faults use it, at the step
