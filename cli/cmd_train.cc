@@ -209,6 +209,7 @@ Status CheckResumeSettings(const po::variables_map& vm, const TrainOptions& give
   check("lr", Text(given.lr.value_or(0)), Text(run.lr.value_or(0)));
   check("mode", std::string(RecordModeName(given.mode)), std::string(RecordModeName(run.mode)));
   check("ckpt-every", Text(given.ckpt_every), Text(run.ckpt_every));
+  check("audit-every", Text(given.audit_every), Text(run.audit_every));
   // The run's own faults may be repeated (the same command line), not changed.
   std::vector<std::string> typed, recorded;
   for (const auto& f : given.faults) {
@@ -292,6 +293,12 @@ int RunTrain(const std::vector<std::string>& args) {
       ("lr", po::value(&lr), "peak learning rate (default: the preset's)")
       ("mode", po::value(&mode)->default_value("full"), "recording mode: full, trusted, sdc or off")
       ("ckpt-every", po::value(&o.ckpt_every)->default_value(0), "write a checkpoint every K steps (0: none)")
+      ("audit-every", po::value(&o.audit_every)->default_value(0),
+       "cross-rank audit at every step K divides (0: off): rank r recomputes rank (r+1) % R's examples "
+       "and compares every per-example fingerprint, in any --mode; a difference names step, rank, "
+       "example and boundary and stops the run (exit 4). Finds a rank whose forward or backward is "
+       "wrong even when the all-reduce has spread its gradient to every rank, which the parameter "
+       "check cannot see; costs up to one more forward/backward per audited step (docs/model.md)")
       ("inject", po::value(&injects)->composing(),
        "inject a fault (repeatable): bitflip:step=S,rank=R,at=NAME[,example=E,index=I,bit=B] | "
        "race:step=S,at=PARAM | shared-rng:step=S[,rank=R] | reduce-order:step=S | skip-restore:NAME. "
@@ -316,7 +323,7 @@ int RunTrain(const std::vector<std::string>& args) {
       "train",
       "dgrr train --out RUN_DIR [--steps N] [--seed S] [--model tiny|small] [--data FILE]\n"
       "                  [--ranks R] [--threads T] [--batch B] [--lr LR] [--mode full|trusted|sdc|off]\n"
-      "                  [--ckpt-every K] [--inject SPEC]... [--force] [--quiet]\n"
+      "                  [--ckpt-every K] [--audit-every K] [--inject SPEC]... [--force] [--quiet]\n"
       "       dgrr train ... --resume [--fallback] [--inject skip-restore:NAME]",
       "Trains the reference GPT (a byte-level decoder-only transformer) data-parallel over R ranks\n"
       "and T threads per rank, bitwise reproducibly: the parameters after every step are identical\n"
@@ -413,11 +420,13 @@ int RunTrain(const std::vector<std::string>& args) {
                  o.out_dir.c_str());
   }
   if (!quiet) {
-    std::fprintf(stderr, "dgrr train: %s model, %zu parameters, batch %d over %d rank(s) x %d thread(s), mode %s\n",
+    const int64_t audit_every = (*trainer)->options().audit_every;
+    std::fprintf(stderr, "dgrr train: %s model, %zu parameters, batch %d over %d rank(s) x %d thread(s), mode %s%s\n",
                  (*trainer)->preset().name.c_str(), (*trainer)->num_parameters(),
                  (*trainer)->batch_size(), (*trainer)->options().ranks,
                  (*trainer)->options().threads,
-                 std::string(RecordModeName((*trainer)->options().mode)).c_str());
+                 std::string(RecordModeName((*trainer)->options().mode)).c_str(),
+                 audit_every > 0 ? (", audit every " + std::to_string(audit_every) + " step(s)").c_str() : "");
   }
   ProgressPrinter progress(quiet);
   model::TrainResult result;

@@ -80,6 +80,11 @@ struct TrainOptions {
   std::optional<float> lr;      // default: the preset's
   RecordMode mode = RecordMode::kFull;
   int64_t ckpt_every = 0;       // 0: no checkpoints
+  // The cross-rank audit (docs/model.md, "The audit"): at every step this
+  // divides, rank r recomputes rank (r+1) % R's examples and compares their
+  // per-example fingerprints; a difference is Divergence. 0: off. Never
+  // changes a recorded value.
+  int64_t audit_every = 0;
   std::vector<FaultSpec> faults;
   // Set by TrainOptionsFromRun: the run's config.json, and how many of
   // `faults` (the first ones) it named, so that a value it holds which
