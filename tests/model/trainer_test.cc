@@ -594,5 +594,161 @@ TEST_F(FaultLocalizationTest, ReduceOrderAndSharedRngAreNamedAtTheirStep) {
       << "the first mask drawn from the shared generator: " << d.a.name;
 }
 
+// --audit-every: each rank recomputes its neighbour's examples and compares.
+class AuditTest : public TrainerTest {
+ protected:
+  // The audit's EVENT records of a trace, as (step, payload).
+  static std::vector<std::pair<uint64_t, std::string>> AuditEvents(const std::string& run_dir, int rank) {
+    std::vector<std::pair<uint64_t, std::string>> out;
+    for (const auto& rec : Records(run_dir, rank)) {
+      const auto* e = std::get_if<trace::EventRecord>(&rec.body);
+      if (e != nullptr && e->kind == trace::EventKind::kSdcMismatch) out.emplace_back(e->step, e->payload);
+    }
+    return out;
+  }
+  static bool HasStepEnd(const std::string& run_dir, int rank, uint64_t step) {
+    for (const auto& rec : Records(run_dir, rank)) {
+      const auto* s = std::get_if<trace::StepRecord>(&rec.body);
+      if (s != nullptr && s->step == step && s->kind == trace::StepKind::kEnd) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(AuditTest, CleanRunRecordsExactlyWhatTheUnauditedRunRecords) {
+  for (RecordMode mode : {RecordMode::kFull, RecordMode::kSdc}) {
+    const std::string tag = std::string(RecordModeName(mode));
+    TrainOptions plain = Options("plain_" + tag, 2, 2);
+    plain.mode = mode;
+    TrainOptions audited = plain;
+    audited.out_dir = (dir_ / ("audited_" + tag)).string();
+    audited.audit_every = 1;
+    Status s;
+    const TrainResult a = Train(plain);
+    const TrainResult b = Train(audited, &s);
+    ASSERT_TRUE(s.ok()) << tag << ": " << s.ToString();
+    EXPECT_EQ(a.params, b.params) << tag;
+    for (int r = 0; r < 2; ++r) {
+      const auto ra = Records(plain.out_dir, r), rb = Records(audited.out_dir, r);
+      ASSERT_EQ(ra.size(), rb.size()) << tag << " rank " << r;
+      ASSERT_GT(ra.size(), 3u) << tag;
+      // A passing audit records nothing: every record, events included, is
+      // the unaudited run's.
+      for (size_t i = 0; i < ra.size(); ++i) {
+        ASSERT_TRUE(ra[i].body == rb[i].body) << tag << " rank " << r << " record " << i;
+      }
+    }
+  }
+}
+
+TEST_F(AuditTest, AuditSettingIsRecordedInConfigAndReadBack) {
+  TrainOptions o = Options("cfg", 2);
+  o.steps = 1;
+  o.audit_every = 7;
+  Train(o);
+  auto read = TrainOptionsFromRun(o.out_dir);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->audit_every, 7);
+  // A run recorded before the option existed has no key, and ran unaudited.
+  auto text = ReadFileToString(ConfigPathFor(o.out_dir), 1 << 20);
+  ASSERT_TRUE(text.ok());
+  nlohmann::json j = nlohmann::json::parse(*text);
+  ASSERT_EQ(j.at("audit_every"), 7);
+  j.erase("audit_every");
+  ASSERT_TRUE(WriteFileAtomically(ConfigPathFor(o.out_dir), j.dump()).ok());
+  read = TrainOptionsFromRun(o.out_dir);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->audit_every, 0);
+  TrainOptions bad = Options("bad", 2);
+  bad.audit_every = -1;
+  auto t = Trainer::Create(bad);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
+}
+
+// A flip in rank 1's backward pass (an activation gradient, before the
+// all-reduce) corrupts the gradient every rank then applies: all ranks hold
+// the same wrong parameters, so the parameter check passes, while the audit
+// names rank 1, the step, the example and the boundary.
+TEST_F(AuditTest, BackwardBitflipIsNamedByTheAuditButNotByTheParameterCheck) {
+  const std::string flip = "bitflip:step=2,rank=1,at=block0.mlp.fc.dinp";
+  auto spec = ParseFaultSpec(flip);
+  ASSERT_TRUE(spec.ok());
+
+  TrainOptions unaudited = Options("unaudited", 2);
+  unaudited.steps = 4;
+  unaudited.faults = {*spec};
+  Status s;
+  const TrainResult corrupted = Train(unaudited, &s);
+  EXPECT_TRUE(s.ok()) << "the parameter check alone should not see it: " << s.ToString();
+  TrainOptions clean = Options("clean", 2);
+  clean.steps = 4;
+  EXPECT_NE(Train(clean).params, corrupted.params) << "the flip must change the run";
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(AuditEvents(unaudited.out_dir, r).empty());
+
+  TrainOptions audited = unaudited;
+  audited.out_dir = (dir_ / "audited").string();
+  audited.audit_every = 1;
+  Train(audited, &s);
+  ASSERT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("audit at step 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank 1 computed example 20 differently from rank 0's recomputation, first at "
+                             "block0.mlp.fc.dinp"),
+            std::string::npos)
+      << s.message();
+  for (int r = 0; r < 2; ++r) {
+    const auto events = AuditEvents(audited.out_dir, r);
+    ASSERT_EQ(events.size(), 1u) << "rank " << r;
+    EXPECT_EQ(events[0].first, 2u);
+    EXPECT_EQ(events[0].second, "audit rank=1 by=0 example=20 at=block0.mlp.fc.dinp");
+    // It stops before the corrupted gradient is applied.
+    EXPECT_TRUE(HasStepEnd(audited.out_dir, r, 1));
+    EXPECT_FALSE(HasStepEnd(audited.out_dir, r, 2));
+  }
+}
+
+TEST_F(AuditTest, AuditNamesRankTwoOfFourInSdcModeOnlyAtStepsItRuns) {
+  auto spec = ParseFaultSpec("bitflip:step=2,rank=2,at=block1.attn.qkv.dinp,example=21");
+  ASSERT_TRUE(spec.ok());
+  TrainOptions o = Options("r4", 4);
+  o.steps = 4;
+  o.mode = RecordMode::kSdc;  // records no per-example boundary; the audit still sees them
+  o.faults = {*spec};
+  o.audit_every = 2;
+  Status s;
+  Train(o, &s);
+  ASSERT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("rank 2 computed example 21 differently from rank 1's recomputation, first at "
+                             "block1.attn.qkv.dinp"),
+            std::string::npos)
+      << s.message();
+  const auto events = AuditEvents(o.out_dir, 3);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], std::make_pair(uint64_t{2}, std::string("audit rank=2 by=1 example=21 at=block1.attn.qkv.dinp")));
+
+  // Audited at steps 0 and 3 only: step 2's corruption goes unseen.
+  TrainOptions every3 = o;
+  every3.out_dir = (dir_ / "every3").string();
+  every3.audit_every = 3;
+  Train(every3, &s);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A wrong input (the tokens a rank read) is named at the tokens themselves.
+TEST_F(AuditTest, CorruptedInputTokensAreNamedAtDataTokens) {
+  auto spec = ParseFaultSpec("bitflip:step=1,rank=0,at=data.tokens");
+  ASSERT_TRUE(spec.ok());
+  TrainOptions o = Options("tokens", 2);
+  o.faults = {*spec};
+  o.audit_every = 1;
+  Status s;
+  Train(o, &s);
+  ASSERT_EQ(s.code(), StatusCode::kDivergence) << s.ToString();
+  EXPECT_NE(s.message().find("rank 0 computed example 8 differently from rank 1's recomputation, first at "
+                             "data.tokens"),
+            std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace dgrr::model
