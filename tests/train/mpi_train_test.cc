@@ -147,6 +147,24 @@ TEST_F(MpiTrainTest, ABitflipOnOneRankProcessIsNamedAtItsStepAndRank) {
   EXPECT_NE(c.output.find("rank 1"), std::string::npos) << c.output;
 }
 
+// The audit over MPI: a clean audited job records the bits of the unaudited
+// in-process run; a flip in rank 1's backward pass is named by rank 0's audit
+// (exit 4), though every rank's parameters agree.
+TEST_F(MpiTrainTest, TheAuditNamesARankProcessWhoseBackwardIsWrong) {
+  const fs::path clean = dir_ / "clean", threads = dir_ / "threads", flipped = dir_ / "flipped";
+  ASSERT_EQ(Mpi(2, Train(clean, {"--audit-every", "3"}), "clean.log").code, 0);
+  ASSERT_EQ(Dgrr(Train(threads, {"--ranks", "2"}), "threads.log").code, 0);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(RecordsOf(clean, r) == RecordsOf(threads, r)) << "rank " << r;
+  const Outcome f = Mpi(
+      2, Train(flipped, {"--audit-every", "3", "--inject", "bitflip:step=3,rank=1,at=block0.mlp.fc.dinp"}),
+      "flipped.log");
+  EXPECT_EQ(f.code, 4) << f.output;
+  EXPECT_NE(f.output.find("silent data corruption found by the audit at step 3: rank 1 computed example 28 "
+                          "differently from rank 0's recomputation, first at block0.mlp.fc.dinp"),
+            std::string::npos)
+      << f.output;
+}
+
 TEST_F(MpiTrainTest, AKilledRankEndsTheJobAndTheResumedJobEndsAsTheUninterruptedOne) {
   const fs::path whole = dir_ / "whole", killed = dir_ / "killed";
   ASSERT_EQ(Mpi(2, Train(whole), "whole.log").code, 0);
