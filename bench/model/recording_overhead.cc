@@ -8,8 +8,12 @@
 // time (all threads) are reported: on a shared machine CPU time is the steadier
 // of the two, while wall time is what a user waits for.
 //
+// With --audit K1,K2,... it measures the cross-rank audit instead: mode full
+// without the audit against --audit-every K1, K2, ... (interleaved the same
+// way), each against the unaudited run.
+//
 // usage: recording_overhead [--model tiny|small] [--steps N] [--rounds K]
-//                           [--threads T] [--ranks R] [--out DIR]
+//                           [--threads T] [--ranks R] [--out DIR] [--audit K1,K2]
 #include <time.h>
 
 #include <algorithm>
@@ -43,7 +47,15 @@ double ProcessCpuSeconds() {
 struct StepTimes {
   double wall = 0;  // median seconds per step
   double cpu = 0;   // median CPU seconds per step, all threads of the process
+  // Means: an audit every K > 1 steps is in none of the median steps.
+  double mean_wall = 0, mean_cpu = 0;
 };
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
 
 // Median seconds per step of one run, skipping the first `warmup` steps.
 StepTimes MedianStepSeconds(dgrr::model::TrainOptions o, int warmup) {
@@ -71,7 +83,7 @@ StepTimes MedianStepSeconds(dgrr::model::TrainOptions o, int warmup) {
     std::fprintf(stderr, "recording_overhead: %s\n", s.ToString().c_str());
     std::exit(1);
   }
-  return {Median(steps), Median(cpu_steps)};
+  return {Median(steps), Median(cpu_steps), Mean(steps), Mean(cpu_steps)};
 }
 
 }  // namespace
@@ -79,6 +91,7 @@ StepTimes MedianStepSeconds(dgrr::model::TrainOptions o, int warmup) {
 int main(int argc, char** argv) {
   std::string model = "tiny", out = "/tmp/dgrr_recording_overhead";
   int steps = 40, rounds = 5, threads = 1, ranks = 1;
+  std::vector<int64_t> audits;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
@@ -86,19 +99,44 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--audit")) {
+      for (const char* p = argv[i + 1]; *p != 0;) {
+        char* end = nullptr;
+        audits.push_back(std::strtoll(p, &end, 10));
+        if (end == p || audits.back() < 1) {
+          std::fprintf(stderr, "recording_overhead: --audit takes intervals >= 1, e.g. 1,10\n");
+          return 1;
+        }
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     else {
       std::fprintf(stderr, "recording_overhead: unknown option %s\n", argv[i]);
       return 1;
     }
   }
-  const std::vector<RecordMode> modes = {RecordMode::kOff, RecordMode::kFull, RecordMode::kTrusted,
-                                         RecordMode::kSdc};
-  std::map<RecordMode, std::vector<double>> wall_per_mode, cpu_per_mode;
+  // (mode, audit interval) per configuration; the first is the baseline.
+  std::vector<std::pair<RecordMode, int64_t>> modes;
+  if (audits.empty()) {
+    for (RecordMode m : {RecordMode::kOff, RecordMode::kFull, RecordMode::kTrusted, RecordMode::kSdc}) {
+      modes.emplace_back(m, 0);
+    }
+  } else {
+    modes.emplace_back(RecordMode::kFull, 0);
+    for (int64_t k : audits) modes.emplace_back(RecordMode::kFull, k);
+  }
+  auto label = [](const std::pair<RecordMode, int64_t>& m) {
+    std::string l(dgrr::RecordModeName(m.first));
+    return m.second > 0 ? l + "+audit" + std::to_string(m.second) : l;
+  };
+  std::map<std::pair<RecordMode, int64_t>, std::vector<double>> wall_per_mode, cpu_per_mode;
   int tokens_per_step = 0;
   for (int round = 0; round < rounds; ++round) {
-    for (RecordMode mode : modes) {
+    for (const auto& config : modes) {
+      const RecordMode mode = config.first;
       dgrr::model::TrainOptions o;
-      o.out_dir = out + "/" + std::string(dgrr::RecordModeName(mode));
+      o.out_dir = out + "/" + label(config);
+      o.audit_every = config.second;
       o.preset = model;
       o.steps = steps;
       o.threads = threads;
@@ -108,23 +146,23 @@ int main(int argc, char** argv) {
       auto t = dgrr::model::Trainer::Create(o);
       if (t.ok()) tokens_per_step = (*t)->batch_size() * (*t)->preset().model.seq_len;
       const StepTimes times = MedianStepSeconds(o, std::min(5, steps / 4));
-      wall_per_mode[mode].push_back(times.wall);
-      cpu_per_mode[mode].push_back(times.cpu);
+      wall_per_mode[config].push_back(audits.empty() ? times.wall : times.mean_wall);
+      cpu_per_mode[config].push_back(audits.empty() ? times.cpu : times.mean_cpu);
     }
   }
   std::filesystem::remove_all(out);
-  const double off = Median(wall_per_mode[RecordMode::kOff]);
-  const double off_cpu = Median(cpu_per_mode[RecordMode::kOff]);
-  std::printf("model=%s ranks=%d threads=%d steps=%d rounds=%d\n", model.c_str(), ranks, threads,
-              steps, rounds);
-  std::printf("%-8s %12s %12s %8s %14s %8s\n", "mode", "ms/step", "tokens/s", "vs off",
-              "cpu ms/step", "vs off");
-  for (RecordMode mode : modes) {
-    const double t = Median(wall_per_mode[mode]);
-    const double c = Median(cpu_per_mode[mode]);
-    std::printf("%-8s %12.3f %12.0f %8.4f %14.3f %8.4f\n",
-                std::string(dgrr::RecordModeName(mode)).c_str(), t * 1e3, tokens_per_step / t,
-                t / off, c * 1e3, c / off_cpu);
+  const double off = Median(wall_per_mode[modes[0]]);
+  const double off_cpu = Median(cpu_per_mode[modes[0]]);
+  std::printf("model=%s ranks=%d threads=%d steps=%d rounds=%d (%s step time)\n", model.c_str(), ranks,
+              threads, steps, rounds, audits.empty() ? "median" : "mean");
+  const std::string base = label(modes[0]);
+  std::printf("%-12s %12s %12s %8s %14s %8s\n", "mode", "ms/step", "tokens/s", ("vs " + base).c_str(),
+              "cpu ms/step", ("vs " + base).c_str());
+  for (const auto& config : modes) {
+    const double t = Median(wall_per_mode[config]);
+    const double c = Median(cpu_per_mode[config]);
+    std::printf("%-12s %12.3f %12.0f %8.4f %14.3f %8.4f\n", label(config).c_str(), t * 1e3,
+                tokens_per_step / t, t / off, c * 1e3, c / off_cpu);
   }
   return 0;
 }
