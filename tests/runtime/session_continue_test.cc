@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <map>
+#include <mutex>
 #include <thread>
 #include <variant>
 
@@ -55,25 +56,36 @@ class MemoryStore final : public CheckpointStore {
     Saved s_;
   };
 
-  Status Write(const CheckpointRequest& r) override {
-    Saved s;
-    s.path = r.run_dir + "/ckpt/" + std::to_string(r.step);
+  // Shards wait in `pending` until rank 0 commits them, as on disk.
+  StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu);
+    Saved& s = pending[PathOf(r)];
+    s.path = PathOf(r);
     s.step = r.step;
     s.config_digest = r.config_digest;
     s.world_size = r.world_size;
-    for (const auto& rank : r.ranks) {
-      s.positions.push_back(rank.trace_position);
-      std::map<std::string, std::vector<uint8_t>> entries;
-      for (const StateEntry& e : rank.state->entries()) {
-        const auto* p = static_cast<const uint8_t*>(e.data);
-        entries[e.name].assign(p, p + e.bytes);
-      }
-      s.state.push_back(entries);
+    s.positions.resize(r.world_size);
+    s.state.resize(r.world_size);
+    s.positions[r.rank.rank] = r.rank.trace_position;
+    for (const StateEntry& e : r.rank.state->entries()) {
+      const auto* p = static_cast<const uint8_t*>(e.data);
+      s.state[r.rank.rank][e.name].assign(p, p + e.bytes);
     }
+    return CheckpointShard{r.rank.rank, 0, 0, r.rank.trace_position, 0};
+  }
+  Status Commit(const CheckpointRequest& r, const std::vector<CheckpointShard>& shards) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (shards.size() != static_cast<size_t>(r.world_size)) return Status::Internal("shards missing");
+    Saved s = pending[PathOf(r)];
+    for (const CheckpointShard& shard : shards) {
+      if (s.positions[shard.rank] != shard.trace_position) return Status::Internal("wrong shard record");
+    }
+    pending.erase(PathOf(r));
     saved[s.path] = s;
     newest[r.run_dir] = s.path;
     return Status::OK();
   }
+  static std::string PathOf(const CheckpointRequest& r) { return r.run_dir + "/ckpt/" + std::to_string(r.step); }
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override {
     auto it = saved.find(path);
     if (it == saved.end()) return Status::NotFound(path);
@@ -97,6 +109,8 @@ class MemoryStore final : public CheckpointStore {
     int rank;
     std::vector<CapturedTensor> tensors;
   };
+  std::mutex mu;
+  std::map<std::string, Saved> pending;
   std::map<std::string, Saved> saved;
   std::map<std::string, std::string> newest;
   std::vector<Dump> dumps;
