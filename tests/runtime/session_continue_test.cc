@@ -12,6 +12,7 @@
 
 #include "base/file.h"
 #include "runtime/control_file.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
@@ -253,6 +254,46 @@ TEST_F(SessionContinueTest, RanksOfOneProcessCheckpointTogetherAndResume) {
   const std::string ckpt = Path("cut") + "/ckpt/2";
   ASSERT_EQ(store_.saved.count(ckpt), 1u);
   EXPECT_EQ(store_.saved[ckpt].world_size, 2);
+  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
+  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
+  const auto rest = run_ranks(Path("cut"), -1);
+  EXPECT_EQ(rest, whole);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Computation(TracePathFor(Path("cut"), r)), Computation(TracePathFor(Path("whole"), r))) << r;
+  }
+}
+
+// Two ranks that share nothing but a communicator each (as rank processes
+// do): each writes its own shard, rank 0 commits, and both resume bitwise.
+TEST_F(SessionContinueTest, RanksOverSeparateCommunicatorsCheckpointByShardsAndResume) {
+  auto run_ranks = [&](const std::string& dir, int64_t stop_after) {
+    InProcessWorld world(2);
+    std::vector<std::vector<float>> finals(2);
+    std::vector<Status> statuses(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        InProcessCommunicator comm(world, r);
+        CommunicatorRankGroup group(comm);
+        SessionOptions o = Options(dir);
+        o.rank = r;
+        o.world_size = 2;
+        o.group = &group;
+        auto w = Train(o, false, stop_after);
+        statuses[r] = w.status();
+        if (w.ok()) finals[r] = *w;
+        if (!w.ok()) world.Abort(w.status());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+    return finals;
+  };
+  const auto whole = run_ranks(Path("whole"), -1);
+  run_ranks(Path("cut"), 2);
+  const std::string ckpt = Path("cut") + "/ckpt/2";
+  ASSERT_EQ(store_.saved.count(ckpt), 1u);
+  EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed";
   ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
   EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
   const auto rest = run_ranks(Path("cut"), -1);
