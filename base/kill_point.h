@@ -9,9 +9,11 @@
 // set to INT or TERM, the process raises that signal instead, once (not once
 // per rank), so that tests drive a graceful stop at a named point. The stages:
 //   step            trainer: after step N's records (STEP end) on a rank
-//   ckpt-temp       trainer: checkpoint of step N written to its temporary
-//                   file, before the rename
-//   ckpt-commit     trainer: checkpoint of step N renamed into place
+//   ckpt-temp       trainer: a rank's shard of step N written to its
+//                   temporary file, before the rename
+//   ckpt-shard      trainer, Session::Checkpoint: the rank's shard of step N
+//                   durable, before the ranks' barrier and rank 0's manifest
+//   ckpt-commit     trainer: the manifest of step N renamed into place
 //   resume-cut      train --resume: rank N's trace cut back to the checkpoint
 //   rollback-begun  rollback: its marker written (N: the step rolled back to)
 //   rollback-ckpt   rollback: stage 2 done (N: the step rolled back to)

@@ -35,16 +35,22 @@ constexpr uint32_t kHeaderBytes = 64;
 constexpr size_t kOffVersion = 8, kOffHeaderBytes = 12, kOffUserBlock = 16, kOffFileLength = 24,
                  kOffPayloadHash = 32, kOffStep = 40, kOffStateDigest = 48, kOffHeaderHash = 56;
 constexpr const char* kFormatName = "dgrr checkpoint";
+constexpr const char* kShardFormatName = "dgrr checkpoint shard";
 constexpr int kMaxDims = 32;
 constexpr uint64_t kMaxWorldSize = 1 << 16;
 
 uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
-void EncodeHeader(uint8_t* block, uint64_t file_length, uint64_t payload_hash, uint64_t step,
+std::string FileNameOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void EncodeHeader(uint8_t* block, uint32_t version, uint64_t file_length, uint64_t payload_hash, uint64_t step,
                   uint64_t state_digest) {
   std::memset(block, 0, kCheckpointUserBlockBytes);
   std::memcpy(block, kMagic, sizeof kMagic);
-  EncodeFixed32(block + kOffVersion, kCheckpointFormatVersion);
+  EncodeFixed32(block + kOffVersion, version);
   EncodeFixed32(block + kOffHeaderBytes, kHeaderBytes);
   EncodeFixed64(block + kOffUserBlock, kCheckpointUserBlockBytes);
   EncodeFixed64(block + kOffFileLength, file_length);
@@ -72,7 +78,7 @@ StatusOr<CheckpointHeader> DecodeHeader(const std::string& path, const uint8_t* 
   if (header_hash != Xxh3(block, kOffHeaderHash)) return bad(kOffHeaderHash, "header hash mismatch");
   CheckpointHeader h;
   h.format_version = DecodeFixed32(p + kOffVersion);
-  if (h.format_version != kCheckpointFormatVersion) {
+  if (h.format_version != kCheckpointFormatVersion && h.format_version != kSingleFileFormatVersion) {
     return bad(kOffVersion, "unsupported format version " + std::to_string(h.format_version));
   }
   if (DecodeFixed32(p + kOffHeaderBytes) != kHeaderBytes ||
@@ -357,6 +363,18 @@ Status CreateDataset(hid_t file, const std::string& file_path, const DatasetPlan
   return WriteDatasetAttributes(out.get(), ds);
 }
 
+Status WriteRootAttributes(hid_t f, const char* format, uint32_t version, const CheckpointMeta& meta,
+                           uint64_t state_digest) {
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", format, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", version, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "dgrr_version", DGRR_VERSION_STRING, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "step", meta.step, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "config_digest", meta.config_digest, "/"));
+  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "run_id", meta.run_id_hex, "/"));
+  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "world_size", static_cast<uint64_t>(meta.world_size), "/"));
+  return WriteU64Attribute(f, "state_digest", state_digest, "/");
+}
+
 struct RankPlan {
   int rank = 0;
   uint64_t trace_position = 0;
@@ -367,9 +385,17 @@ struct RankPlan {
 // driver: chunks go from our buffers to the file with no intermediate image.
 // (H5Fget_file_image is not used: with a user block, HDF5 1.10.8 hands out an
 // image whose superblock checksum is wrong.)
-Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, uint64_t state_digest,
-                     const std::vector<RankPlan>& ranks, const std::vector<DatasetPlan>& datasets,
-                     const std::vector<ChunkJob>& chunks, int level) {
+// What kind of file WriteHdf5File makes: a v1 single-file checkpoint (every
+// rank, /meta) or a v2 shard (one rank, no /meta, a `rank` attribute).
+struct FileKind {
+  const char* format = kFormatName;
+  uint32_t version = kSingleFileFormatVersion;
+  int shard_rank = -1;  // >= 0: a shard of this rank
+};
+
+Status WriteHdf5File(const std::string& tmp_path, const FileKind& kind, const CheckpointMeta& meta,
+                     uint64_t state_digest, const std::vector<RankPlan>& ranks,
+                     const std::vector<DatasetPlan>& datasets, const std::vector<ChunkJob>& chunks, int level) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
   H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
@@ -383,16 +409,13 @@ Status WriteHdf5File(const std::string& tmp_path, const CheckpointMeta& meta, ui
   H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
   const hid_t f = file.get();
-  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kFormatName, "/"));
-  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kCheckpointFormatVersion, "/"));
-  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "dgrr_version", DGRR_VERSION_STRING, "/"));
-  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "step", meta.step, "/"));
-  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "config_digest", meta.config_digest, "/"));
-  DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "run_id", meta.run_id_hex, "/"));
-  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "world_size", static_cast<uint64_t>(meta.world_size), "/"));
-  DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "state_digest", state_digest, "/"));
+  DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kind.format, kind.version, meta, state_digest));
+  if (kind.shard_rank >= 0) {
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "rank", static_cast<uint64_t>(kind.shard_rank), "/"));
+  }
 
-  std::vector<std::string> groups = {"/meta", "/replicated", "/ranks"};
+  std::vector<std::string> groups = {"/replicated", "/ranks"};
+  if (kind.shard_rank < 0) groups.insert(groups.begin(), "/meta");
   for (const RankPlan& r : ranks) groups.push_back("/ranks/" + std::to_string(r.rank));
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl.get(), false);
@@ -518,7 +541,8 @@ Status PlanState(const CheckpointMeta& meta, const std::vector<RankSnapshot>& ra
 
 // Hashes bytes [512, end) of the file HDF5 wrote, streaming through a small
 // buffer, and writes the header into its user block.
-Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_digest) {
+Status StampHeader(const std::string& tmp_path, uint32_t version, uint64_t step, uint64_t state_digest,
+                   uint64_t* length = nullptr, uint64_t* payload = nullptr) {
   uint64_t offset = kCheckpointUserBlockBytes;
   uint64_t payload_hash = 0;
   {
@@ -527,9 +551,87 @@ Status StampHeader(const std::string& tmp_path, uint64_t step, uint64_t state_di
   }
   if (offset == kCheckpointUserBlockBytes) return Status::Internal("HDF5 wrote no file body to " + tmp_path);
   uint8_t block[kCheckpointUserBlockBytes];
-  EncodeHeader(block, offset, payload_hash, step, state_digest);
+  EncodeHeader(block, version, offset, payload_hash, step, state_digest);
+  if (length != nullptr) *length = offset;
+  if (payload != nullptr) *payload = payload_hash;
   return FileSystem::Default()->WriteAt(tmp_path, 0,
                                         std::string_view(reinterpret_cast<const char*>(block), sizeof block));
+}
+
+// One rank's datasets for its shard: its own entries, and on rank 0 the
+// replicated ones (the ranks have shown by digests that theirs agree). The
+// rank digest covers every entry the rank restores, as in v1.
+Status PlanShard(const CheckpointMeta& meta, const RankSnapshot& r, const CheckpointWriteOptions& options,
+                 std::vector<DatasetPlan>& datasets, RankPlan& plan) {
+  if (meta.world_size < 1 || static_cast<uint64_t>(meta.world_size) > kMaxWorldSize || r.rank < 0 ||
+      r.rank >= meta.world_size || r.state == nullptr) {
+    return Status::InvalidArgument("checkpoint shard: rank " + std::to_string(r.rank) + " of world_size " +
+                                   std::to_string(meta.world_size) + (r.state == nullptr ? " without state" : ""));
+  }
+  std::vector<DigestItem> items;
+  for (const StateEntry& e : r.state->entries()) {
+    if (e.restore != RestorePolicy::kCheckpoint) continue;
+    if (e.replicated && r.rank != 0) {
+      DGRR_RETURN_IF_ERROR(ValidateName(e.name));
+      items.push_back({&e.name, e.dtype, &e.shape, e.bytes, Xxh3(e.data, e.bytes)});
+      continue;
+    }
+    const std::string group = e.replicated ? "/replicated" : "/ranks/" + std::to_string(r.rank);
+    DGRR_ASSIGN_OR_RETURN(DatasetPlan dataset, PlanDataset(group, e.name, e.dtype, e.role, e.shape, e.data,
+                                                           e.bytes, options.chunk_bytes));
+    items.push_back({&e.name, e.dtype, &e.shape, e.bytes, dataset.xxh3});
+    datasets.push_back(std::move(dataset));
+  }
+  plan = {r.rank, r.trace_position, DigestOfItems(std::move(items))};
+  return Status::OK();
+}
+
+Status WriteManifestHdf5(const std::string& tmp_path, const std::string& path, const CheckpointMeta& meta,
+                         uint64_t state_digest, const std::vector<ShardRecord>& shards,
+                         const std::vector<DatasetPlan>& datasets, const std::vector<ChunkJob>& chunks, int level) {
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  auto lock = LockHdf5();
+  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_userblock(fcpl.get(), kCheckpointUserBlockBytes) < 0 ||
+      H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+    return Status::Internal("HDF5: file property lists rejected");
+  }
+  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
+  const hid_t f = file.get();
+  DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kFormatName, kCheckpointFormatVersion, meta, state_digest));
+  H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+  H5Pset_obj_track_times(gcpl.get(), false);
+  for (const char* g : {"/meta", "/shards"}) {
+    H5Handle group(H5Gcreate2(f, g, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+    if (!group.valid()) return Hdf5WriteFailure(tmp_path, std::string("creating group ") + g);
+  }
+  for (const ShardRecord& shard : shards) {
+    const std::string g = "/shards/" + std::to_string(shard.rank);
+    H5Handle group(H5Gcreate2(f, g.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+    if (!group.valid()) return Hdf5WriteFailure(tmp_path, "creating group " + g);
+    const hid_t h = group.get();
+    DGRR_RETURN_IF_ERROR(WriteStringAttribute(h, "file", FileNameOf(ShardPath(path, shard.rank)), g));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "bytes", shard.bytes, g));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "xxh3", shard.payload_xxh3, g));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "trace_position", shard.trace_position, g));
+    DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "state_digest", shard.state_digest, g));
+  }
+  std::vector<H5Handle> handles(datasets.size());
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    DGRR_RETURN_IF_ERROR(CreateDataset(f, tmp_path, datasets[d], level, handles[d]));
+  }
+  for (const ChunkJob& job : chunks) {
+    if (H5Dwrite_chunk(handles[job.dataset].get(), H5P_DEFAULT, job.filter_mask, job.offset.data(), job.size(),
+                       job.bytes()) < 0) {
+      return Hdf5WriteFailure(tmp_path, "writing a chunk of dataset " + datasets[job.dataset].Path());
+    }
+  }
+  handles.clear();
+  if (H5Fclose(file.Release()) < 0) return Hdf5WriteFailure(tmp_path, "write (on close)");
+  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------
@@ -600,10 +702,15 @@ StatusOr<std::vector<SavedEntry>> ReadGroup(hid_t file, const std::string& file_
   return entries;
 }
 
-Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& format_version) {
+Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& format_version,
+                const char* expected_format = kFormatName) {
   const std::string what = path + ": /";
   DGRR_ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, "format", what));
-  if (format != kFormatName) return Status::Corruption(what + ": format is '" + format + "'");
+  if (format != expected_format) {
+    return Status::Corruption(what + ": format is '" + format + "', expected '" + expected_format + "'" +
+                              (format == kShardFormatName ? " (a shard: read the checkpoint's manifest, step-N.h5)"
+                                                          : ""));
+  }
   DGRR_ASSIGN_OR_RETURN(format_version, ReadU64Attribute(f, "format_version", what));
   DGRR_ASSIGN_OR_RETURN(out.dgrr_version, ReadStringAttribute(f, "dgrr_version", what));
   DGRR_ASSIGN_OR_RETURN(out.meta.step, ReadU64Attribute(f, "step", what));
@@ -618,6 +725,28 @@ Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& for
   return Status::OK();
 }
 
+// /ranks/<r> of a v1 file or of rank r's v2 shard, its digest checked
+// against its entries and the replicated ones.
+StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
+                                  const std::vector<SavedEntry>& replicated) {
+  const std::string g = "/ranks/" + std::to_string(r);
+  const std::string what = path + ": " + g;
+  H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
+  if (!group.valid()) return Status::Corruption(what + ": missing");
+  SavedRank rank;
+  rank.rank = r;
+  DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
+  DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
+  DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g));
+  std::vector<DigestItem> items;
+  for (const SavedEntry& e : replicated) items.push_back(ItemOf(e));
+  for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
+  if (DigestOfItems(items) != rank.state_digest) {
+    return Status::Corruption(what + ": state_digest does not match the saved entries");
+  }
+  return rank;
+}
+
 Status ReadRanks(hid_t f, const std::string& path, Checkpoint& out) {
   H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
   if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
@@ -628,21 +757,7 @@ Status ReadRanks(hid_t f, const std::string& path, Checkpoint& out) {
   }
   std::vector<uint64_t> digests;
   for (int r = 0; r < out.meta.world_size; ++r) {
-    const std::string g = "/ranks/" + std::to_string(r);
-    const std::string what = path + ": " + g;
-    H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
-    if (!group.valid()) return Status::Corruption(what + ": missing");
-    SavedRank rank;
-    rank.rank = r;
-    DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
-    DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
-    DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g));
-    std::vector<DigestItem> items;
-    for (const SavedEntry& e : out.replicated) items.push_back(ItemOf(e));
-    for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
-    if (DigestOfItems(items) != rank.state_digest) {
-      return Status::Corruption(what + ": state_digest does not match the saved entries");
-    }
+    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadRankGroup(f, path, r, out.replicated));
     digests.push_back(rank.state_digest);
     out.ranks.push_back(std::move(rank));
   }
@@ -701,13 +816,72 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
     // Every HDF5 failure is named with the file it was writing, once.
-    if (Status s = WriteHdf5File(tmp, meta, state_digest, rank_plans, datasets, chunks,
+    if (Status s = WriteHdf5File(tmp, FileKind{}, meta, state_digest, rank_plans, datasets, chunks,
                                  options.zstd_level);
         !s.ok()) {
       return NamingFile(s, tmp);
     }
     if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
-    return StampHeader(tmp, meta.step, state_digest);
+    return StampHeader(tmp, kSingleFileFormatVersion, meta.step, state_digest);
+  });
+}
+
+std::string ShardPath(const std::string& manifest_path, int rank) {
+  std::string stem = manifest_path;
+  if (stem.size() >= 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
+  return stem + ".rank-" + std::to_string(rank) + ".h5";
+}
+
+StatusOr<ShardRecord> WriteCheckpointShard(const std::string& path, const CheckpointMeta& meta,
+                                           const RankSnapshot& rank, const CheckpointWriteOptions& options) {
+  std::vector<DatasetPlan> datasets;
+  RankPlan plan;
+  DGRR_RETURN_IF_ERROR(PlanShard(meta, rank, options, datasets, plan));
+  std::vector<ChunkJob> chunks = ListChunks(datasets);
+  CompressAll(datasets, options.zstd_level, options.threads, chunks);
+  DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
+  ShardRecord record;
+  record.rank = rank.rank;
+  record.trace_position = rank.trace_position;
+  record.state_digest = plan.state_digest;
+  const FileKind kind{kShardFormatName, kCheckpointFormatVersion, rank.rank};
+  DGRR_RETURN_IF_ERROR(CommitFileAtomically(ShardPath(path, rank.rank), [&](const std::string& tmp) -> Status {
+    if (Status s = WriteHdf5File(tmp, kind, meta, plan.state_digest, {plan}, datasets, chunks, options.zstd_level);
+        !s.ok()) {
+      return NamingFile(s, tmp);
+    }
+    if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
+    return StampHeader(tmp, kCheckpointFormatVersion, meta.step, plan.state_digest, &record.bytes,
+                       &record.payload_xxh3);
+  }));
+  return record;
+}
+
+Status CommitCheckpoint(const std::string& path, const CheckpointMeta& meta, std::vector<ShardRecord> shards,
+                        const CheckpointWriteOptions& options) {
+  std::sort(shards.begin(), shards.end(), [](const ShardRecord& a, const ShardRecord& b) { return a.rank < b.rank; });
+  bool ranks_ok = meta.world_size >= 1 && shards.size() == static_cast<size_t>(meta.world_size);
+  for (size_t r = 0; ranks_ok && r < shards.size(); ++r) ranks_ok = shards[r].rank == static_cast<int>(r);
+  if (!ranks_ok) {
+    return Status::InvalidArgument("checkpoint manifest: world_size " + std::to_string(meta.world_size) + " but " +
+                                   std::to_string(shards.size()) + " shards (ranks 0..world_size-1, each once)");
+  }
+  std::vector<uint64_t> digests;
+  for (const ShardRecord& shard : shards) digests.push_back(shard.state_digest);
+  const uint64_t state_digest = CombineStateDigests(digests);
+  DGRR_ASSIGN_OR_RETURN(DatasetPlan plan,
+                        PlanDataset("/meta", "plan_json", DType::kU8, StateRole::kOther, {}, meta.plan_json.data(),
+                                    meta.plan_json.size(), options.chunk_bytes));
+  std::vector<DatasetPlan> datasets;
+  datasets.push_back(std::move(plan));
+  std::vector<ChunkJob> chunks = ListChunks(datasets);
+  CompressAll(datasets, options.zstd_level, 1, chunks);
+  return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
+    if (Status s = WriteManifestHdf5(tmp, path, meta, state_digest, shards, datasets, chunks, options.zstd_level);
+        !s.ok()) {
+      return NamingFile(s, tmp);
+    }
+    return StampHeader(tmp, kCheckpointFormatVersion, meta.step, state_digest);
   });
 }
 
@@ -746,7 +920,16 @@ Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
     }
     snapshots.push_back({static_cast<int>(r), &registries[r], trace_positions[r]});
   }
-  return WriteCheckpoint(path, meta, snapshots, options);
+  // Sharded like a trainer's checkpoint. The old manifest goes first, so a
+  // kill between the shards and the new manifest leaves the step absent
+  // rather than a manifest listing shards that were since replaced.
+  if (PathExists(path)) DGRR_RETURN_IF_ERROR(RemoveFile(path));
+  std::vector<ShardRecord> shards;
+  for (const RankSnapshot& snapshot : snapshots) {
+    DGRR_ASSIGN_OR_RETURN(ShardRecord shard, WriteCheckpointShard(path, meta, snapshot, options));
+    shards.push_back(shard);
+  }
+  return CommitCheckpoint(path, meta, std::move(shards), options);
 }
 
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
@@ -818,6 +1001,161 @@ StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader
   return IdentityOf(st);
 }
 
+
+StatusOr<H5Handle> OpenVerifiedHdf5(const std::string& path) {
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
+  return file;
+}
+
+Status CheckUnchanged(const std::string& path, const FileIdentity& verified) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !(IdentityOf(st) == verified)) {
+    return Status::IOError(path + ": the file was replaced or modified while it was read");
+  }
+  return Status::OK();
+}
+
+Status ReadPlanJson(hid_t f, const std::string& path, Checkpoint& out) {
+  DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> meta, ReadGroup(f, path, "/meta"));
+  if (meta.size() != 1 || meta[0].name != "plan_json") {
+    return Status::Corruption(path + ": group /meta must hold exactly plan_json");
+  }
+  out.meta.plan_json.assign(meta[0].data.begin(), meta[0].data.end());
+  return Status::OK();
+}
+
+// v1: everything in this one file.
+Status ReadSingleFileBody(hid_t f, const std::string& path, Checkpoint& out) {
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
+  if (top != std::vector<std::string>{"meta", "ranks", "replicated"}) {
+    return Status::Corruption(path + ": /: expected exactly the groups meta, ranks, replicated");
+  }
+  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(f, path, "/replicated"));
+  DGRR_RETURN_IF_ERROR(ReadRanks(f, path, out));
+  return ReadPlanJson(f, path, out);
+}
+
+// v2 manifest: /meta/plan_json and /shards/<r> listing each rank's shard.
+StatusOr<std::vector<ShardRecord>> ReadManifestBody(hid_t f, const std::string& path, Checkpoint& out) {
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
+  if (top != std::vector<std::string>{"meta", "shards"}) {
+    return Status::Corruption(path + ": /: expected exactly the groups meta, shards (a v2 manifest)");
+  }
+  DGRR_RETURN_IF_ERROR(ReadPlanJson(f, path, out));
+  H5Handle shards_group(H5Gopen2(f, "/shards", H5P_DEFAULT));
+  if (!shards_group.valid()) return Status::Corruption(path + ": group /shards is missing");
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListGroup(shards_group.get(), path + ": /shards"));
+  if (names.size() != static_cast<size_t>(out.meta.world_size)) {
+    return Status::Corruption(path + ": /shards has " + std::to_string(names.size()) + " members for world_size " +
+                              std::to_string(out.meta.world_size));
+  }
+  std::vector<ShardRecord> shards;
+  for (int r = 0; r < out.meta.world_size; ++r) {
+    const std::string g = "/shards/" + std::to_string(r);
+    const std::string what = path + ": " + g;
+    H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
+    if (!group.valid()) return Status::Corruption(what + ": missing");
+    ShardRecord shard;
+    shard.rank = r;
+    DGRR_ASSIGN_OR_RETURN(std::string file, ReadStringAttribute(group.get(), "file", what));
+    const std::string expected = FileNameOf(ShardPath(path, r));
+    if (file != expected) {
+      return Status::Corruption(what + ": file is '" + file + "', expected '" + expected + "'");
+    }
+    DGRR_ASSIGN_OR_RETURN(shard.bytes, ReadU64Attribute(group.get(), "bytes", what));
+    DGRR_ASSIGN_OR_RETURN(shard.payload_xxh3, ReadU64Attribute(group.get(), "xxh3", what));
+    DGRR_ASSIGN_OR_RETURN(shard.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
+    DGRR_ASSIGN_OR_RETURN(shard.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
+// One shard, checked against what the manifest lists for it.
+StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& listed, Checkpoint& out) {
+  const int r = listed.rank;
+  const std::string path = ShardPath(manifest, r);
+  if (!PathExists(path)) {
+    return Status::Corruption(path + ": offset 0: missing (rank " + std::to_string(r) + "'s shard, listed by " +
+                              manifest + ")");
+  }
+  CheckpointHeader header;
+  DGRR_ASSIGN_OR_RETURN(FileIdentity verified, VerifyWholeFile(path, header));
+  auto bad = [&](uint64_t offset, const std::string& why) {
+    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
+  };
+  if (header.format_version != kCheckpointFormatVersion) {
+    return bad(kOffVersion, "a shard must be format version 2, is " + std::to_string(header.format_version));
+  }
+  if (header.file_length != listed.bytes) {
+    return bad(kOffFileLength, "shard is " + std::to_string(header.file_length) + " bytes, the manifest " +
+                                   manifest + " lists " + std::to_string(listed.bytes));
+  }
+  if (header.payload_xxh3 != listed.payload_xxh3) {
+    return bad(kOffPayloadHash, "payload hash differs from the one the manifest " + manifest +
+                                    " lists (a shard of another write)");
+  }
+  if (header.step != out.meta.step || header.state_digest != listed.state_digest) {
+    return bad(kOffStep, "step or state digest differs from the manifest " + manifest);
+  }
+  SavedRank rank;
+  {
+    auto lock = LockHdf5();
+    DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
+    const hid_t f = file.get();
+    Checkpoint root;
+    uint64_t version = 0;
+    DGRR_RETURN_IF_ERROR(ReadRoot(f, path, root, version, kShardFormatName));
+    DGRR_ASSIGN_OR_RETURN(uint64_t rank_attr, ReadU64Attribute(f, "rank", path + ": /"));
+    if (version != kCheckpointFormatVersion || root.meta.step != out.meta.step ||
+        root.meta.config_digest != out.meta.config_digest || root.meta.run_id_hex != out.meta.run_id_hex ||
+        root.meta.world_size != out.meta.world_size || rank_attr != static_cast<uint64_t>(r) ||
+        root.state_digest != listed.state_digest) {
+      return Status::Corruption(path + ": /: format_version, step, config_digest, run_id, world_size, rank or "
+                                       "state_digest disagree with the manifest " + manifest);
+    }
+    DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
+    if (top != std::vector<std::string>{"ranks", "replicated"}) {
+      return Status::Corruption(path + ": /: expected exactly the groups ranks, replicated (a shard)");
+    }
+    DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> replicated, ReadGroup(f, path, "/replicated"));
+    if (r == 0) {
+      out.replicated = std::move(replicated);
+    } else if (!replicated.empty()) {
+      return Status::Corruption(path + ": /replicated: only rank 0's shard holds replicated state");
+    }
+    H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
+    if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
+    DGRR_ASSIGN_OR_RETURN(std::vector<std::string> members, ListGroup(ranks_group.get(), path + ": /ranks"));
+    if (members != std::vector<std::string>{std::to_string(r)}) {
+      return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
+    }
+    DGRR_ASSIGN_OR_RETURN(rank, ReadRankGroup(f, path, r, out.replicated));
+  }
+  DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
+  if (rank.trace_position != listed.trace_position || rank.state_digest != listed.state_digest) {
+    return Status::Corruption(path + ": /ranks/" + std::to_string(r) +
+                              ": trace_position or state_digest disagree with the manifest " + manifest);
+  }
+  return rank;
+}
+
+Status ReadShards(const std::string& manifest, const std::vector<ShardRecord>& shards, Checkpoint& out) {
+  std::vector<uint64_t> digests;
+  for (const ShardRecord& listed : shards) {
+    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadShard(manifest, listed, out));
+    digests.push_back(rank.state_digest);
+    out.ranks.push_back(std::move(rank));
+  }
+  if (CombineStateDigests(digests) != out.state_digest) {
+    return Status::Corruption(manifest + ": /: state_digest does not match the shards' digests");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
@@ -827,35 +1165,26 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   // it by path; the identity check after reading catches a replacement
   // between the two (writers always rename a new file into place).
   DGRR_RETURN_IF_ERROR(InitHdf5());
-  auto lock = LockHdf5();
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
   Checkpoint out;
   out.path = path;
-  uint64_t format_version = 0;
-  DGRR_RETURN_IF_ERROR(ReadRoot(file.get(), path, out, format_version));
-  if (format_version != kCheckpointFormatVersion || out.meta.step != header.step ||
-      out.state_digest != header.state_digest) {
-    return Status::Corruption(path + ": /: format_version, step or state_digest disagree with the header");
+  std::vector<ShardRecord> shards;
+  {
+    auto lock = LockHdf5();
+    DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
+    uint64_t format_version = 0;
+    DGRR_RETURN_IF_ERROR(ReadRoot(file.get(), path, out, format_version));
+    if (format_version != header.format_version || out.meta.step != header.step ||
+        out.state_digest != header.state_digest) {
+      return Status::Corruption(path + ": /: format_version, step or state_digest disagree with the header");
+    }
+    if (format_version == kSingleFileFormatVersion) {
+      DGRR_RETURN_IF_ERROR(ReadSingleFileBody(file.get(), path, out));
+    } else {
+      DGRR_ASSIGN_OR_RETURN(shards, ReadManifestBody(file.get(), path, out));
+    }
   }
-  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(file.get(), path + ": /"));
-  if (top != std::vector<std::string>{"meta", "ranks", "replicated"}) {
-    return Status::Corruption(path + ": /: expected exactly the groups meta, ranks, replicated");
-  }
-  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(file.get(), path, "/replicated"));
-  DGRR_RETURN_IF_ERROR(ReadRanks(file.get(), path, out));
-  DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> meta, ReadGroup(file.get(), path, "/meta"));
-  if (meta.size() != 1 || meta[0].name != "plan_json") {
-    return Status::Corruption(path + ": group /meta must hold exactly plan_json");
-  }
-  out.meta.plan_json.assign(meta[0].data.begin(), meta[0].data.end());
-  file.Reset();
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !(IdentityOf(st) == verified)) {
-    return Status::IOError(path + ": the file was replaced or modified while it was read");
-  }
+  DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
+  if (header.format_version == kCheckpointFormatVersion) DGRR_RETURN_IF_ERROR(ReadShards(path, shards, out));
   return out;
 }
 
@@ -912,8 +1241,18 @@ StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir) {
   }
   for (const std::string& name : *names) {
     if (IsTemporaryName(name)) stale.push_back(dir + "/" + name);
+    // step-N.rank-R.h5 without its manifest step-N.h5: a write that never
+    // committed (a checkpoint exists only when its manifest does).
+    const size_t cut = name.find(".rank-");
+    if (cut != std::string::npos && name.rfind("step-", 0) == 0 && name.size() > 3 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0 && !PathExists(dir + "/" + name.substr(0, cut) + ".h5")) {
+      stale.push_back(dir + "/" + name);
+    }
   }
-  for (const std::string& path : stale) DGRR_RETURN_IF_ERROR(RemoveFile(path));
+  for (const std::string& path : stale) {
+    // Every rank process of a resumed job may clean at once: gone is fine.
+    if (Status s = RemoveFile(path); !s.ok() && !s.IsNotFound()) return s;
+  }
   if (!stale.empty()) DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
   return static_cast<int>(stale.size());
 }

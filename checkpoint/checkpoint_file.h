@@ -17,7 +17,11 @@
 
 namespace dgrr::checkpoint {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
+// v2: per-rank shard files committed by a manifest (what trainers and
+// sessions write); v1: one file holding every rank (still read, and written
+// by WriteCheckpoint for callers holding every rank's state in memory).
+inline constexpr uint32_t kCheckpointFormatVersion = 2;
+inline constexpr uint32_t kSingleFileFormatVersion = 1;
 inline constexpr uint64_t kCheckpointUserBlockBytes = 512;
 
 // One rank's live state at the checkpointed step.
@@ -89,13 +93,41 @@ struct CheckpointHeader {
 // RUN_DIR/ckpt/step-00000040.h5
 std::string CheckpointPath(const std::string& run_dir, uint64_t step);
 
-// Writes atomically (temporary in the same directory, fsync, rename, fsync dir).
+// Writes a v1 single-file checkpoint (every rank's state in this process's
+// memory) atomically (temporary in the same directory, fsync, rename, fsync dir).
 // Saves entries with restore == kCheckpoint; replicated entries once, after
 // checking every rank holds them bitwise identical (FailedPrecondition naming
 // the entry and the ranks otherwise). `ranks` holds ranks 0..world_size-1.
 Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
                        const std::vector<RankSnapshot>& ranks,
                        const CheckpointWriteOptions& options = {});
+
+// --- v2: per-rank shards committed by a manifest (docs/checkpoint-format.md) ---
+
+// What the manifest lists for one rank's shard.
+struct ShardRecord {
+  int rank = 0;
+  uint64_t bytes = 0;           // the shard file's length
+  uint64_t payload_xxh3 = 0;    // its header's payload hash (bytes 512..end)
+  uint64_t trace_position = 0;  // index of the rank's next trace record
+  uint64_t state_digest = 0;    // StateDigest of what the rank restores
+};
+
+// RUN_DIR/ckpt/step-00000040.h5 -> RUN_DIR/ckpt/step-00000040.rank-1.h5
+std::string ShardPath(const std::string& manifest_path, int rank);
+
+// Writes rank `rank.rank`'s shard of the checkpoint whose manifest will be
+// `path`, durably (temporary, fsync, rename, fsync dir): its own entries and,
+// on rank 0, the replicated ones. The caller has checked that the ranks'
+// replicated entries agree (by digests: nothing here compares memory).
+StatusOr<ShardRecord> WriteCheckpointShard(const std::string& path, const CheckpointMeta& meta,
+                                           const RankSnapshot& rank, const CheckpointWriteOptions& options = {});
+
+// Rank 0, once every rank's WriteCheckpointShard has returned: writes the
+// manifest `path` atomically, listing every shard with its size and hash.
+// The checkpoint exists from the rename of this file on.
+Status CommitCheckpoint(const std::string& path, const CheckpointMeta& meta, std::vector<ShardRecord> shards,
+                        const CheckpointWriteOptions& options = {});
 
 // Writes the state of a loaded checkpoint (ReadCheckpoint) to `path` as a new
 // checkpoint, atomically like WriteCheckpoint, with `meta` in place of the
@@ -109,8 +141,10 @@ Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
                          const CheckpointMeta& meta, const std::vector<uint64_t>& trace_positions,
                          const CheckpointWriteOptions& options = {});
 
-// Reads and fully verifies a checkpoint. Damage is Corruption naming the file
-// offset (structural) or the dataset (content).
+// Reads and fully verifies a checkpoint, v1 (one file) or v2 (`path` is the
+// manifest; every shard it lists is read and checked against it). Damage is
+// Corruption naming the file and the offset (structural) or the dataset
+// (content); a missing shard names the shard's file.
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path);
 
@@ -125,7 +159,8 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
 StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir);
 
 // Removes the temporaries a writer killed before its rename left in
-// RUN_DIR/ckpt (never a finished checkpoint); returns how many.
+// RUN_DIR/ckpt, and the shards of steps without a manifest (never a
+// committed checkpoint); returns how many.
 StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir);
 
 // The newest checkpoint with step <= max_step that reads and verifies,

@@ -26,20 +26,32 @@ class LoadedHdf5Checkpoint final : public LoadedCheckpoint {
   Checkpoint ckpt_;
 };
 
-}  // namespace
-
-Status Hdf5CheckpointStore::Write(const CheckpointRequest& request) {
+CheckpointMeta MetaOf(const CheckpointRequest& request) {
   CheckpointMeta meta;
   meta.step = request.step;
   meta.config_digest = request.config_digest;
   meta.run_id_hex = request.run_id_hex;
   meta.world_size = request.world_size;
   meta.plan_json = request.plan_json;
-  std::vector<RankSnapshot> ranks;
-  for (const CheckpointRankState& r : request.ranks) ranks.push_back({r.rank, r.state, r.trace_position});
-  const std::string path = CheckpointPath(request.run_dir, request.step);
-  DGRR_RETURN_IF_ERROR(CreateDirectories(std::filesystem::path(path).parent_path().string()));
-  return WriteCheckpoint(path, meta, ranks);
+  return meta;
+}
+
+}  // namespace
+
+StatusOr<CheckpointShard> Hdf5CheckpointStore::WriteShard(const CheckpointRequest& request) {
+  const CheckpointRankState& r = request.rank;
+  DGRR_ASSIGN_OR_RETURN(ShardRecord shard,
+                        WriteCheckpointShard(CheckpointPath(request.run_dir, request.step), MetaOf(request),
+                                             {r.rank, r.state, r.trace_position}));
+  return CheckpointShard{shard.rank, shard.bytes, shard.payload_xxh3, shard.trace_position, shard.state_digest};
+}
+
+Status Hdf5CheckpointStore::Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) {
+  std::vector<ShardRecord> records;
+  for (const CheckpointShard& s : shards) {
+    records.push_back({s.rank, s.bytes, s.payload_xxh3, s.trace_position, s.state_digest});
+  }
+  return CommitCheckpoint(CheckpointPath(request.run_dir, request.step), MetaOf(request), std::move(records));
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std::string& path) {

@@ -10,7 +10,8 @@ namespace dgrr::checkpoint {
 
 class Hdf5CheckpointStore final : public CheckpointStore {
  public:
-  Status Write(const CheckpointRequest& request) override;
+  StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& request) override;
+  Status Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback) override;
   Status RemoveTemporaries(const std::string& run_dir) override;

@@ -267,8 +267,9 @@ struct Trainer::Impl {
   Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
   Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
   Status WriteCheckpoint(Rank& rank, int64_t step);
-  Status WriteCheckpointFile(Rank& rank, int64_t step, size_t world,
-                             const std::function<uint64_t(size_t)>& trace_position);
+  checkpoint::CheckpointMeta CheckpointMetaFor(Rank& rank, int64_t step) const;
+  StatusOr<checkpoint::ShardRecord> WriteCheckpointShard(Rank& rank, int64_t step);
+  Status CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards);
   void PrepareDumps(Rank& rank, int64_t step);
   void Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
                std::span<const int64_t> dims, std::vector<uint8_t> bytes, const Fingerprint& fp,
@@ -801,10 +802,11 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
 }
 
 // Every rank records the EVENT and makes its trace durable, so the
-// checkpoint's trace positions name records that exist. The state is
-// replicated, so rank 0 writes it from its own memory for every rank, once
-// the ranks have shown by a fingerprint of it that they hold the same; the
-// per-rank trace positions come over the communicator.
+// checkpoint's trace positions name records that exist. The ranks show by a
+// digest of each replicated entry that they hold the same (nothing reads a
+// peer's memory); each writes its own shard (rank 0's holds the replicated
+// state); rank 0 commits the manifest only once every rank has said its shard
+// is durable (docs/checkpoint-format.md, v2).
 Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   Session& s = *rank.session;
   rank.adamw_t = static_cast<uint64_t>(rank.adamw.step());
@@ -812,8 +814,8 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
   DGRR_RETURN_IF_ERROR(
       s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
   DGRR_RETURN_IF_ERROR(s.Sync());
-  // Per rank: its trace position, then a fingerprint of each replicated
-  // entry (the same entries on every rank: the configurations agree).
+  // A fingerprint of each replicated entry (the same entries on every rank:
+  // the configurations agree).
   std::vector<std::string> names;
   std::vector<Fingerprint> mine;
   for (const StateEntry& e : s.state().entries()) {
@@ -821,11 +823,11 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
     names.push_back(e.name);
     mine.push_back(FingerprintBytes(e.data, e.bytes));
   }
-  const uint64_t position = s.trace_position();
-  mine.push_back(Fingerprint{position, 0});
   const size_t stride = mine.size();
   std::vector<Fingerprint> all(stride * static_cast<size_t>(rank.comm.size()));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
+  if (stride > 0) {
+    DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
+  }
   for (size_t r = 1; r < static_cast<size_t>(rank.comm.size()); ++r) {
     for (size_t i = 0; i < names.size(); ++i) {
       if (all[r * stride + i] == all[i]) continue;
@@ -834,38 +836,64 @@ Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
                                 std::to_string(r));
     }
   }
+  StatusOr<checkpoint::ShardRecord> shard = WriteCheckpointShard(rank, step);
+  if (shard.ok()) KillPoint("ckpt-shard", step, rank.r);
+  // The barrier that says every shard is durable: each rank's record, or 0
+  // in `ok` where its shard failed.
+  struct ShardWire {
+    uint64_t ok, bytes, payload_xxh3, trace_position, state_digest;
+  };
+  ShardWire wire{};
+  if (shard.ok()) wire = {1, shard->bytes, shard->payload_xxh3, shard->trace_position, shard->state_digest};
+  std::vector<ShardWire> wires(static_cast<size_t>(rank.comm.size()));
+  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&wire, sizeof wire, wires.data()));
+  if (!shard.ok()) return shard.status();
+  std::vector<checkpoint::ShardRecord> shards;
+  for (size_t r = 0; r < wires.size(); ++r) {
+    if (wires[r].ok != 1) {
+      return Status::IOError("checkpoint of step " + std::to_string(step) + " not committed: rank " +
+                             std::to_string(r) + " could not write its shard");
+    }
+    shards.push_back({static_cast<int>(r), wires[r].bytes, wires[r].payload_xxh3, wires[r].trace_position,
+                      wires[r].state_digest});
+  }
   Status written = Status::OK();
-  if (rank.r == 0) written = WriteCheckpointFile(rank, step, static_cast<size_t>(rank.comm.size()),
-                                                 [&](size_t r) { return all[r * stride + stride - 1].xor64; });
-  // Nobody goes on (or reports the checkpoint) before it is in place.
+  if (rank.r == 0) written = CommitCheckpoint(rank, step, std::move(shards));
+  // Nobody goes on (or reports the checkpoint) before it is committed.
   uint8_t ok = written.ok() ? 1 : 0;
   DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&ok, 1, 0));
   if (ok == 0 && written.ok()) {
-    return Status::IOError("rank 0 could not write the checkpoint of step " + std::to_string(step));
+    return Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
   }
   return written;
 }
 
-Status Trainer::Impl::WriteCheckpointFile(Rank& rank, int64_t step, size_t world,
-                                          const std::function<uint64_t(size_t)>& trace_position) {
-  if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
+checkpoint::CheckpointMeta Trainer::Impl::CheckpointMetaFor(Rank& rank, int64_t step) const {
   checkpoint::CheckpointMeta meta;
   meta.step = static_cast<uint64_t>(step);
   meta.config_digest = t.StateConfigDigest();
   meta.run_id_hex = RunIdHex(rank.session->options().run_id);
-  meta.world_size = static_cast<int>(world);
+  meta.world_size = rank.comm.size();
   meta.plan_json = t.plan_json_;
-  std::vector<checkpoint::RankSnapshot> snapshots;
-  for (size_t r = 0; r < world; ++r) {
-    snapshots.push_back({static_cast<int>(r), &rank.session->state(), trace_position(r)});
-  }
+  return meta;
+}
+
+StatusOr<checkpoint::ShardRecord> Trainer::Impl::WriteCheckpointShard(Rank& rank, int64_t step) {
   checkpoint::CheckpointWriteOptions write;
-  write.fault_hook = [step](const char*) {
-    KillPoint("ckpt-temp", step);
+  write.fault_hook = [step, &rank](const char*) {
+    KillPoint("ckpt-temp", step, rank.r);
     return Status::OK();
   };
-  DGRR_RETURN_IF_ERROR(checkpoint::WriteCheckpoint(
-      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), meta, snapshots, write));
+  return checkpoint::WriteCheckpointShard(
+      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
+      {rank.r, &rank.session->state(), rank.session->trace_position()}, write);
+}
+
+Status Trainer::Impl::CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards) {
+  if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
+  DGRR_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(
+      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
+      std::move(shards)));
   KillPoint("ckpt-commit", step);
   return Status::OK();
 }

@@ -24,6 +24,8 @@ struct CheckpointRankState {
   uint64_t trace_position = 0;  // index of the rank's next trace record
 };
 
+// One rank's part of the checkpoint of a step: every rank asks its store to
+// write its own shard, from its own memory (ranks may be processes).
 struct CheckpointRequest {
   std::string run_dir;
   uint64_t step = 0;
@@ -31,7 +33,17 @@ struct CheckpointRequest {
   std::string run_id_hex;
   int world_size = 1;
   std::string plan_json;  // the fast-forward plan, when the program has one ("" otherwise)
-  std::vector<CheckpointRankState> ranks;  // ranks 0..world_size-1
+  CheckpointRankState rank;  // the calling rank's state
+};
+
+// What a written shard is, as the committing rank lists it (the ranks
+// exchange these through their RankGroup; nothing else crosses).
+struct CheckpointShard {
+  int rank = 0;
+  uint64_t bytes = 0;           // the shard's size
+  uint64_t payload_xxh3 = 0;    // its content hash
+  uint64_t trace_position = 0;  // index of the rank's next trace record
+  uint64_t state_digest = 0;    // digest of the state the rank restores
 };
 
 // A checkpoint read back and verified, ready to restore from.
@@ -64,8 +76,13 @@ struct CapturedTensor {
 class CheckpointStore {
  public:
   virtual ~CheckpointStore() = default;
-  // Writes the state of every rank at `request.step` atomically.
-  virtual Status Write(const CheckpointRequest& request) = 0;
+  // Writes the calling rank's shard of the checkpoint of `request.step`
+  // durably. It is not a checkpoint yet: Commit makes it one.
+  virtual StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& request) = 0;
+  // Rank 0, once every rank's WriteShard has succeeded: commits the
+  // checkpoint (docs/checkpoint-format.md: the manifest, written last). A
+  // step whose commit never happened does not exist for Load or FindNewest.
+  virtual Status Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) = 0;
   // Reads and verifies the checkpoint file at `path`.
   virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) = 0;
   // The newest checkpoint of `run_dir` that reads and verifies. Without

@@ -12,6 +12,7 @@
 
 #include "base/coding.h"
 #include "base/file.h"
+#include "base/kill_point.h"
 #include "base/version.h"
 #include "runtime/environment.h"
 #include "runtime/json_input.h"
@@ -635,44 +636,103 @@ Status Session::Checkpoint(uint64_t step) {
   }
   DGRR_RETURN_IF_ERROR(Report(RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step))));
   DGRR_RETURN_IF_ERROR(Report(Sync()));
-  std::vector<CheckpointRankState> ranks;
-  std::vector<Fingerprint> all;
-  if (options_.world_size == 1) {
-    ranks.push_back({options_.rank, &state_, trace_position()});
-  } else {
-    if (options_.group == nullptr) {
-      return Status::FailedPrecondition("a checkpoint of several ranks needs the session's RankGroup");
-    }
-    // Ranks that are threads of one process: rank 0 writes every rank's
-    // registered state while the others wait (their state stays still until
-    // the second exchange says the file is written).
-    std::vector<const void*> peers;
-    DGRR_RETURN_IF_ERROR(options_.group->AllGatherAddresses(options_.rank, this, &peers));
-    for (size_t r = 0; r < peers.size(); ++r) {
-      const Session* peer = static_cast<const Session*>(peers[r]);
-      ranks.push_back({static_cast<int>(r), &peer->state_, peer->trace_position()});
-    }
+  if (options_.world_size > 1 && options_.group == nullptr) {
+    return Status::FailedPrecondition("a checkpoint of several ranks needs the session's RankGroup");
   }
-  Status written = Status::OK();
-  if (options_.rank == 0) {
-    CheckpointRequest request;
-    request.run_dir = options_.run_dir;
-    request.step = step;
-    request.config_digest = config_digest_;
-    request.run_id_hex = RunIdHex(options_.run_id);
-    request.world_size = options_.world_size;
-    request.plan_json = options_.plan_json;
-    request.ranks = std::move(ranks);
-    written = options_.checkpoints->Write(request);
-  }
+  // Every rank writes its own shard from its own memory, whether the ranks
+  // are threads or processes; only digests and shard records cross between
+  // them, and rank 0 commits once every shard is durable.
+  DGRR_RETURN_IF_ERROR(Report(CheckReplicatedStateAgrees(step)));
+  CheckpointRequest request;
+  request.run_dir = options_.run_dir;
+  request.step = step;
+  request.config_digest = config_digest_;
+  request.run_id_hex = RunIdHex(options_.run_id);
+  request.world_size = options_.world_size;
+  request.plan_json = options_.plan_json;
+  request.rank = {options_.rank, &state_, trace_position()};
+  StatusOr<CheckpointShard> shard = options_.checkpoints->WriteShard(request);
+  if (shard.ok()) KillPoint("ckpt-shard", static_cast<int64_t>(step), options_.rank);
+  std::vector<CheckpointShard> shards;
+  Status written = ExchangeShards(shard, &shards);
+  if (written.ok() && options_.rank == 0) written = options_.checkpoints->Commit(request, shards);
   if (options_.world_size > 1) {
-    DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{written.ok() ? 0u : 1u, 0}, &all));
+    // Nobody reports the checkpoint before it is committed.
+    std::vector<Fingerprint> all;
+    DGRR_RETURN_IF_ERROR(Report(
+        options_.group->AllGather(options_.rank, Fingerprint{written.ok() ? 0u : 1u, 0}, &all)));
     if (written.ok() && all[0].xor64 != 0) {
-      written = Status::IOError("rank 0 could not write the checkpoint of step " + std::to_string(step));
+      written = Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
     }
   }
   DGRR_RETURN_IF_ERROR(Report(written));
   result_.checkpoints_written.push_back(step);
+  return Status::OK();
+}
+
+// The replicated entries (restored from checkpoints) must be the same on
+// every rank, since only rank 0's shard holds them: first their names, types
+// and shapes, then each one's content fingerprint, all by the RankGroup. Every
+// rank sees the same fingerprints, so all of them fail or go on together.
+Status Session::CheckReplicatedStateAgrees(uint64_t step) {
+  if (options_.world_size <= 1) return Status::OK();
+  std::vector<const StateEntry*> replicated;
+  for (const StateEntry& e : state_.entries()) {
+    if (e.restore == RestorePolicy::kCheckpoint && e.replicated) replicated.push_back(&e);
+  }
+  std::sort(replicated.begin(), replicated.end(),
+            [](const StateEntry* a, const StateEntry* b) { return a->name < b->name; });
+  std::string layout;
+  for (const StateEntry* e : replicated) {
+    PutFixed32(&layout, static_cast<uint32_t>(e->name.size()));
+    layout += e->name;
+    layout.push_back(static_cast<char>(e->dtype));
+    PutFixed64(&layout, e->bytes);
+    PutFixed32(&layout, static_cast<uint32_t>(e->shape.size()));
+    for (int64_t d : e->shape) PutFixed64(&layout, static_cast<uint64_t>(d));
+  }
+  const std::string what = "checkpoint of step " + std::to_string(step) + " not written: ";
+  std::vector<Fingerprint> all;
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(
+      options_.rank, Fingerprint{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &all));
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (!(all[r] == all[0])) {
+      return Status::FailedPrecondition(what + "the replicated state entries (names, dtypes, sizes or shapes) "
+                                        "differ between rank 0 and rank " + std::to_string(r));
+    }
+  }
+  for (const StateEntry* e : replicated) {
+    DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (!(all[r] == all[0])) {
+        return Status::Divergence(what + "replicated state entry '" + e->name + "' differs between rank 0 and rank " +
+                                  std::to_string(r));
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// Every rank's shard record, in rank order, through the RankGroup (three
+// 16-byte rounds); an error when any rank's shard failed.
+Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
+  if (options_.world_size <= 1) {
+    if (!mine.ok()) return mine.status();
+    shards->assign(1, *mine);
+    return Status::OK();
+  }
+  const CheckpointShard s = mine.ok() ? *mine : CheckpointShard{};
+  std::vector<Fingerprint> a, b, c;
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{mine.ok() ? 1u : 0u, s.bytes}, &a));
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.payload_xxh3, s.trace_position}, &b));
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.state_digest, 0}, &c));
+  if (!mine.ok()) return mine.status();
+  for (size_t r = 0; r < a.size(); ++r) {
+    if (a[r].xor64 != 1) {
+      return Status::IOError("checkpoint not committed: rank " + std::to_string(r) + " could not write its shard");
+    }
+    shards->push_back({static_cast<int>(r), a[r].xxh3, b[r].xor64, b[r].xxh3, c[r].xor64});
+  }
   return Status::OK();
 }
 

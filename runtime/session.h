@@ -198,9 +198,11 @@ class Session {
   // Whether the program should checkpoint after `step` (its schedule, a stop
   // request, or the control file's steps).
   bool ShouldCheckpoint(uint64_t step) const;
-  // Writes the registered state after `step` (every rank calls it; rank 0
-  // writes one file for all ranks of this process's group) and records the
-  // trace position to cut at on resume. Call it after EndStep(step).
+  // Writes the registered state after `step` and records the trace position
+  // to cut at on resume. Every rank calls it, threads or processes alike:
+  // each writes its own shard, the replicated state is checked by digests
+  // over the RankGroup, and rank 0 commits the checkpoint once every shard is
+  // durable (docs/checkpoint-format.md). Call it after EndStep(step).
   Status Checkpoint(uint64_t step);
   // Whether the loop should stop after `step`: a stop was requested, or the
   // control file's last step is done.
@@ -248,6 +250,8 @@ class Session {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
+  Status CheckReplicatedStateAgrees(uint64_t step);
+  Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
   // kContinue refuses a directory holding another run (rank, world, seed in
   // the trace header; config.json when there is no checkpoint to check).
   Status CheckTraceBelongsToThisRun() const;

@@ -6,11 +6,13 @@
 #include <stdlib.h>
 
 #include <map>
+#include <mutex>
 #include <thread>
 #include <variant>
 
 #include "base/file.h"
 #include "runtime/control_file.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
@@ -55,25 +57,36 @@ class MemoryStore final : public CheckpointStore {
     Saved s_;
   };
 
-  Status Write(const CheckpointRequest& r) override {
-    Saved s;
-    s.path = r.run_dir + "/ckpt/" + std::to_string(r.step);
+  // Shards wait in `pending` until rank 0 commits them, as on disk.
+  StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu);
+    Saved& s = pending[PathOf(r)];
+    s.path = PathOf(r);
     s.step = r.step;
     s.config_digest = r.config_digest;
     s.world_size = r.world_size;
-    for (const auto& rank : r.ranks) {
-      s.positions.push_back(rank.trace_position);
-      std::map<std::string, std::vector<uint8_t>> entries;
-      for (const StateEntry& e : rank.state->entries()) {
-        const auto* p = static_cast<const uint8_t*>(e.data);
-        entries[e.name].assign(p, p + e.bytes);
-      }
-      s.state.push_back(entries);
+    s.positions.resize(r.world_size);
+    s.state.resize(r.world_size);
+    s.positions[r.rank.rank] = r.rank.trace_position;
+    for (const StateEntry& e : r.rank.state->entries()) {
+      const auto* p = static_cast<const uint8_t*>(e.data);
+      s.state[r.rank.rank][e.name].assign(p, p + e.bytes);
     }
+    return CheckpointShard{r.rank.rank, 0, 0, r.rank.trace_position, 0};
+  }
+  Status Commit(const CheckpointRequest& r, const std::vector<CheckpointShard>& shards) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (shards.size() != static_cast<size_t>(r.world_size)) return Status::Internal("shards missing");
+    Saved s = pending[PathOf(r)];
+    for (const CheckpointShard& shard : shards) {
+      if (s.positions[shard.rank] != shard.trace_position) return Status::Internal("wrong shard record");
+    }
+    pending.erase(PathOf(r));
     saved[s.path] = s;
     newest[r.run_dir] = s.path;
     return Status::OK();
   }
+  static std::string PathOf(const CheckpointRequest& r) { return r.run_dir + "/ckpt/" + std::to_string(r.step); }
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override {
     auto it = saved.find(path);
     if (it == saved.end()) return Status::NotFound(path);
@@ -97,6 +110,8 @@ class MemoryStore final : public CheckpointStore {
     int rank;
     std::vector<CapturedTensor> tensors;
   };
+  std::mutex mu;
+  std::map<std::string, Saved> pending;
   std::map<std::string, Saved> saved;
   std::map<std::string, std::string> newest;
   std::vector<Dump> dumps;
@@ -239,6 +254,46 @@ TEST_F(SessionContinueTest, RanksOfOneProcessCheckpointTogetherAndResume) {
   const std::string ckpt = Path("cut") + "/ckpt/2";
   ASSERT_EQ(store_.saved.count(ckpt), 1u);
   EXPECT_EQ(store_.saved[ckpt].world_size, 2);
+  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
+  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
+  const auto rest = run_ranks(Path("cut"), -1);
+  EXPECT_EQ(rest, whole);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Computation(TracePathFor(Path("cut"), r)), Computation(TracePathFor(Path("whole"), r))) << r;
+  }
+}
+
+// Two ranks that share nothing but a communicator each (as rank processes
+// do): each writes its own shard, rank 0 commits, and both resume bitwise.
+TEST_F(SessionContinueTest, RanksOverSeparateCommunicatorsCheckpointByShardsAndResume) {
+  auto run_ranks = [&](const std::string& dir, int64_t stop_after) {
+    InProcessWorld world(2);
+    std::vector<std::vector<float>> finals(2);
+    std::vector<Status> statuses(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        InProcessCommunicator comm(world, r);
+        CommunicatorRankGroup group(comm);
+        SessionOptions o = Options(dir);
+        o.rank = r;
+        o.world_size = 2;
+        o.group = &group;
+        auto w = Train(o, false, stop_after);
+        statuses[r] = w.status();
+        if (w.ok()) finals[r] = *w;
+        if (!w.ok()) world.Abort(w.status());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+    return finals;
+  };
+  const auto whole = run_ranks(Path("whole"), -1);
+  run_ranks(Path("cut"), 2);
+  const std::string ckpt = Path("cut") + "/ckpt/2";
+  ASSERT_EQ(store_.saved.count(ckpt), 1u);
+  EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed";
   ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
   EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
   const auto rest = run_ranks(Path("cut"), -1);

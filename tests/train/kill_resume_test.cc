@@ -189,6 +189,7 @@ TEST_F(KillTest, KillsAtEveryStageEndWithTheUninterruptedRun) {
   Kill(Resume(run_), "resume-cut:0");   // rank 0's trace cut back, rank 1's not yet
   Kill(Resume(run_), "step:2:0");
   Kill(Resume(run_), "ckpt-temp:3");
+  Kill(Resume(run_), "ckpt-shard:3:1");  // rank 1's shard durable, no manifest: step 3 absent
   Kill(Resume(run_), "ckpt-commit:3");
   Kill(Resume(run_), "step:6:1");
   Kill(Resume(run_), "ckpt-commit:7");  // the last checkpoint: the run is complete

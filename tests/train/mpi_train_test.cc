@@ -16,6 +16,7 @@
 #include <regex>
 #include <sstream>
 
+#include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
 #include "tests/support/exec_args.h"
 #include "tests/support/temp_dir_test.h"
@@ -181,6 +182,65 @@ TEST_F(MpiTrainTest, AKilledRankEndsTheJobAndTheResumedJobEndsAsTheUninterrupted
     ASSERT_EQ(a.steps.size(), 12u);  // a begin and an end per step
     EXPECT_TRUE(a == b) << "rank " << rank;
   }
+}
+
+// A rank process killed after its shard of step 3 is durable and before rank
+// 0 commits the manifest: step 3 does not exist (its shard is garbage), the
+// resume starts from step 1 and ends as the uninterrupted run.
+TEST_F(MpiTrainTest, AShardWithoutItsManifestIsIgnoredAndTheResumedJobEndsAsTheUninterruptedOne) {
+  const fs::path whole = dir_ / "whole", killed = dir_ / "killed";
+  ASSERT_EQ(Mpi(2, Train(whole), "whole.log").code, 0);
+  const Outcome k = Mpi(2, Train(killed), "killed.log", "ckpt-shard:3:1");
+  EXPECT_NE(k.code, 0) << k.output;
+  EXPECT_TRUE(fs::exists(killed / "ckpt" / "step-00000003.rank-1.h5")) << "the kill did not land after the shard";
+  EXPECT_FALSE(fs::exists(killed / "ckpt" / "step-00000003.h5")) << "a manifest was committed";
+  auto steps = checkpoint::ListCheckpointSteps(killed.string());
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, std::vector<uint64_t>{1});
+  const Outcome r = Mpi(2, {"train", "--out", killed.string(), "--resume", "-q"}, "resume.log");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(RecordsOf(whole, rank) == RecordsOf(killed, rank)) << rank;
+  for (uint64_t step : {1u, 3u, 5u}) {
+    auto a = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(whole.string(), step));
+    auto b = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(killed.string(), step));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+    EXPECT_EQ(a->state_digest, b->state_digest) << step;
+  }
+}
+
+// The commands that start from checkpoints give on a run of two rank
+// processes what they give on the same run with two rank threads.
+TEST_F(MpiTrainTest, ReplayRollbackAndPlanOfAProcessRunEqualThoseOfAThreadRun) {
+  const fs::path threads = dir_ / "threads", processes = dir_ / "processes";
+  ASSERT_EQ(Dgrr(Train(threads, {"--ranks", "2"}), "threads.log").code, 0);
+  ASSERT_EQ(Mpi(2, Train(processes), "processes.log").code, 0);
+  for (uint64_t step : {1u, 3u, 5u}) {
+    auto a = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(threads.string(), step));
+    auto b = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(processes.string(), step));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+    EXPECT_EQ(a->state_digest, b->state_digest) << step;
+    EXPECT_EQ(a->ranks[1].trace_position, b->ranks[1].trace_position) << step;
+  }
+  auto same_output = [&](const std::vector<std::string>& tail, const std::string& name) {
+    std::vector<std::string> a = {tail[0], threads.string()}, b = {tail[0], processes.string()};
+    a.insert(a.end(), tail.begin() + 1, tail.end());
+    b.insert(b.end(), tail.begin() + 1, tail.end());
+    const Outcome x = Dgrr(a, name + "-threads.log"), y = Dgrr(b, name + "-processes.log");
+    EXPECT_EQ(x.code, 0) << x.output;
+    EXPECT_EQ(y.code, 0) << y.output;
+    const std::regex dirs(threads.string() + "|" + processes.string());
+    EXPECT_EQ(std::regex_replace(x.output, dirs, "RUN"), std::regex_replace(y.output, dirs, "RUN")) << name;
+  };
+  same_output({"replay", "--from", "4", "--to", "5"}, "replay");  // from the checkpoint of step 3
+  same_output({"plan", "--json"}, "plan");
+  same_output({"rollback", "--step", "2", "--quiet"}, "rollback");
+  for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(RecordsOf(threads, rank) == RecordsOf(processes, rank)) << rank;
+  auto a = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(threads.string(), 2));
+  auto b = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(processes.string(), 2));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_EQ(a->state_digest, b->state_digest);
+  EXPECT_FALSE(fs::exists(processes / "ckpt" / "step-00000003.h5"));
+  EXPECT_FALSE(fs::exists(processes / "ckpt" / "step-00000003.rank-1.h5")) << "a later checkpoint's shard was left";
 }
 
 TEST_F(MpiTrainTest, RanksGivenDifferentSettingsAreRefusedOnEveryRank) {
