@@ -74,10 +74,13 @@ def test_resume_is_bitwise_with_global_generators_scheduler_and_sampler(tmp_path
     assert load(tmp_path / "ref.npz") == load(tmp_path / "k.npz")
     assert_equal_runs(tmp_path / "ref", tmp_path / "k")
     # The checkpoint holds what was restored, named as in the state dicts,
-    # readable with h5py: after step 3, epoch 1 of the sampler (40 examples,
-    # batches of 16, the last 8 dropped) has handed out 32 indices.
+    # readable with h5py in rank 0's shard (the step's .h5 is the manifest,
+    # docs/checkpoint-format.md): after step 3, epoch 1 of the sampler (40
+    # examples, batches of 16, the last 8 dropped) has handed out 32 indices.
     import h5py
-    with h5py.File(tmp_path / "k" / "ckpt" / "step-00000003.h5", "r") as f:
+    with h5py.File(tmp_path / "k" / "ckpt" / "step-00000003.h5", "r") as manifest:
+        assert "shards/0" in manifest
+    with h5py.File(tmp_path / "k" / "ckpt" / "step-00000003.rank-0.h5", "r") as f:
         rank0 = f["ranks/0"]
         assert list(rank0["sampler"][()]) == [1, 32]
         assert rank0["scheduler.last_epoch"][()][0] == 4
