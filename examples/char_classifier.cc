@@ -16,6 +16,11 @@
 //          [--forget-restore NAME]
 // Running the same command again continues the run from its newest
 // checkpoint (or does nothing more when it has finished).
+//
+// Under `mpirun -np R char_classifier ...` (when built in the dgrr tree with
+// dgrr::mpi) each process is one rank: it computes its contiguous shard of
+// every batch, the gradients meet in dgrr's canonical reduction over the
+// communicator, and the run has the bits of the one-process run.
 // Exit codes: 0 ok, 1 usage, 2 any error the session returns (one line),
 // 128+signal after a SIGINT/SIGTERM stop (the checkpoint is written first).
 #include <signal.h>
@@ -33,6 +38,9 @@
 
 #include <dgrr/dgrr.h>
 #include "base/kill_point.h"  // test hook, inert unless DGRR_TEST_KILL_AT is set
+#if defined(DGRR_HAVE_MPI)
+#include "runtime/mpi_communicator.h"
+#endif
 
 namespace {
 
@@ -159,16 +167,6 @@ void ForwardBackward(const dgrr::rng::RngStreams& rng, const std::vector<float>&
   }
 }
 
-// The canonical tree over examples [lo, hi): split at the largest power of
-// two below the length. The same for any thread count, so the same bits.
-std::vector<float> TreeSum(const std::vector<ExampleResult>& v, size_t lo, size_t hi) {
-  if (hi - lo == 1) return v[lo].grad;
-  size_t half = 1;
-  while (half * 2 < hi - lo) half *= 2;
-  std::vector<float> a = TreeSum(v, lo, lo + half), b = TreeSum(v, lo + half, hi);
-  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
-  return a;
-}
 // The planted reduction-order change: a sequential sum from the last example.
 std::vector<float> ReversedSum(const std::vector<ExampleResult>& v) {
   std::vector<float> a = v.back().grad;
@@ -176,6 +174,24 @@ std::vector<float> ReversedSum(const std::vector<ExampleResult>& v) {
     for (size_t i = 0; i < a.size(); ++i) a[i] += v[k].grad[i];
   }
   return a;
+}
+
+// Every example's gradient into `results`, from the ranks that computed them
+// (ranks hold contiguous shards in rank order).
+dgrr::Status GatherGradients(dgrr::Communicator& comm, int lo, int hi, std::vector<ExampleResult>* results) {
+  std::vector<size_t> counts(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    const int rlo = kBatch * r / comm.size(), rhi = kBatch * (r + 1) / comm.size();
+    counts[static_cast<size_t>(r)] = static_cast<size_t>(rhi - rlo) * kParams * sizeof(float);
+  }
+  std::vector<float> mine, all(static_cast<size_t>(kBatch) * kParams);
+  for (int i = lo; i < hi; ++i) mine.insert(mine.end(), (*results)[i].grad.begin(), (*results)[i].grad.end());
+  DGRR_RETURN_IF_ERROR(comm.AllGatherV(mine.data(), counts, all.data()));
+  for (int i = 0; i < kBatch; ++i) {
+    (*results)[i].grad.assign(all.begin() + static_cast<ptrdiff_t>(i) * kParams,
+                              all.begin() + static_cast<ptrdiff_t>(i + 1) * kParams);
+  }
+  return dgrr::Status::OK();
 }
 
 // The signal handler's only way in: RequestStop is async-signal-safe.
@@ -204,8 +220,38 @@ std::string ConfigJson(const Config& cfg) {
   return j.dump();
 }
 
+// This process's communicator: MPI's when an MPI launcher started it (and
+// this build has dgrr::mpi), otherwise a world of one.
+struct Ranks {
+  dgrr::InProcessGroup alone{1};
+  std::unique_ptr<dgrr::Communicator> mpi;
+  dgrr::Communicator& comm() { return mpi ? *mpi : *alone.ranks[0]; }
+};
+
+dgrr::Status OpenRanks(Ranks* ranks) {
+#if defined(DGRR_HAVE_MPI)
+  for (const char* launcher_variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(launcher_variable) == nullptr) continue;
+    DGRR_ASSIGN_OR_RETURN(ranks->mpi, dgrr::OpenMpiCommunicator());
+    break;
+  }
+#else
+  (void)ranks;
+#endif
+  return dgrr::Status::OK();
+}
+
 dgrr::Status Train(const Config& cfg) {
+  Ranks ranks;
+  DGRR_RETURN_IF_ERROR(OpenRanks(&ranks));
+  dgrr::Communicator& comm = ranks.comm();
+  dgrr::CommunicatorRankGroup group(comm);
+  // This rank's examples of every batch: [lo, hi).
+  const int lo = kBatch * comm.rank() / comm.size(), hi = kBatch * (comm.rank() + 1) / comm.size();
   dgrr::SessionOptions o;
+  o.rank = comm.rank();
+  o.world_size = comm.size();
+  o.group = &group;
   o.run_dir = cfg.out;
   o.seed = cfg.seed;
   o.threads = cfg.threads;
@@ -273,7 +319,7 @@ dgrr::Status Train(const Config& cfg) {
     std::vector<std::thread> workers;
     for (int w = 0; w < cfg.threads; ++w) {
       workers.emplace_back([&, w] {
-        for (int i = w; i < kBatch; i += cfg.threads) {
+        for (int i = lo + w; i < hi; i += cfg.threads) {
           const int flip = flip_now && i == 0 ? cfg.flip_site : kSites;
           ForwardBackward(s.rng(), params, step, first + i, order[cursor[1] + i], keep, flip, &results[i]);
         }
@@ -282,7 +328,7 @@ dgrr::Status Train(const Config& cfg) {
     for (auto& w : workers) w.join();
 
     // Recorded from this thread in program order, whatever the threads did.
-    for (int i = 0; i < kBatch; ++i) {
+    for (int i = lo; i < hi; ++i) {
       const dgrr::ExampleRange one{first + i, 1};
       ExampleResult& r = results[i];
       const std::pair<float*, int64_t> tensors[] = {{r.pool, kEmbed}, {r.fc1, kHidden}, {r.drop, kHidden},
@@ -293,7 +339,17 @@ dgrr::Status Train(const Config& cfg) {
       }
     }
     const bool reversed = cfg.reverse_from >= 0 && step >= static_cast<uint64_t>(cfg.reverse_from);
-    std::vector<float> grad = reversed ? ReversedSum(results) : TreeSum(results, 0, kBatch);
+    // dgrr's canonical tree over the whole batch, whatever the number of
+    // ranks and threads; the planted reversal needs every example's gradient.
+    std::vector<float> grad(kParams);
+    if (reversed) {
+      DGRR_RETURN_IF_ERROR(GatherGradients(comm, lo, hi, &results));
+      grad = ReversedSum(results);
+    } else {
+      std::vector<float*> shard;
+      for (int i = lo; i < hi; ++i) shard.push_back(results[i].grad.data());
+      DGRR_RETURN_IF_ERROR(dgrr::CanonicalAllReduce(comm, shard, lo, kBatch, kParams, grad.data(), 1));
+    }
     for (float& g : grad) g *= 1.0f / kBatch;
     // A planted flip corrupts a tensor before anything reads it.
     auto plant = [&](int site, std::vector<float>& t) {
@@ -317,15 +373,18 @@ dgrr::Status Train(const Config& cfg) {
       DGRR_ASSIGN_OR_RETURN(auto t, dgrr::MakeTensorRef(after[k - kGrads], dgrr::DType::kF32, {kParams}));
       DGRR_RETURN_IF_ERROR(s.Record(at[k], t, batch));
     }
+    std::vector<float> mine, losses;
+    for (int i = lo; i < hi; ++i) mine.push_back(results[i].loss);
+    DGRR_RETURN_IF_ERROR(dgrr::GatherExampleScalars(comm, mine, lo, kBatch, &losses));
     float loss = 0;
-    for (const ExampleResult& r : results) loss += r.loss;  // in example order
+    for (float l : losses) loss += l;  // in example order
     cursor[1] += kBatch;
     if (cursor[1] == kDataset) cursor[0] += 1, cursor[1] = 0;
     DGRR_RETURN_IF_ERROR(s.EndStep(step, loss / kBatch));
     // Tests stop the program here (SIGKILL, or SIGTERM to exercise the
     // handler) on progress rather than on the clock.
-    dgrr::KillPoint("step", static_cast<int64_t>(step));
-    if (step % 8 == 0 || step + 1 == cfg.steps) std::printf("step %llu loss %.6f\n", (unsigned long long)step, loss / kBatch);
+    dgrr::KillPoint("step", static_cast<int64_t>(step), comm.rank());
+    if (comm.rank() == 0 && (step % 8 == 0 || step + 1 == cfg.steps)) std::printf("step %llu loss %.6f\n", (unsigned long long)step, loss / kBatch);
     if (s.ShouldCheckpoint(step)) DGRR_RETURN_IF_ERROR(s.Checkpoint(step));
     if (s.ShouldStop(step)) break;
   }

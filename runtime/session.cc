@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <type_traits>
 
 #include "base/coding.h"
 #include "base/file.h"
@@ -265,7 +266,19 @@ Status Session::OpenTrace() {
     next_seq_ = writer_->next_seq();
     return Status::OK();
   }
-  if (IsZero(options_.run_id)) options_.run_id = NewRunId();
+  if (IsZero(options_.run_id)) {
+    options_.run_id = NewRunId();
+    // Ranks that are separate processes each drew their own id: the run's is
+    // rank 0's, so that every trace header and checkpoint shard names one run.
+    if (options_.group != nullptr && options_.world_size > 1) {
+      static_assert(sizeof(Fingerprint) == sizeof(RunId) && std::is_trivially_copyable_v<Fingerprint>);
+      Fingerprint mine;
+      std::memcpy(&mine, options_.run_id.data(), sizeof mine);
+      std::vector<Fingerprint> all;
+      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
+      std::memcpy(options_.run_id.data(), &all[0], sizeof(RunId));
+    }
+  }
   trace::TraceHeader header;
   header.run_id = options_.run_id;
   header.seed = options_.seed;

@@ -422,4 +422,80 @@ TEST_F(CharClassifier, CliPlanPrintsTheRegisteredState) {
   EXPECT_NE(text.out.find("adam.m"), std::string::npos) << text.out;
 }
 
+#ifdef MPIRUN
+// The same program under mpirun, one rank per process (examples/README.md).
+
+Result Mpirun(int processes, const fs::path& dir, std::vector<std::string> extra = {},
+              std::map<std::string, std::string> env = {}) {
+  std::vector<std::string> args = {"--oversubscribe", "-np", std::to_string(processes), CHAR_CLASSIFIER_BIN,
+                                   "--out", dir.string(), "--steps", "12", "--ckpt-every", "3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  // CI runs as root; Open MPI refuses root unless told both of these.
+  env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+  env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  return RunBinary(MPIRUN, args, env);
+}
+
+// What a run computed, whichever rank computed it: every per-example
+// boundary's fingerprints keyed by (example, name id), and
+// rank 0's STEP records and whole-batch boundaries (every rank records those).
+struct Computed {
+  std::map<std::pair<uint64_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> per_example;
+  std::vector<Record> batch;
+  bool operator==(const Computed& o) const {
+    return per_example == o.per_example && FirstDifference(batch, o.batch) == SIZE_MAX;
+  }
+};
+Computed WhatItComputed(const fs::path& run, int ranks) {
+  Computed c;
+  for (int r = 0; r < ranks; ++r) {
+    const auto records =
+        dgrr::test_support::TimelessRecords((run / ("rank" + std::to_string(r) + ".trace")).string());
+    EXPECT_FALSE(records.empty()) << run << " rank " << r;
+    for (const Record& rec : records) {
+      if (const auto* b = std::get_if<dgrr::trace::BoundaryRecord>(&rec.body)) {
+        if (b->example_count == 1) {
+          c.per_example[{b->first_example, b->name_id}].push_back({b->xor64, b->xxh3});
+        } else if (r == 0) {
+          Record batch = rec;  // its sequence number counts this rank's records only
+          std::get<dgrr::trace::BoundaryRecord>(batch.body).seq = 0;
+          c.batch.push_back(batch);
+        }
+      } else if (r == 0 && std::holds_alternative<dgrr::trace::StepRecord>(rec.body)) {
+        c.batch.push_back(rec);
+      }
+    }
+  }
+  return c;
+}
+
+TEST_F(CharClassifier, UnderMpirunProcessesComputeTheBitsOfOneProcess) {
+  ASSERT_EQ(Train(dir_ / "one").rc, 0);
+  const Computed one = WhatItComputed(dir_ / "one", 1);
+  ASSERT_EQ(one.per_example.size(), 12u * 16u * 4u) << "12 steps, 16 examples, 4 boundaries each";
+  for (int processes : {2, 4}) {
+    const fs::path run = dir_ / ("np" + std::to_string(processes));
+    const Result r = Mpirun(processes, run, {"--threads", "2"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(WhatItComputed(run, processes) == one) << processes << " processes";
+    EXPECT_TRUE(SavedState(run, 11) == SavedState(dir_ / "one", 11)) << processes << " processes";
+    EXPECT_FALSE(fs::exists(run / ("rank" + std::to_string(processes) + ".trace")));
+  }
+}
+
+TEST_F(CharClassifier, UnderMpirunAKilledRankProcessAndTheSameCommandResumeBitwise) {
+  ASSERT_EQ(Mpirun(2, dir_ / "whole").rc, 0);
+  // Rank 1's process dies after step 7; mpirun takes rank 0 down with it.
+  const Result killed = Mpirun(2, dir_ / "run", {}, {{"DGRR_TEST_KILL_AT", "step:7:1"}});
+  ASSERT_NE(killed.rc, 0);
+  ASSERT_EQ(CheckpointSteps(dir_ / "run"), (std::vector<uint64_t>{2, 5}));
+  const Result resumed = Mpirun(2, dir_ / "run");
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_TRUE(WhatItComputed(dir_ / "whole", 2) == WhatItComputed(dir_ / "run", 2));
+  EXPECT_TRUE(SavedState(dir_ / "whole", 11) == SavedState(dir_ / "run", 11));
+  const Result compared = Dgrr({"compare", (dir_ / "whole").string(), (dir_ / "run").string()});
+  EXPECT_EQ(compared.rc, 0) << compared.out << compared.err;
+}
+#endif  // MPIRUN
+
 }  // namespace
