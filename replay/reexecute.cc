@@ -325,6 +325,12 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
   DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
   const LaunchRecord& launch = result.launch;
+  if (const auto* mpi = MpiLauncherVariable(launch)) {
+    return Status::FailedPrecondition(
+        run_dir + ": the program ran as " + std::to_string(world_size) + " rank(s) started by an MPI launcher (" +
+        mpi->first + "=" + mpi->second +
+        " in launch.json); dgrr re-executes a program as one process and does not start MPI jobs yet");
+  }
   DGRR_RETURN_IF_ERROR(
       CheckDigest("executable", launch.executable, launch.executable_xxh3, options.allow_changed_program));
   if (!launch.script.empty()) {

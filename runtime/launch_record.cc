@@ -28,12 +28,23 @@ StatusOr<std::string> ReadLink(const char* path) {
 
 }  // namespace
 
+const std::pair<std::string, std::string>* MpiLauncherVariable(const LaunchRecord& launch) {
+  for (const auto& variable : launch.environment) {
+    const std::string& name = variable.first;
+    if (name == "OMPI_COMM_WORLD_SIZE" || name == "PMIX_RANK" || name == "PMI_SIZE") return &variable;
+  }
+  return nullptr;
+}
+
 bool LaunchVariableMatters(const std::string& name) {
   static const char* const kPrefixes[] = {"DGRR_", "OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_",
                                           "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_",
                                           "TORCH_", "PYTORCH_", "PYTHON", "OMPI_MCA_"};
+  // The launcher variables say that an MPI launcher started the program
+  // (MpiLauncherVariable): a re-executor must not start it alone.
   static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "HDF5_PLUGIN_PATH",
-                                       "CUBLAS_WORKSPACE_CONFIG"};
+                                       "CUBLAS_WORKSPACE_CONFIG", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                                       "PMI_SIZE"};
   // The control file is the re-executor's to set, never the recording's.
   if (name == "DGRR_CONTROL") return false;
   // Test hooks (DGRR_TEST_KILL_AT, ...) belong to the test that set them: a

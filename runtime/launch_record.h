@@ -35,6 +35,11 @@ struct LaunchRecord {
   std::vector<std::pair<std::string, std::string>> environment;
 };
 
+// The variable that shows an MPI launcher (mpirun, srun) started the
+// recorded program, or null: such a program is one rank of a job and cannot
+// be re-executed on its own.
+const std::pair<std::string, std::string>* MpiLauncherVariable(const LaunchRecord& launch);
+
 // Whether environment variable `name` is one the launch record keeps.
 bool LaunchVariableMatters(const std::string& name);
 

@@ -495,6 +495,11 @@ TEST_F(CharClassifier, UnderMpirunAKilledRankProcessAndTheSameCommandResumeBitwi
   EXPECT_TRUE(SavedState(dir_ / "whole", 11) == SavedState(dir_ / "run", 11));
   const Result compared = Dgrr({"compare", (dir_ / "whole").string(), (dir_ / "run").string()});
   EXPECT_EQ(compared.rc, 0) << compared.out << compared.err;
+  // Re-execution starts one process: a rank of an MPI job is refused, not mis-run.
+  const Result replayed = Dgrr({"replay", (dir_ / "run").string()});
+  EXPECT_EQ(replayed.rc, 1) << replayed.out << replayed.err;
+  EXPECT_NE(replayed.err.find("started by an MPI launcher (OMPI_COMM_WORLD_SIZE=2"), std::string::npos)
+      << replayed.err;
 }
 #endif  // MPIRUN
 
