@@ -325,7 +325,7 @@ StatusOr<BisectResult> Bisect(const std::string& good, const std::string& bad,
   // Step 3: compare the replays.
   Report(options, "comparing the replays");
   DGRR_ASSIGN_OR_RETURN(CompareResult compared, CompareRuns(replay.good_dir, replay.bad_dir, options.compare));
-  result.verdict = compared.diverged() ? BisectVerdict::kDiverged : BisectVerdict::kNotReproduced;
+  result.verdict = compared.found_difference() ? BisectVerdict::kDiverged : BisectVerdict::kNotReproduced;
   result.compare = std::move(compared);
   result.replay = std::move(replay);
   return result;
