@@ -72,23 +72,36 @@ StatusOr<std::vector<StepMap>> ReadRunStepEnds(const std::string& run_dir, uint3
   return out;
 }
 
-// Steps with a STEP end record on every compared rank of both runs.
+// Steps with a STEP end record on every rank of both runs.
 std::vector<uint64_t> CommonSteps(const std::vector<StepMap>& good, const std::vector<StepMap>& bad) {
   std::vector<uint64_t> common;
-  if (good.empty()) return common;
+  if (good.empty() || bad.empty()) return common;
   for (const auto& [step, unused] : good[0]) {
     bool everywhere = true;
-    for (size_t r = 0; r < good.size() && everywhere; ++r) {
-      everywhere = good[r].count(step) && bad[r].count(step);
+    for (const auto* run : {&good, &bad}) {
+      for (size_t r = 0; r < run->size() && everywhere; ++r) everywhere = (*run)[r].count(step) > 0;
     }
     if (everywhere) common.push_back(step);
   }
   return common;
 }
 
+// Equal world sizes: rank r against rank r. Different ones: a STEP record
+// holds replicated values (the parameters, the global loss), so every rank of
+// both runs is held to the good run's rank 0; a rank whose copy alone was
+// corrupted is seen whichever world size it ran in (docs/compare.md §6.3).
 bool StepAgrees(const std::vector<StepMap>& good, const std::vector<StepMap>& bad, uint64_t step) {
-  for (size_t r = 0; r < good.size(); ++r) {
-    if (!(good[r].at(step) == bad[r].at(step))) return false;
+  if (good.size() == bad.size()) {
+    for (size_t r = 0; r < good.size(); ++r) {
+      if (!(good[r].at(step) == bad[r].at(step))) return false;
+    }
+    return true;
+  }
+  const ParamsFingerprint& reference = good[0].at(step);
+  for (const auto* run : {&good, &bad}) {
+    for (const StepMap& rank : *run) {
+      if (!(rank.at(step) == reference)) return false;
+    }
   }
   return true;
 }
@@ -200,11 +213,11 @@ StatusOr<std::optional<Interval>> FindInterval(const std::string& good, const st
                                                std::vector<StepMap>* bad_steps, BisectResult* result) {
   DGRR_ASSIGN_OR_RETURN(const uint32_t good_ranks, RecordedRanks(good));
   DGRR_ASSIGN_OR_RETURN(const uint32_t bad_ranks, RecordedRanks(bad));
-  const uint32_t ranks = std::min(good_ranks, bad_ranks);
+  const uint32_t ranks = std::min(good_ranks, bad_ranks) == 0 ? 0 : std::max(good_ranks, bad_ranks);
   std::vector<uint64_t> common;
   if (ranks > 0) {
-    DGRR_ASSIGN_OR_RETURN(*good_steps, ReadRunStepEnds(good, ranks));
-    DGRR_ASSIGN_OR_RETURN(*bad_steps, ReadRunStepEnds(bad, ranks));
+    DGRR_ASSIGN_OR_RETURN(*good_steps, ReadRunStepEnds(good, good_ranks));
+    DGRR_ASSIGN_OR_RETURN(*bad_steps, ReadRunStepEnds(bad, bad_ranks));
     common = CommonSteps(*good_steps, *bad_steps);
   }
   std::optional<uint64_t> differing;  // the first step the evidence says differs
@@ -325,7 +338,7 @@ StatusOr<BisectResult> Bisect(const std::string& good, const std::string& bad,
   // Step 3: compare the replays.
   Report(options, "comparing the replays");
   DGRR_ASSIGN_OR_RETURN(CompareResult compared, CompareRuns(replay.good_dir, replay.bad_dir, options.compare));
-  result.verdict = compared.diverged() ? BisectVerdict::kDiverged : BisectVerdict::kNotReproduced;
+  result.verdict = compared.found_difference() ? BisectVerdict::kDiverged : BisectVerdict::kNotReproduced;
   result.compare = std::move(compared);
   result.replay = std::move(replay);
   return result;

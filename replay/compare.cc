@@ -153,6 +153,7 @@ StatusOr<ReportedBoundary> Report(const RunInput& run, const NameTable& names,
   out.trace = detail.trace_path;
   out.record_index = item.record_index;
   out.index = index;
+  out.world_size = run.world_size;
   out.name = detail.name;
   out.record = detail.record;
   return out;
@@ -168,7 +169,7 @@ StatusOr<ReportedPair> ReportPair(const RunInput& ra, const NameTable& na, const
   return pair;
 }
 
-SideSummary Summarise(const RunInput& run, const BoundaryStream& stream) {
+SideSummary Summarise(const RunInput& run, const ItemSource& stream) {
   SideSummary s;
   s.path = run.path;
   s.is_run_dir = run.is_run_dir;
@@ -187,7 +188,7 @@ SideSummary Summarise(const RunInput& run, const BoundaryStream& stream) {
 // exception on the reading thread is rethrown on the caller's.
 class ChunkPrefetcher {
  public:
-  ChunkPrefetcher(BoundaryStream& stream, size_t chunk) : stream_(stream), chunk_(chunk) {
+  ChunkPrefetcher(ItemSource& stream, size_t chunk) : stream_(stream), chunk_(chunk) {
     thread_ = std::thread([this] { Run(); });
   }
   ~ChunkPrefetcher() {
@@ -241,7 +242,7 @@ class ChunkPrefetcher {
     changed_.notify_all();
   }
 
-  BoundaryStream& stream_;
+  ItemSource& stream_;
   const size_t chunk_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -255,7 +256,7 @@ class ChunkPrefetcher {
 };
 
 // The streaming pass; true when the sequences lined up to their ends.
-StatusOr<bool> TryLockstep(BoundaryStream& sa, BoundaryStream& sb, bool compare_rank,
+StatusOr<bool> TryLockstep(ItemSource& sa, ItemSource& sb, bool compare_rank,
                            const CertifyOptions& certify_options, size_t chunk,
                            CertifyReport* report) {
   LockstepComparer comparer(compare_rank, certify_options);
@@ -275,6 +276,91 @@ StatusOr<bool> TryLockstep(BoundaryStream& sa, BoundaryStream& sb, bool compare_
   }
   *report = comparer.Finish();
   return true;
+}
+
+StatusOr<std::vector<BoundaryItem>> ReadAll(ItemSource& source) {
+  std::vector<BoundaryItem> all, chunk;
+  do {
+    DGRR_RETURN_IF_ERROR(source.Read(1 << 16, &chunk));
+    all.insert(all.end(), chunk.begin(), chunk.end());
+  } while (!chunk.empty());
+  return all;
+}
+
+// One side's items in comparison order: the logical run (§6.3), or the
+// run's ranks by example (§6.2; paired ranks stay in the key).
+struct Side {
+  std::unique_ptr<ItemSource> source;
+  const LogicalRunSource* logical = nullptr;  // source, when logical
+};
+
+StatusOr<Side> OpenSide(const RunInput& run, bool logical, const ItemFilter& filter) {
+  Side side;
+  if (logical) {
+    DGRR_ASSIGN_OR_RETURN(auto source, LogicalRunSource::Open(run, filter));
+    side.logical = source.get();
+    side.source = std::move(source);
+  } else {
+    // Within a step, every rank's per-example work logically precedes the
+    // collectives that combine it: ordering by example first means a fault on
+    // rank 1 is named at its own boundary, not at rank 0's all-reduce that
+    // merely received it. (Ranks stay in the pairing key when paired.)
+    DGRR_ASSIGN_OR_RETURN(side.source, OpenStreamSource(run, RankOrder::kByExample, filter));
+  }
+  return side;
+}
+
+// A rank that disagrees with its own run's rank 0 ends the certified prefix
+// before the logical boundary concerned: its step is not certified, whatever
+// the other run says. `pair_at(k)` gives the k-th pair's (index_a, index_b).
+template <typename PairAt>
+void EndPrefixAtRankDisagreement(const Side& a, const Side& b, uint64_t pairs, PairAt pair_at,
+                                 CompareResult* result) {
+  const auto* la = a.logical;
+  const auto* lb = b.logical;
+  const bool in_a = la != nullptr && la->first_disagreement_index().has_value();
+  const bool in_b = lb != nullptr && lb->first_disagreement_index().has_value();
+  if (!in_a && !in_b) return;
+  const uint64_t cut_a = in_a ? *la->first_disagreement_index() : UINT64_MAX;
+  const uint64_t cut_b = in_b ? *lb->first_disagreement_index() : UINT64_MAX;
+  uint64_t k = 0;
+  for (; k < pairs; ++k) {
+    const auto [ia, ib] = pair_at(k);
+    if (ia >= cut_a || ib >= cut_b) break;
+  }
+  CertifyReport& c = result->certify;
+  const bool ended_at_end = !c.first_divergence && !c.stopped_at_uncompared;
+  if (k < c.certified_pairs || (k == c.certified_pairs && ended_at_end)) {
+    result->prefix_ends_at_rank_disagreement = true;
+    c.certified_pairs = k;
+  }
+  uint64_t steps = c.certified_steps;
+  if (in_a) steps = std::min(steps, la->first_disagreement_step_ordinal());
+  if (in_b) steps = std::min(steps, lb->first_disagreement_step_ordinal());
+  c.certified_steps = steps;
+}
+
+Status ReportRankDisagreements(const RunInput& run, const Side& side, char which,
+                               CompareResult* result) {
+  if (side.logical == nullptr) return Status::OK();
+  result->rank_disagreement_count += side.logical->disagreement_count();
+  const NameTable& names = side.logical->names();
+  for (const RankDisagreement& d : side.logical->disagreements()) {
+    ReportedRankDisagreement out;
+    out.side = which;
+    out.kind = d.kind;
+    out.step = d.step;
+    out.rank = d.rank;
+    out.world_size = run.world_size;
+    if (d.kind != RankDisagreement::Kind::kOnlyOnRank) {
+      DGRR_ASSIGN_OR_RETURN(out.reference, Report(run, names, d.reference, d.index));
+    }
+    if (d.kind != RankDisagreement::Kind::kMissingOnRank) {
+      DGRR_ASSIGN_OR_RETURN(out.copy, Report(run, names, d.copy, d.index));
+    }
+    result->rank_disagreements.push_back(std::move(out));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -338,18 +424,16 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
                                      &result.environments_available,
                                      &result.environment_differences));
 
-  // Within a step, every rank's per-example work logically precedes the
-  // collectives that combine it: ordering by example first means a fault on
-  // rank 1 is named at its own boundary, not at rank 0's all-reduce that
-  // merely received it. (Ranks stay in the pairing key when paired.)
-  const RankOrder order = RankOrder::kByExample;
+  result.logical = CompareAsLogicalRuns(ra, rb);
   const ItemFilter filter{options.ignore_globs};
   CertifyOptions certify_options;
   certify_options.context = options.context;
   certify_options.isolation_window = std::max<uint32_t>(1, options.isolation_window);
 
-  DGRR_ASSIGN_OR_RETURN(auto sa, BoundaryStream::Open(ra, order, filter));
-  DGRR_ASSIGN_OR_RETURN(auto sb, BoundaryStream::Open(rb, order, filter));
+  DGRR_ASSIGN_OR_RETURN(Side side_a, OpenSide(ra, result.logical, filter));
+  DGRR_ASSIGN_OR_RETURN(Side side_b, OpenSide(rb, result.logical, filter));
+  ItemSource* sa = side_a.source.get();
+  ItemSource* sb = side_b.source.get();
   bool streamed = false;
   std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>> uncompared;  // side, index, why
   std::vector<BoundaryItem> uncompared_items;
@@ -365,13 +449,18 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
     result.stats.length_b = sb->produced();
     result.stats.length_ratio = sa->produced() == 0 ? 0.0 : 1.0;
     result.stats.lockstep = true;
+    EndPrefixAtRankDisagreement(side_a, side_b, result.certify.pairs,
+                                [](uint64_t k) { return std::pair<uint64_t, uint64_t>(k, k); },
+                                &result);
   } else {
     // The keys stopped lining up (or the caller wants everything): read both
     // sides again into memory and align from the first key mismatch on.
-    DGRR_ASSIGN_OR_RETURN(sa, BoundaryStream::Open(ra, order, filter));
-    DGRR_ASSIGN_OR_RETURN(sb, BoundaryStream::Open(rb, order, filter));
-    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_a, ReadAllItems(*sa));
-    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_b, ReadAllItems(*sb));
+    DGRR_ASSIGN_OR_RETURN(side_a, OpenSide(ra, result.logical, filter));
+    DGRR_ASSIGN_OR_RETURN(side_b, OpenSide(rb, result.logical, filter));
+    sa = side_a.source.get();
+    sb = side_b.source.get();
+    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_a, ReadAll(*sa));
+    DGRR_ASSIGN_OR_RETURN(std::vector<BoundaryItem> items_b, ReadAll(*sb));
     MapperOptions mapper;
     mapper.compare_rank = result.ranks_paired;
     mapper.band = options.band;
@@ -379,6 +468,12 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
     Alignment alignment =
         AlignFromFirstMismatch(items_a, items_b, result.lockstep_prefix, mapper);
     result.certify = Certify(items_a, items_b, alignment, certify_options);
+    EndPrefixAtRankDisagreement(side_a, side_b, alignment.pairs.size(),
+                                [&](uint64_t k) {
+                                  const AlignedPair& p = alignment.pairs[k];
+                                  return std::pair<uint64_t, uint64_t>(p.index_a, p.index_b);
+                                },
+                                &result);
     result.lockstep = alignment.stats.lockstep;
     result.stats = alignment.stats;
     result.unmatched_a = alignment.unmatched_a.size();
@@ -399,6 +494,10 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   }
   result.a = Summarise(ra, *sa);
   result.b = Summarise(rb, *sb);
+  if (side_a.logical) result.a.replicas_checked = side_a.logical->replicas_checked();
+  if (side_b.logical) result.b.replicas_checked = side_b.logical->replicas_checked();
+  DGRR_RETURN_IF_ERROR(ReportRankDisagreements(ra, side_a, 'A', &result));
+  DGRR_RETURN_IF_ERROR(ReportRankDisagreements(rb, side_b, 'B', &result));
 
   for (size_t k = 0; k < uncompared.size(); ++k) {
     const auto& [side, at] = uncompared[k];
@@ -452,6 +551,7 @@ ordered_json BoundaryJson(const ReportedBoundary& x) {
           {"index", x.index},
           {"step", r.step},
           {"rank", r.rank},
+          {"world_size", x.world_size},
           {"phase", std::string(trace::PhaseName(r.phase))},
           {"direction", std::string(trace::DirectionName(r.direction))},
           {"name", x.name},
@@ -480,6 +580,7 @@ ordered_json SideJson(const SideSummary& s) {
           {"traces", s.trace_paths},
           {"boundaries", s.boundaries},
           {"ignored", s.ignored},
+          {"replicas_checked", s.replicas_checked},
           {"warnings", s.warnings}};
 }
 
@@ -499,11 +600,11 @@ ordered_json CompareJson(const CompareResult& r) {
   const CertifyReport& c = r.certify;
   const AlignmentStats& s = r.stats;
   ordered_json out;
-  out["schema"] = "dgrr.compare/2";
-  out["verdict"] = r.diverged() ? "divergence" : "no_divergence";
+  out["schema"] = "dgrr.compare/3";
+  out["verdict"] = r.found_difference() ? "divergence" : "no_divergence";
   out["a"] = SideJson(r.a);
   out["b"] = SideJson(r.b);
-  out["ranks"] = r.ranks_paired ? "paired" : "merged";
+  out["ranks"] = r.ranks_paired ? "paired" : r.logical ? "logical" : "merged";
   out["config"] = {{"available", r.configs_available},
                    {"digests_differ", r.config_digests_differ},
                    {"differences", DifferencesJson(r.config_differences)}};
@@ -537,12 +638,25 @@ ordered_json CompareJson(const CompareResult& r) {
                      {"first", listed}};
   out["certification"] = {{"pairs", c.pairs},
                           {"certified_pairs", c.certified_pairs},
-                          {"prefix_ends_at", c.stopped_at_uncompared  ? "uncompared"
-                                             : c.first_divergence ? "divergence"
-                                                                  : "end"},
+                          {"prefix_ends_at", r.prefix_ends_at_rank_disagreement ? "rank_disagreement"
+                                             : c.stopped_at_uncompared        ? "uncompared"
+                                             : c.first_divergence             ? "divergence"
+                                                                              : "end"},
                           {"certified_steps", c.certified_steps},
                           {"differing_pairs", c.differing},
                           {"later_differing_pairs", c.later_differing}};
+  ordered_json disagreements = ordered_json::array();
+  for (const ReportedRankDisagreement& d : r.rank_disagreements) {
+    disagreements.push_back(
+        {{"side", std::string(1, d.side)},
+         {"kind", std::string(RankDisagreementKindName(d.kind))},
+         {"step", d.step},
+         {"rank", d.rank},
+         {"world_size", d.world_size},
+         {"reference", d.reference ? BoundaryJson(*d.reference) : ordered_json(nullptr)},
+         {"copy", d.copy ? BoundaryJson(*d.copy) : ordered_json(nullptr)}});
+  }
+  out["rank_disagreements"] = {{"count", r.rank_disagreement_count}, {"first", disagreements}};
   if (r.first_divergence) {
     ordered_json before = ordered_json::array(), after = ordered_json::array();
     for (const ReportedPair& p : r.before) before.push_back(PairJson(p));
@@ -616,9 +730,64 @@ void PrintDifferences(std::ostringstream& o, const char* what, bool available, b
   }
 }
 
-void PrintContextPair(std::ostringstream& o, const ReportedPair& p, const char* marker) {
+// A pair of a logical comparison: the two sides' ranks differ in meaning,
+// so both are named with their world sizes ("rank 1 of 4 vs rank 0 of 1").
+std::string DescribeLogical(const ReportedPair& p) {
+  const trace::BoundaryRecord& r = p.a.record;
+  std::ostringstream o;
+  o << "step " << r.step << " " << trace::PhaseName(r.phase) << " "
+    << trace::DirectionName(r.direction) << " " << p.a.name << " " << DTypeName(r.dtype)
+    << ShapeText(r) << " examples " << r.first_example << "+" << r.example_count << ", rank "
+    << p.a.record.rank << " of " << p.a.world_size << " vs rank " << p.b.record.rank << " of "
+    << p.b.world_size;
+  return o.str();
+}
+
+std::string DescribePair(const ReportedPair& p, bool logical) {
+  return logical ? DescribeLogical(p) : Describe(p.a);
+}
+
+void PrintContextPair(std::ostringstream& o, const ReportedPair& p, const char* marker,
+                      bool logical) {
   o << "  " << marker << " #" << p.ordinal << " " << StatusName(p.status) << "  "
-    << Describe(p.a) << "\n";
+    << DescribePair(p, logical) << "\n";
+}
+
+void PrintRankDisagreements(std::ostringstream& o, const CompareResult& r) {
+  if (r.rank_disagreement_count == 0) return;
+  o << "rank disagreements: " << r.rank_disagreement_count
+    << " replicated boundar" << (r.rank_disagreement_count == 1 ? "y" : "ies")
+    << " where a rank disagrees with its own run's rank 0\n";
+  for (const ReportedRankDisagreement& d : r.rank_disagreements) {
+    const ReportedBoundary& x = d.copy ? *d.copy : *d.reference;
+    const trace::BoundaryRecord& rec = x.record;
+    o << "  " << d.side << " step " << d.step << " rank " << d.rank << " of " << d.world_size << ": "
+      << trace::PhaseName(rec.phase) << " " << trace::DirectionName(rec.direction) << " " << x.name
+      << " " << DTypeName(rec.dtype) << ShapeText(rec) << " examples " << rec.first_example << "+"
+      << rec.example_count;
+    switch (d.kind) {
+      case RankDisagreement::Kind::kDiffers:
+        o << " differs from rank 0's\n"
+          << "    rank " << d.rank << " xor64=" << Hex64(d.copy->record.xor64)
+          << " xxh3=" << Hex64(d.copy->record.xxh3) << "  record #" << d.copy->record_index
+          << " of " << d.copy->trace << "\n"
+          << "    rank 0 xor64=" << Hex64(d.reference->record.xor64)
+          << " xxh3=" << Hex64(d.reference->record.xxh3) << "  record #"
+          << d.reference->record_index << " of " << d.reference->trace << "\n";
+        break;
+      case RankDisagreement::Kind::kMissingOnRank:
+        o << " recorded by rank 0 (record #" << d.reference->record_index << " of "
+          << d.reference->trace << "), not by rank " << d.rank << "\n";
+        break;
+      case RankDisagreement::Kind::kOnlyOnRank:
+        o << " recorded by rank " << d.rank << " (record #" << d.copy->record_index << " of "
+          << d.copy->trace << "), not by rank 0\n";
+        break;
+    }
+  }
+  if (r.rank_disagreement_count > r.rank_disagreements.size()) {
+    o << "  ... (" << r.rank_disagreement_count - r.rank_disagreements.size() << " more)\n";
+  }
 }
 
 }  // namespace
@@ -638,8 +807,15 @@ std::string CompareText(const CompareResult& r) {
                    r.config_differences, r.diverged());
   PrintDifferences(o, "environment", r.environments_available, r.env_digests_differ,
                    r.environment_differences, r.diverged());
-  o << "ranks: " << (r.ranks_paired ? "paired rank by rank" : "merged (world sizes differ)")
-    << "\n";
+  if (r.logical) {
+    o << "ranks: compared as logical runs (world sizes differ): examples from whichever rank "
+         "held them, replicated boundaries from rank 0 ("
+      << r.a.replicas_checked + r.b.replicas_checked
+      << " copies of other ranks checked against it)\n";
+  } else {
+    o << "ranks: " << (r.ranks_paired ? "paired rank by rank" : "merged (world sizes differ)")
+      << "\n";
+  }
   if (r.lockstep) {
     o << "alignment: lockstep, " << c.pairs << " pairs\n";
   } else {
@@ -668,21 +844,26 @@ std::string CompareText(const CompareResult& r) {
     }
   }
   o << "certified prefix: " << c.certified_pairs << " pairs, " << c.certified_steps << " steps"
-    << (c.stopped_at_uncompared ? " (ends at the first uncompared boundary)" : "") << "\n";
+    << (r.prefix_ends_at_rank_disagreement ? " (ends at the first rank disagreement)"
+        : c.stopped_at_uncompared          ? " (ends at the first uncompared boundary)"
+                                           : "")
+    << "\n";
+  PrintRankDisagreements(o, r);
   if (!r.first_divergence) {
-    o << "result: no divergence\n";
+    o << (r.found_difference() ? "result: divergence (within a run: its ranks disagree)\n"
+                               : "result: no divergence\n");
     return o.str();
   }
   const ReportedPair& d = *r.first_divergence;
-  o << "first divergence: pair #" << d.ordinal << ": " << Describe(d.a) << "\n"
+  o << "first divergence: pair #" << d.ordinal << ": " << DescribePair(d, r.logical) << "\n"
     << "  A xor64=" << Hex64(d.a.record.xor64) << " xxh3=" << Hex64(d.a.record.xxh3) << "  record #"
     << d.a.record_index << " of " << d.a.trace << "\n"
     << "  B xor64=" << Hex64(d.b.record.xor64) << " xxh3=" << Hex64(d.b.record.xxh3) << "  record #"
     << d.b.record_index << " of " << d.b.trace << "\n";
   if (!r.before.empty() || !r.after.empty()) o << "context:\n";
-  for (const ReportedPair& p : r.before) PrintContextPair(o, p, " ");
-  PrintContextPair(o, d, ">");
-  for (const ReportedPair& p : r.after) PrintContextPair(o, p, " ");
+  for (const ReportedPair& p : r.before) PrintContextPair(o, p, " ", r.logical);
+  PrintContextPair(o, d, ">", r.logical);
+  for (const ReportedPair& p : r.after) PrintContextPair(o, p, " ", r.logical);
   o << "later differing pairs: " << c.later_differing << "; "
     << (c.kind == DivergenceKind::kIsolated     ? "an isolated divergence (its neighbours agree again)"
         : c.kind == DivergenceKind::kPropagates ? "the divergence propagates"

@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "replay/certify.h"
+#include "replay/compare_logical.h"
 #include "replay/mapper.h"
 #include "replay/trace_items.h"
 
@@ -52,6 +53,9 @@ struct SideSummary {
   uint64_t boundaries = 0;  // compared (after --ignore)
   uint64_t ignored = 0;     // dropped by --ignore
   std::vector<std::string> warnings;  // torn tails
+  // Logical comparison only: replicated boundaries of ranks other than 0
+  // checked against rank 0's (docs/compare.md §6.3).
+  uint64_t replicas_checked = 0;
 };
 
 // A boundary of one pair as reported: its record re-read from its trace.
@@ -59,6 +63,7 @@ struct ReportedBoundary {
   std::string trace;
   uint64_t record_index = 0;
   uint64_t index = 0;  // position in the compared sequence
+  uint32_t world_size = 1;  // of the run holding it (record.rank is "rank r of world_size")
   std::string name;
   trace::BoundaryRecord record;
 };
@@ -78,9 +83,25 @@ struct UncomparedBoundary {
 };
 inline constexpr size_t kListedUncompared = 5;  // listed in the report and the JSON
 
+// A rank whose replicated boundary disagrees with its own run's rank 0
+// (logical comparison only), as reported.
+struct ReportedRankDisagreement {
+  char side = 'A';
+  RankDisagreement::Kind kind = RankDisagreement::Kind::kDiffers;
+  uint64_t step = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::optional<ReportedBoundary> reference;  // rank 0's copy
+  std::optional<ReportedBoundary> copy;       // the disagreeing rank's copy
+};
+
 struct CompareResult {
   SideSummary a, b;
   bool ranks_paired = true;  // RanksComparable: rank r with rank r
+  // World sizes differ and both sides are whole runs: each is compared as
+  // one logical run (docs/compare.md §6.3). Otherwise ranks are merged by
+  // example (§6.2) when not paired.
+  bool logical = false;
 
   // Listed first: the likely explanation of a divergence.
   bool configs_available = false;  // both config.json found
@@ -101,6 +122,13 @@ struct CompareResult {
   std::vector<UncomparedBoundary> uncompared;
 
   CertifyReport certify;
+  // Logical comparison: ranks disagreeing with their own run's rank 0 (both
+  // sides, the first few by side and step) and how many in all. The first
+  // ends the certified prefix (certify is adjusted, and then
+  // prefix_ends_at_rank_disagreement).
+  uint64_t rank_disagreement_count = 0;
+  std::vector<ReportedRankDisagreement> rank_disagreements;
+  bool prefix_ends_at_rank_disagreement = false;
   std::optional<ReportedPair> first_divergence;
   std::vector<ReportedPair> before, after;
 
@@ -110,7 +138,10 @@ struct CompareResult {
   Alignment alignment;
   NameTable names_a, names_b;
 
+  // A pair of the two runs differs.
   bool diverged() const { return certify.first_divergence.has_value(); }
+  // Anything differs: a pair, or a rank with its own run's rank 0 (exit 4).
+  bool found_difference() const { return diverged() || rank_disagreement_count > 0; }
 };
 
 // Compares run (or trace) `a` with `b`. NotFound/IOError (exit 2) for a
@@ -126,7 +157,7 @@ std::vector<KeyDifference> DiffJson(const nlohmann::json& a, const nlohmann::jso
 // fields (collected_unix_ns, host.hostname) dropped, controls keyed by name.
 nlohmann::json EnvironmentForDiff(const nlohmann::json& env);
 
-// The dgrr.compare/2 document (docs/json/compare.md).
+// The dgrr.compare/3 document (docs/json/compare.md).
 nlohmann::ordered_json CompareJson(const CompareResult& result);
 // The short human report.
 std::string CompareText(const CompareResult& result);

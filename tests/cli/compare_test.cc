@@ -1,5 +1,5 @@
 // dgrr compare, run in-process: exit codes, the text report, the JSON schema
-// (dgrr.compare/2), --ignore, --perfetto, configs listed first, bad input.
+// (dgrr.compare/3), --ignore, --perfetto, configs listed first, bad input.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -130,7 +130,7 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   std::string out;
   ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
   json doc = json::parse(out);
-  EXPECT_EQ(doc["schema"], "dgrr.compare/2");
+  EXPECT_EQ(doc["schema"], "dgrr.compare/3");
   EXPECT_EQ(doc["verdict"], "divergence");
   for (const char* side : {"a", "b"}) {
     const json& s = doc[side];
@@ -358,9 +358,13 @@ TEST_F(CompareCommandTest, OneRankAndFourRankRunsOfTheSameConfigAgree) {
   RecordRun(Path("four"), 4);
   std::string out, err;
   EXPECT_EQ(Compare({Path("one"), Path("four")}, &out, &err), 0) << out << err;
-  EXPECT_NE(out.find("ranks: merged (world sizes differ)"), std::string::npos) << out;
+  EXPECT_NE(out.find("ranks: compared as logical runs (world sizes differ)"), std::string::npos) << out;
   EXPECT_NE(out.find("config: identical"), std::string::npos);
-  EXPECT_NE(out.find("0 only in A, 9 only in B"), std::string::npos) << out;  // 3 extra copies per step
+  // The 3 other ranks' all-reduce copies of each step are checked against
+  // rank 0's, not left over: the whole run lines up and is certified.
+  EXPECT_NE(out.find("(9 copies of other ranks checked against it)"), std::string::npos) << out;
+  EXPECT_NE(out.find("alignment: lockstep, 15 pairs"), std::string::npos) << out;
+  EXPECT_NE(out.find("certified prefix: 15 pairs, 3 steps"), std::string::npos) << out;
   EXPECT_EQ(err.find("configs differ"), std::string::npos);
   EXPECT_EQ(Compare({Path("four"), Path("four"), "--json"}, &out), 0);
   EXPECT_EQ(json::parse(out)["ranks"], "paired");

@@ -311,15 +311,19 @@ TEST_F(CompareTracesTest, OneRankRunMatchesFourRankRunOfTheSameConfig) {
   EXPECT_EQ(r->b.world_size, 4u);
   EXPECT_TRUE(r->configs_available);
   EXPECT_TRUE(r->config_differences.empty());
-  // 2 steps x (16 per-example + all-reduce) pair; the per-rank partial losses
-  // and the 3 extra all-reduce copies per step stay unpaired.
+  // Compared as logical runs (docs/compare.md §6.3): 2 steps x (16
+  // per-example + rank 0's all-reduce) pair; the per-rank partial losses stay
+  // unpaired.
+  EXPECT_TRUE(r->logical);
   EXPECT_EQ(r->certify.pairs, 2u * 17u);
   EXPECT_EQ(r->unmatched_a, 2u);
-  EXPECT_EQ(r->unmatched_b, 2u * (4u + 3u));
-  // The 3 extra copies are identical to the paired one: compared, as
-  // replicas. The partial losses have no counterpart: never compared, so the
-  // certified prefix ends before the first of them.
-  EXPECT_EQ(r->coverage.replicas, 2u * 3u);
+  EXPECT_EQ(r->unmatched_b, 2u * 4u);
+  // The 3 other ranks' all-reduce copies are checked against rank 0's (equal)
+  // and not compared across runs. The partial losses have no counterpart:
+  // never compared, so the certified prefix ends before the first of them.
+  EXPECT_EQ(r->b.replicas_checked, 2u * 3u);
+  EXPECT_EQ(r->rank_disagreement_count, 0u);
+  EXPECT_EQ(r->coverage.replicas, 0u);
   EXPECT_EQ(r->coverage.no_counterpart, 2u * (1u + 4u));
   EXPECT_EQ(r->coverage.ambiguous + r->coverage.outside_reach, 0u);
   EXPECT_TRUE(r->certify.stopped_at_uncompared);
