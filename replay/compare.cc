@@ -685,12 +685,15 @@ std::string Describe(const ReportedBoundary& x) {
 }
 
 // Settings documented never to change results, so never "a likely
-// explanation": the worker thread count (results are bitwise independent of
-// it; the config digest of a checkpoint leaves it out with ckpt_every,
-// docs/checkpoint-format.md) and the machine's hardware thread count. Host
+// explanation": the worker thread count and the rank count (results are
+// bitwise independent of both: the canonical reduction, docs/communicator.md;
+// the config digest of a checkpoint leaves threads out with ckpt_every,
+// docs/checkpoint-format.md), the audit interval (the audit only reads), and
+// the machine's hardware thread count. Host
 // name and collection time are dropped before diffing (EnvironmentForDiff).
 bool NeverChangesResults(const std::string& key) {
-  static const char* const kKeys[] = {"threads", "ckpt_every", "host.hardware_threads"};
+  static const char* const kKeys[] = {"threads", "ranks", "ckpt_every", "audit_every",
+                                      "host.hardware_threads"};
   for (const char* k : kKeys) {
     if (key == k) return true;
   }
