@@ -124,6 +124,15 @@ Status CanonicalAllReduce(Communicator& comm, std::span<float* const> shard, uin
   std::vector<size_t> nodes_of(ranks, 0);
   for (const ShardNode& node : nodes) ++nodes_of[static_cast<size_t>(node.rank)];
 
+  // One rank holds the whole batch, the tree's root: nothing to exchange, so
+  // no packing and no second copy (the common single-rank training case).
+  if (comm.size() == 1) {
+    if (n == 0) return Status::OK();
+    TreeReduceInPlace(shard, n, num_threads);
+    std::memcpy(out, shard[0], n * sizeof(float));
+    return Status::OK();
+  }
+
   // 1. Each of my nodes, reduced locally: its sum lands in its first buffer.
   std::vector<const float*> my_sums;
   for (const ShardNode& node : nodes) {
