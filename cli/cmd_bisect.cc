@@ -143,6 +143,8 @@ int RunBisect(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect);
+// 4: the replays name a divergence; 5: the recordings differ but the replays do not.
+DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect,
+             kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 
 }  // namespace dgrr::cli

@@ -175,6 +175,7 @@ int RunDiffTensor(const std::vector<std::string>& args) {
 // Registered by hand: DGRR_COMMAND makes the name from an identifier, which
 // cannot hold the '-'.
 static const bool dgrr_registered_diff_tensor = ::dgrr::cli::RegisterCommand(
-    {"diff-tensor", "compare two tensor dumps element by element (bitwise, abs, ULP)", RunDiffTensor});
+    {"diff-tensor", "compare two tensor dumps element by element (bitwise, abs, ULP)", RunDiffTensor,
+     {kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence}});
 
 }  // namespace dgrr::cli

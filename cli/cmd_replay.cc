@@ -422,6 +422,9 @@ int RunReplay(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(replay, "re-execute part of a run, checking every boundary against its trace", RunReplay);
+// 4: the run's own per-step SDC check stops the re-execution as it stopped the
+// recording (docs/bisect.md); 5: a record not reproduced.
+DGRR_COMMAND(replay, "re-execute part of a run, checking every boundary against its trace", RunReplay, kExitOk,
+             kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 
 }  // namespace dgrr::cli

@@ -103,4 +103,4 @@ int RunVerify(const std::vector<std::string>& args) {
 }  // namespace dgrr::cli
 
 DGRR_COMMAND(verify, "validate trace files (CRCs, record order, torn tails)",
-             dgrr::cli::RunVerify);
+             dgrr::cli::RunVerify, kExitOk, kExitUsage, kExitIO, kExitInvalidData);
