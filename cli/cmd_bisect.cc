@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
+#include "cli/deleted_paths.h"
 #include "cli/run_kind.h"
 #include "model/trainer.h"
 #include "replay/bisect.h"
@@ -74,6 +75,33 @@ class LaunchedReplayer : public replay::IntervalReplayer {
   bool allow_changed_program_;
 };
 
+// The replays' scratch directory is gone by the time the report is printed
+// (unless --keep): every path into it is shown as a label saying so, never
+// as a path the user would try to open.
+constexpr const char* kDeletedGood = "(deleted good replay)";
+constexpr const char* kDeletedBad = "(deleted bad replay)";
+
+bool ReplaysDeleted(const replay::BisectResult& r) { return r.replay && !r.replay->kept; }
+
+std::string RelabelDeletedReplays(const replay::BisectResult& r, std::string text) {
+  if (!ReplaysDeleted(r)) return text;
+  const std::string before = text;
+  text = RelabelDirectory(RelabelDirectory(text, r.replay->good_dir, kDeletedGood), r.replay->bad_dir, kDeletedBad);
+  if (text != before) {
+    text += std::string("note: ") + kDeletedGood + " and " + kDeletedBad +
+            " were temporary and are deleted; rerun with --keep DIR to keep them\n";
+  }
+  return text;
+}
+
+void RelabelDeletedReplays(const replay::BisectResult& r, nlohmann::ordered_json& j) {
+  if (!r.replay) return;
+  j["replay"]["deleted"] = ReplaysDeleted(r);
+  if (!ReplaysDeleted(r)) return;
+  RelabelDirectory(j, r.replay->good_dir, kDeletedGood);
+  RelabelDirectory(j, r.replay->bad_dir, kDeletedBad);
+}
+
 int RunBisect(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()
@@ -129,9 +157,11 @@ int RunBisect(const std::vector<std::string>& args) {
   auto result = replay::Bisect(good, bad, replayer, bisect);
   if (!result.ok()) return ReportError(kName, result.status());
   if (vm["json"].as<bool>()) {
-    std::cout << replay::BisectJson(*result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    nlohmann::ordered_json j = replay::BisectJson(*result);
+    RelabelDeletedReplays(*result, j);
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
-    std::cout << replay::BisectText(*result);
+    std::cout << RelabelDeletedReplays(*result, replay::BisectText(*result));
   }
   switch (result->verdict) {
     case replay::BisectVerdict::kAgree: return kExitOk;
@@ -143,6 +173,8 @@ int RunBisect(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect);
+// 4: the replays name a divergence; 5: the recordings differ but the replays do not.
+DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect,
+             kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 
 }  // namespace dgrr::cli

@@ -98,4 +98,4 @@ int RunCompare(const std::vector<std::string>& args) {
 }  // namespace dgrr::cli
 
 DGRR_COMMAND(compare, "compare two runs: certified prefix, first divergence, context",
-             dgrr::cli::RunCompare);
+             dgrr::cli::RunCompare, kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence);

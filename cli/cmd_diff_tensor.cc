@@ -141,12 +141,14 @@ int RunDiffTensor(const std::vector<std::string>& args) {
   options.add_options()("a", po::value(&path_a)->required(), "first dump (positional)")(
       "b", po::value(&path_b)->required(), "second dump (positional)")(
       "first", po::value(&first_n)->default_value(10), "show the first N differing elements of each dataset")(
-      "json", "print the result as JSON (schema dgrr.diff-tensor/1)");
+      "json", "print the result as JSON (schema dgrr.diff-tensor/1)")(
+      "quiet,q", "print nothing: the exit code says whether the dumps differ, as cmp -s (errors still go to "
+                 "stderr)");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   po::variables_map vm;
   const int rc = ParseCommandLine(
-      "diff-tensor", "dgrr diff-tensor A.h5 B.h5 [--first N] [--json]",
+      "diff-tensor", "dgrr diff-tensor A.h5 B.h5 [--first N] [--json | -q]",
       "Compares two tensor dumps written by 'dgrr replay --dump' (docs/tensor-dump.md), pairing\n"
       "their datasets by name (the example range). For each pair and in total: the element count,\n"
       "how many elements differ bitwise, the largest absolute difference and, for float dtypes, the\n"
@@ -164,7 +166,7 @@ int RunDiffTensor(const std::vector<std::string>& args) {
   const replay::TensorDumpDiff diff = replay::DiffTensorDumps(*a, *b, static_cast<size_t>(first_n));
   if (vm.count("json")) {
     std::cout << ReportJson(*a, *b, diff).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else {
+  } else if (vm.count("quiet") == 0) {
     PrintReport(*a, *b, diff);
   }
   return diff.identical() ? kExitOk : kExitDivergence;
@@ -175,6 +177,7 @@ int RunDiffTensor(const std::vector<std::string>& args) {
 // Registered by hand: DGRR_COMMAND makes the name from an identifier, which
 // cannot hold the '-'.
 static const bool dgrr_registered_diff_tensor = ::dgrr::cli::RegisterCommand(
-    {"diff-tensor", "compare two tensor dumps element by element (bitwise, abs, ULP)", RunDiffTensor});
+    {"diff-tensor", "compare two tensor dumps element by element (bitwise, abs, ULP)", RunDiffTensor,
+     {kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence}});
 
 }  // namespace dgrr::cli

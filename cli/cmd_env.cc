@@ -120,6 +120,8 @@ int RunEnv(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(env, "print this machine's environment fingerprint and determinism controls", RunEnv);
+// Reads no trace, checkpoint or run file, and compares nothing.
+DGRR_COMMAND(env, "print this machine's environment fingerprint and determinism controls", RunEnv, kExitOk,
+             kExitUsage, kExitIO);
 
 }  // namespace dgrr::cli

@@ -341,4 +341,5 @@ int RunInspect(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace dgrr::cli
 
-DGRR_COMMAND(inspect, "list a trace's header and records (text or JSON)", dgrr::cli::RunInspect);
+DGRR_COMMAND(inspect, "list a trace's header and records (text or JSON)", dgrr::cli::RunInspect, kExitOk,
+             kExitUsage, kExitIO, kExitInvalidData);

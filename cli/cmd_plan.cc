@@ -177,6 +177,7 @@ int RunPlan(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(plan, "show what a run's checkpoints save, fast-forward or drop, and why", RunPlan);
+DGRR_COMMAND(plan, "show what a run's checkpoints save, fast-forward or drop, and why", RunPlan, kExitOk,
+             kExitUsage, kExitIO, kExitInvalidData);
 
 }  // namespace dgrr::cli

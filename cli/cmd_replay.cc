@@ -83,6 +83,7 @@ struct ReplayRequest {
   std::optional<uint64_t> checkpoint;  // --checkpoint
   std::string keep_dir;
   bool json = false;
+  bool quiet = false;
   bool allow_changed_program = false;
 };
 
@@ -237,7 +238,7 @@ int RunLaunchedReplay(ReplayRequest q) {
     j["program_exit_code"] = result->exit_code;
     if (!q.keep_dir.empty()) j["replay_dir"] = q.keep_dir;
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else if (s.ok()) {
+  } else if (s.ok() && !q.quiet) {
     std::cout << "replayed steps " << first << ".." << q.to << " of " << run_dir
               << (*ckpt ? " from the checkpoint of step " + std::to_string((*ckpt)->first) : " from the start")
               << ": " << result->boundaries_verified << " boundaries and " << result->steps_verified
@@ -263,6 +264,8 @@ int RunReplay(const std::vector<std::string>& args) {
       "rank) to DUMP_DIR/NAME@STEP.rankR.h5; repeatable")(
       "dump-dir", po::value(&dump_dir), "directory for --dump files (default: the current one)")(
       "json", "print the result as JSON (schema dgrr.replay/1)")(
+      "quiet,q", "print nothing on success: the exit code says (errors and warnings still go to stderr; "
+                 "--json still prints its object)")(
       "checkpoint", po::value<uint64_t>(),
       "programs with a launch.json: restore exactly the checkpoint of this step (it must exist) instead of "
       "the newest one before --from")(
@@ -276,7 +279,7 @@ int RunReplay(const std::vector<std::string>& args) {
   int rc = ParseCommandLine(
       "replay",
       "dgrr replay RUN_DIR [--from STEP | --checkpoint STEP] [--to STEP] [--dump NAME@STEP[:RANK]]...\n"
-      "                    [--dump-dir DIR] [--keep DIR] [--allow-changed-program] [--json]",
+      "                    [--dump-dir DIR] [--keep DIR] [--allow-changed-program] [--json] [-q]",
       "Re-executes the recorded run in RUN_DIR from its newest checkpoint before --from (or from\n"
       "the start) through --to, in a scratch directory, comparing every boundary and step end with\n"
       "the recorded traces as it goes. At the first difference it stops and names the step, rank,\n"
@@ -313,6 +316,7 @@ int RunReplay(const std::vector<std::string>& args) {
     if (vm.count("checkpoint")) q.checkpoint = vm["checkpoint"].as<uint64_t>();
     if (vm.count("keep")) q.keep_dir = vm["keep"].as<std::string>();
     q.json = vm.count("json") > 0;
+    q.quiet = vm.count("quiet") > 0;
     q.allow_changed_program = vm.count("allow-changed-program") > 0;
     return RunLaunchedReplay(std::move(q));
   }
@@ -409,7 +413,7 @@ int RunReplay(const std::vector<std::string>& args) {
     j["dumps"] = dumps;
     if (!s.ok()) j["message"] = s.message();
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else if (s.ok()) {
+  } else if (s.ok() && vm.count("quiet") == 0) {
     std::cout << "replayed steps " << first << ".." << to << " of " << run_dir
               << (*ckpt ? " from the checkpoint of step " + std::to_string((*ckpt)->first) : " from the start")
               << ": " << result.boundaries_verified << " boundaries and " << result.steps_verified
@@ -422,6 +426,9 @@ int RunReplay(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(replay, "re-execute part of a run, checking every boundary against its trace", RunReplay);
+// 4: the run's own per-step SDC check stops the re-execution as it stopped the
+// recording (docs/bisect.md); 5: a record not reproduced.
+DGRR_COMMAND(replay, "re-execute part of a run, checking every boundary against its trace", RunReplay, kExitOk,
+             kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 
 }  // namespace dgrr::cli

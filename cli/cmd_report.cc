@@ -88,4 +88,4 @@ int RunReport(const std::vector<std::string>& args) {
 }  // namespace dgrr::cli
 
 DGRR_COMMAND(report, "write an HTML report of two runs: loss curves, divergence, boundary map",
-             dgrr::cli::RunReport);
+             dgrr::cli::RunReport, kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence);

@@ -148,7 +148,9 @@ int RunRollback(const std::vector<std::string>& args) {
 
 }  // namespace
 
+// 4: the run's own per-step SDC check stops the re-execution; 5: the
+// re-execution did not reproduce the traces (the run is left untouched).
 DGRR_COMMAND(rollback, "leave a run as if it had stopped after step S, ready for train --resume",
-             RunRollback);
+             RunRollback, kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 
 }  // namespace dgrr::cli

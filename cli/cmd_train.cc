@@ -35,10 +35,9 @@ namespace {
 using model::TrainOptions;
 using model::TrainProgress;
 
-// Exit codes of a run stopped on request at a step boundary: the shell's
-// 128 + signal number, so scripts and schedulers read them as usual.
-constexpr int kExitInterrupted = 130;  // SIGINT (Ctrl-C)
-constexpr int kExitTerminated = 143;   // SIGTERM
+// A run stopped on request at a step boundary exits kExitInterrupted or
+// kExitTerminated (cli/command.h): the shell's 128 + signal number, so scripts
+// and schedulers read them as usual.
 
 // The signal that asked the run to stop (0: none). The first one sets it and
 // the trainer stops after the step in flight; a second one ends the process
@@ -496,6 +495,9 @@ int RunTrain(const std::vector<std::string>& args) {
 
 }  // namespace
 
-DGRR_COMMAND(train, "train the reference GPT, bitwise reproducibly, recording every boundary", RunTrain);
+// 3: a corrupt checkpoint or config.json on --resume; 4: the per-step SDC
+// check found the ranks' copies of the state differ.
+DGRR_COMMAND(train, "train the reference GPT, bitwise reproducibly, recording every boundary", RunTrain,
+             kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitInterrupted, kExitTerminated);
 
 }  // namespace dgrr::cli

@@ -40,12 +40,15 @@ int RunVerify(const std::vector<std::string>& args) {
   po::options_description options("Options");
   options.add_options()("trace", po::value<std::vector<std::string>>()->required(),
                         "trace files or run directories (every rank<R>.trace) to verify")(
-      "json", po::bool_switch(), "print one JSON object (schema dgrr.verify/1, docs/json/verify.md)");
+      "json", po::bool_switch(), "print one JSON object (schema dgrr.verify/1, docs/json/verify.md)")(
+      "quiet,q", po::bool_switch(),
+      "print nothing for valid traces: the exit code says (errors and torn-tail warnings still go to stderr; "
+      "--json still prints its object)");
   po::positional_options_description positional;
   positional.add("trace", -1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
-      kName, "dgrr verify TRACE|RUN_DIR... [--json]",
+      kName, "dgrr verify TRACE|RUN_DIR... [--json] [-q]",
       "Validates each trace (a run directory: each of its rank<R>.trace files): the header, then every record's CRC, type and fields, and\n"
       "the order rules (names defined before use, sequence numbers increasing). Prints\n"
       "one summary line per valid file on stdout. A torn tail (a partial record, or\n"
@@ -59,6 +62,7 @@ int RunVerify(const std::vector<std::string>& args) {
   if (parsed >= 0) return parsed;
 
   const bool json = vm["json"].as<bool>();
+  const bool quiet = vm["quiet"].as<bool>();
   nlohmann::ordered_json traces = nlohmann::ordered_json::array();
   int exit_code = kExitOk;
   std::vector<std::string> paths;
@@ -87,7 +91,7 @@ int RunVerify(const std::vector<std::string>& args) {
     if (!summary.warning.empty()) ReportWarning(kName, summary.warning);
     if (json) {
       traces.push_back(SummaryJson(summary));
-    } else {
+    } else if (!quiet) {
       std::cout << SummaryLine(summary) << "\n";
     }
   }
@@ -103,4 +107,4 @@ int RunVerify(const std::vector<std::string>& args) {
 }  // namespace dgrr::cli
 
 DGRR_COMMAND(verify, "validate trace files (CRCs, record order, torn tails)",
-             dgrr::cli::RunVerify);
+             dgrr::cli::RunVerify, kExitOk, kExitUsage, kExitIO, kExitInvalidData);

@@ -62,16 +62,52 @@ bool RegisterCommand(Command command) {
 
 const std::vector<Command>& AllCommands() { return Registry(); }
 
-const char* ExitCodeHelp() {
-  return "Exit codes:\n"
-         "  0  success\n"
-         "  1  usage error (bad arguments or options, named)\n"
-         "  2  I/O or system error (a file could not be read or written; the run is in use by\n"
-         "     another dgrr writer; out of memory; the system refused a thread; any failure\n"
-         "     the command did not expect)\n"
-         "  3  invalid trace, checkpoint or run file (validation failed; file and key named)\n"
-         "  4  divergence found\n"
-         "  5  replay integrity failure (a replay did not reproduce the record)\n";
+const Command* FindCommand(const std::string& name) {
+  for (const Command& c : Registry()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// What each exit code means, whichever command returns it (README.md's table).
+const char* ExitCodeMeaning(int code) {
+  switch (code) {
+    case kExitOk: return "success";
+    case kExitUsage: return "usage error (bad arguments or options, named)";
+    case kExitIO:
+      return "I/O or system error (a file could not be read or written; the run is in use by\n"
+             "       another dgrr writer; out of memory; the system refused a thread; any failure\n"
+             "       the command did not expect)";
+    case kExitInvalidData: return "invalid trace, checkpoint or run file (validation failed; file and key named)";
+    case kExitDivergence: return "divergence found";
+    case kExitReplayIntegrity: return "replay integrity failure (a replay did not reproduce the record)";
+    case kExitInterrupted:
+      return "stopped by Ctrl-C (SIGINT) after the step in flight; the --resume command is printed";
+    case kExitTerminated: return "stopped by SIGTERM after the step in flight, likewise";
+  }
+  return "undocumented";
+}
+
+}  // namespace
+
+std::string ExitCodeHelp(const std::vector<int>& codes) {
+  std::string text = "Exit codes:\n";
+  for (int code : codes) {
+    std::string number = std::to_string(code);
+    number.resize(std::max<size_t>(number.size() + 2, 5), ' ');
+    text += "  " + number + ExitCodeMeaning(code) + "\n";
+  }
+  return text;
+}
+
+std::vector<int> AllExitCodes() {
+  std::vector<int> all;
+  for (const Command& c : Registry()) all.insert(all.end(), c.exit_codes.begin(), c.exit_codes.end());
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
 }
 
 namespace {
@@ -133,6 +169,13 @@ std::string MissingArgumentText(const po::required_option& error, const po::opti
   return "missing " + what;
 }
 
+// The codes `name`'s --help lists: its declared ones; every code for a name
+// that is not registered (a caller outside the registry).
+std::vector<int> ExitCodesOf(const std::string& name) {
+  const Command* command = FindCommand(name);
+  return command != nullptr ? command->exit_codes : AllExitCodes();
+}
+
 }  // namespace
 
 int ParseCommandLine(const std::string& name, const std::string& usage,
@@ -143,7 +186,7 @@ int ParseCommandLine(const std::string& name, const std::string& usage,
   try {
     if (ParseInto(args, options, positional, vm)) {
       std::cout << "usage: " << usage << "\n\n" << description << "\n\n"
-                << options << "\n" << ExitCodeHelp();
+                << options << "\n" << ExitCodeHelp(ExitCodesOf(name));
       return kExitOk;
     }
   } catch (const po::required_option& e) {

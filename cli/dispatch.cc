@@ -21,14 +21,15 @@ void PrintTopLevelHelp() {
     padded.resize(std::max<size_t>(padded.size() + 2, 14), ' ');
     std::cout << "  " << padded << c.summary << "\n";
   }
-  std::cout << "\nRun 'dgrr help COMMAND' (or 'dgrr COMMAND --help') for a command's options.\n\n"
-            << ExitCodeHelp();
+  std::cout << "\nRun 'dgrr help COMMAND' (or 'dgrr COMMAND --help') for a command's options and the\n"
+               "exit codes it returns.\n\n"
+            << ExitCodeHelp(AllExitCodes());
 }
 
 // Runs one command so that nothing escapes it: library code returns Status,
 // but allocation failure, the system refusing a thread or a bug can still
 // throw, and an uncaught exception would end the process on SIGABRT. Each is
-// one line and exit code 2 (documented in ExitCodeHelp and the README).
+// one line and exit code 2 (every command declares it; see ExitCodeHelp and the README).
 int RunGuarded(const Command& command, const std::vector<std::string>& args) {
   const std::string prefix = "dgrr " + command.name + ": ";
   try {

@@ -45,6 +45,20 @@ class DiffTensorCommandTest : public ::dgrr::test_support::TempDirTest, protecte
   }
 };
 
+TEST_F(DiffTensorCommandTest, QuietPrintsNothingAndTheExitCodeSays) {
+  const auto a = Write("a.h5", {FloatTensor(0, {1, 2, 3, 4}, {2, 2})});
+  const auto b = Write("b.h5", {FloatTensor(0, {1, 2, 3, 5}, {2, 2})});
+  EXPECT_EQ(RunCommand({"diff-tensor", "-q", a, a}), 0) << err_;
+  EXPECT_EQ(out_, "");
+  EXPECT_EQ(RunCommand({"diff-tensor", "--quiet", a, b}), kExitDivergence) << err_;
+  EXPECT_EQ(out_, "");
+  EXPECT_EQ(RunCommand({"diff-tensor", a, b}), kExitDivergence);
+  EXPECT_FALSE(out_.empty());
+  EXPECT_EQ(RunCommand({"diff-tensor", "-q", a, Path("missing.h5")}), kExitIO);
+  EXPECT_EQ(out_, "");
+  EXPECT_NE(err_.find("missing.h5"), std::string::npos) << "errors still go to stderr";
+}
+
 TEST_F(DiffTensorCommandTest, IdenticalDumpsExitZero) {
   const auto a = Write("a.h5", {FloatTensor(0, {1, 2, 3, 4}, {2, 2}), FloatTensor(1, {5, 6}, {2})});
   const auto b = Write("b.h5", {FloatTensor(0, {1, 2, 3, 4}, {2, 2}), FloatTensor(1, {5, 6}, {2})});
