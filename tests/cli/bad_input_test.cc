@@ -223,15 +223,15 @@ TEST_F(BadInputTest, DuplicateKeysInAnInjectSpecAreRefused) {
 const bool kThrowers = [] {
   RegisterCommand({"test-throw-bad-alloc", "test only", [](const std::vector<std::string>&) -> int {
                      throw std::bad_alloc();
-                   }});
+                   }, {}});
   RegisterCommand({"test-throw-system", "test only", [](const std::vector<std::string>&) -> int {
                      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
                                              "thread");
-                   }});
+                   }, {}});
   RegisterCommand({"test-throw-runtime", "test only", [](const std::vector<std::string>&) -> int {
                      throw std::runtime_error("boom");
-                   }});
-  RegisterCommand({"test-throw-int", "test only", [](const std::vector<std::string>&) -> int { throw 42; }});
+                   }, {}});
+  RegisterCommand({"test-throw-int", "test only", [](const std::vector<std::string>&) -> int { throw 42; }, {}});
   return true;
 }();
 
