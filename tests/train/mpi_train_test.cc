@@ -166,6 +166,21 @@ TEST_F(MpiTrainTest, TheAuditNamesARankProcessWhoseBackwardIsWrong) {
       << f.output;
 }
 
+// A moment flipped in one rank process's optimizer state as step 2 stores it
+// is first read by step 3's update (AdamW's fused loop has already used the
+// step's own moment): the per-step parameter check, over MPI, names step 3
+// and rank 1, and every process stops. (Step 2 writes no checkpoint, whose
+// replicated-state check would name the moment first; step 3's comes after the
+// parameter check.)
+TEST_F(MpiTrainTest, AnOptimizerStateFlipOnOneRankProcessIsNamedByTheParameterCheck) {
+  const fs::path run = dir_ / "flipped";
+  const Outcome o =
+      Mpi(2, Train(run, {"--mode", "sdc", "--inject", "bitflip:step=2,rank=1,at=adamw.m.wte"}), "flip.log");
+  EXPECT_NE(o.code, 0) << o.output;
+  EXPECT_NE(o.output.find("silent data corruption suspected after step 3"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("rank 1 holds"), std::string::npos) << o.output;
+}
+
 TEST_F(MpiTrainTest, AKilledRankEndsTheJobAndTheResumedJobEndsAsTheUninterruptedOne) {
   const fs::path whole = dir_ / "whole", killed = dir_ / "killed";
   ASSERT_EQ(Mpi(2, Train(whole), "whole.log").code, 0);
