@@ -286,7 +286,9 @@ int RunTrain(const std::vector<std::string>& args) {
       ("heads", po::value(&heads), "override the preset's attention heads")
       ("seq", po::value(&seq), "override the preset's sequence length")
       ("data", po::value(&o.data_file), "train on this text file's bytes (default: an embedded arithmetic corpus)")
-      ("ranks", po::value(&o.ranks)->default_value(1), "data-parallel ranks (threads of this process, one trace each)")
+      ("ranks", po::value(&o.ranks)->default_value(1),
+       "data-parallel ranks as threads of this process, one trace each (under mpirun: one rank per "
+       "process, the size from mpirun -np)")
       ("threads", po::value(&o.threads)->default_value(1), "worker threads per rank (never changes results)")
       ("batch", po::value(&batch), "global batch size in examples (default: the preset's; divisible by --ranks)")
       ("lr", po::value(&lr), "peak learning rate (default: the preset's)")
