@@ -26,7 +26,7 @@ endfunction()
 # Optimisation of the test sources only: the libraries under test, and so
 # every value a test records or compares, keep the build type's flags. Test
 # code only calls into the libraries, and with -ffp-contract=off and no
-# -ffast-math its own arithmetic rounds the same at every -O level. -Og costs
+# fast-math flags its own arithmetic rounds the same at every -O level. -Og costs
 # about half of -O3 to compile (and a third less than -O1 under ASan) and keeps
 # -Wmaybe-uninitialized; -O1 would also raise a GCC 12 -Warray-bounds false
 # positive in std::string. Plain Debug builds keep their -O0 for debugging;
