@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace dgrr {
 
 namespace {
 
 const char* OpName(int op) {
-  static const char* const kNames[] = {"Barrier", "Broadcast", "AllGather", "AllGatherV", "AllToAllV"};
+  static const char* const kNames[] = {"Barrier", "Broadcast", "AllGather(V)", "AllToAllV"};
   return kNames[op];
 }
 
@@ -61,6 +62,11 @@ Status InProcessWorld::PostAndMeet(int rank, const Post& mine) {
 
 InProcessCommunicator::InProcessCommunicator(InProcessWorld& world, int rank) : world_(world), rank_(rank) {}
 
+Status InProcessCommunicator::FailAllUnless(Status s) {
+  if (!s.ok()) world_.Abort(s);
+  return s;
+}
+
 Status InProcessCommunicator::Finish(Status copied) {
   Status met = world_.Meet();
   return copied.ok() ? met : copied;
@@ -74,10 +80,7 @@ Status InProcessCommunicator::Barrier() {
 }
 
 Status InProcessCommunicator::Broadcast(void* data, size_t count, int root, const Placement& where) {
-  if (Status s = RefuseDevice(where); !s.ok()) {
-    world_.Abort(s);
-    return s;
-  }
+  DGRR_RETURN_IF_ERROR(FailAllUnless(RefuseDevice(where)));
   InProcessWorld::Post post;
   post.op = InProcessWorld::Op::kBroadcast;
   post.send = data;
@@ -98,40 +101,17 @@ Status InProcessCommunicator::Broadcast(void* data, size_t count, int root, cons
   return Finish(Status::OK());
 }
 
+// Equal counts: one AllGatherV, whose rendezvous checks that every rank
+// passed the same.
 Status InProcessCommunicator::AllGather(const void* mine, size_t count, void* out, const Placement& where) {
-  if (Status s = RefuseDevice(where); !s.ok()) {
-    world_.Abort(s);
-    return s;
-  }
-  InProcessWorld::Post post;
-  post.op = InProcessWorld::Op::kAllGather;
-  post.send = mine;
-  post.count = count;
-  DGRR_RETURN_IF_ERROR(world_.PostAndMeet(rank_, post));
-  const auto& posts = world_.posts_;
-  for (int r = 0; r < size(); ++r) {
-    if (posts[static_cast<size_t>(r)].count != count) {
-      return Finish(Status::InvalidArgument("AllGather: rank " + std::to_string(r) + " sends " +
-                                            std::to_string(posts[static_cast<size_t>(r)].count) +
-                                            " bytes, rank " + std::to_string(rank_) + " " +
-                                            std::to_string(count)));
-    }
-  }
-  auto* dst = static_cast<uint8_t*>(out);
-  for (int r = 0; r < size() && count > 0; ++r) {
-    std::memcpy(dst + static_cast<size_t>(r) * count, posts[static_cast<size_t>(r)].send, count);
-  }
-  return Finish(Status::OK());
+  const std::vector<size_t> counts(static_cast<size_t>(size()), count);
+  return AllGatherV(mine, counts, out, where);
 }
 
 Status InProcessCommunicator::AllGatherV(const void* mine, std::span<const size_t> counts, void* out,
                                          const Placement& where) {
-  Status s = RefuseDevice(where);
-  if (s.ok()) s = CheckRankArrays(*this, counts, {}, "AllGatherV");
-  if (!s.ok()) {
-    world_.Abort(s);
-    return s;
-  }
+  DGRR_RETURN_IF_ERROR(FailAllUnless(RefuseDevice(where)));
+  DGRR_RETURN_IF_ERROR(FailAllUnless(CheckRankArrays(*this, counts, {}, "AllGatherV")));
   InProcessWorld::Post post;
   post.op = InProcessWorld::Op::kAllGatherV;
   post.send = mine;
@@ -158,13 +138,9 @@ Status InProcessCommunicator::AllToAllV(const void* send, std::span<const size_t
                                         std::span<const size_t> send_offsets, void* recv,
                                         std::span<const size_t> recv_counts,
                                         std::span<const size_t> recv_offsets, const Placement& where) {
-  Status s = RefuseDevice(where);
-  if (s.ok()) s = CheckRankArrays(*this, send_counts, send_offsets, "AllToAllV send");
-  if (s.ok()) s = CheckRankArrays(*this, recv_counts, recv_offsets, "AllToAllV receive");
-  if (!s.ok()) {
-    world_.Abort(s);
-    return s;
-  }
+  DGRR_RETURN_IF_ERROR(FailAllUnless(RefuseDevice(where)));
+  DGRR_RETURN_IF_ERROR(FailAllUnless(CheckRankArrays(*this, send_counts, send_offsets, "AllToAllV send")));
+  DGRR_RETURN_IF_ERROR(FailAllUnless(CheckRankArrays(*this, recv_counts, recv_offsets, "AllToAllV receive")));
   InProcessWorld::Post post;
   post.op = InProcessWorld::Op::kAllToAllV;
   post.send = send;

@@ -33,7 +33,7 @@ class InProcessWorld {
  private:
   friend class InProcessCommunicator;
 
-  enum class Op : uint8_t { kBarrier, kBroadcast, kAllGather, kAllGatherV, kAllToAllV };
+  enum class Op : uint8_t { kBarrier, kBroadcast, kAllGatherV, kAllToAllV };  // AllGather is an AllGatherV
   // What a rank posts for one collective: its buffers, as the collective
   // needs them (unused fields stay empty).
   struct Post {
@@ -80,6 +80,9 @@ class InProcessCommunicator final : public Communicator {
   void Abort(const Status& why) override { world_.Abort(why); }
 
  private:
+  // A rank that refuses its own arguments fails every rank (the others are,
+  // or will be, waiting for it at the rendezvous); returns `s`.
+  Status FailAllUnless(Status s);
   // The second meeting of a collective: every rank has finished reading its
   // peers' buffers. `copied` is this rank's own outcome, reported after it.
   Status Finish(Status copied);
