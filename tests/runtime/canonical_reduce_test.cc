@@ -20,17 +20,6 @@ namespace {
 
 using namespace testing_collectives;
 
-std::vector<Status> OnEveryRank(int size, const std::function<Status(Communicator&)>& body) {
-  InProcessGroup group(size);
-  std::vector<Status> results(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = body(*group.ranks[static_cast<size_t>(r)]); });
-  }
-  for (auto& t : threads) t.join();
-  return results;
-}
-
 // The values are such that the order matters: summed left to right, a batch
 // gives other bits than the canonical tree, so a reduction that merely
 // "adds everything" would fail the checks below.

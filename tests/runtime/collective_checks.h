@@ -6,12 +6,28 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "base/status.h"
 #include "runtime/communicator.h"
+#include "runtime/inprocess_communicator.h"
 
 namespace dgrr::testing_collectives {
+
+// Runs body(comm) on one thread per rank of an in-process group of `size`
+// ranks; each rank's status, by rank.
+inline std::vector<Status> OnEveryRank(int size, const std::function<Status(Communicator&)>& body) {
+  InProcessGroup group(size);
+  std::vector<Status> results(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = body(*group.ranks[static_cast<size_t>(r)]); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
 
 Status CheckBroadcast(Communicator& c);
 Status CheckAllGathers(Communicator& c);

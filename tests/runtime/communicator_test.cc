@@ -1,135 +1,44 @@
 // The in-process communicator: every collective moves exactly the bytes it
 // should for 1 to 5 ranks; a rank that calls another collective, passes
 // inconsistent sizes or aborts makes every rank fail instead of hang.
+#include "runtime/inprocess_communicator.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <numeric>
-#include <thread>
+#include <string>
 #include <vector>
 
-#include "runtime/inprocess_communicator.h"
+#include "tests/runtime/collective_checks.h"
 
 namespace dgrr {
 namespace {
 
-// Runs body(comm) on one thread per rank and returns each rank's status.
-std::vector<Status> OnEveryRank(int size, const std::function<Status(Communicator&)>& body) {
-  InProcessGroup group(size);
-  std::vector<Status> results(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back(
-        [&, r] { results[static_cast<size_t>(r)] = body(*group.ranks[static_cast<size_t>(r)]); });
+using testing_collectives::OnEveryRank;
+
+// The checks are shared with the MPI test program (tests/runtime/mpi/), so the
+// in-process and MPI backends are held to the same bytes.
+class CommunicatorTest : public ::testing::TestWithParam<int> {
+ protected:
+  static void ExpectOkOnEveryRank(const std::function<Status(Communicator&)>& check) {
+    for (const Status& s : OnEveryRank(GetParam(), check)) EXPECT_TRUE(s.ok()) << s.ToString();
   }
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-// A byte that names (sender, receiver, position).
-uint8_t Byte(int from, int to, size_t i) { return static_cast<uint8_t>(from * 31 + to * 7 + i * 3 + 1); }
-
-class CommunicatorTest : public ::testing::TestWithParam<int> {};
+};
 
 TEST_P(CommunicatorTest, BroadcastCopiesTheRootsBytes) {
-  const int size = GetParam();
-  for (int root = 0; root < size; ++root) {
-    auto results = OnEveryRank(size, [&](Communicator& c) {
-      std::vector<uint8_t> data(37);
-      for (size_t i = 0; i < data.size(); ++i) data[i] = Byte(c.rank(), 0, i);
-      DGRR_RETURN_IF_ERROR(c.Broadcast(data.data(), data.size(), root));
-      for (size_t i = 0; i < data.size(); ++i) {
-        if (data[i] != Byte(root, 0, i)) return Status::Internal("byte " + std::to_string(i));
-      }
-      return Status::OK();
-    });
-    for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
-  }
+  ExpectOkOnEveryRank(testing_collectives::CheckBroadcast);
 }
 
 TEST_P(CommunicatorTest, AllGatherAndAllGatherVConcatenateInRankOrder) {
-  const int size = GetParam();
-  auto results = OnEveryRank(size, [&](Communicator& c) {
-    std::vector<uint8_t> mine(16);
-    for (size_t i = 0; i < mine.size(); ++i) mine[i] = Byte(c.rank(), 0, i);
-    std::vector<uint8_t> all(16 * static_cast<size_t>(size));
-    DGRR_RETURN_IF_ERROR(c.AllGather(mine.data(), mine.size(), all.data()));
-    for (int r = 0; r < size; ++r) {
-      for (size_t i = 0; i < 16; ++i) {
-        if (all[static_cast<size_t>(r) * 16 + i] != Byte(r, 0, i)) return Status::Internal("AllGather");
-      }
-    }
-    // Rank r contributes 3r bytes (rank 0 none).
-    std::vector<size_t> counts(static_cast<size_t>(size));
-    for (int r = 0; r < size; ++r) counts[static_cast<size_t>(r)] = 3 * static_cast<size_t>(r);
-    std::vector<uint8_t> v(counts[static_cast<size_t>(c.rank())]);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = Byte(c.rank(), 1, i);
-    std::vector<uint8_t> gathered(std::accumulate(counts.begin(), counts.end(), size_t{0}));
-    DGRR_RETURN_IF_ERROR(c.AllGatherV(v.data(), counts, gathered.data()));
-    size_t at = 0;
-    for (int r = 0; r < size; ++r) {
-      for (size_t i = 0; i < counts[static_cast<size_t>(r)]; ++i) {
-        if (gathered[at++] != Byte(r, 1, i)) return Status::Internal("AllGatherV");
-      }
-    }
-    return Status::OK();
-  });
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+  ExpectOkOnEveryRank(testing_collectives::CheckAllGathers);
 }
 
 TEST_P(CommunicatorTest, AllToAllVDeliversEachPairsBytesAtTheirOffsets) {
-  const int size = GetParam();
-  // Rank s sends (s + d) % 3 + 1 bytes to rank d; layouts in reverse rank
-  // order with gaps, so offsets matter.
-  auto count = [](int s, int d) { return static_cast<size_t>((s + d) % 3 + 1); };
-  auto results = OnEveryRank(size, [&](Communicator& c) {
-    const int me = c.rank();
-    const size_t n = static_cast<size_t>(size);
-    std::vector<size_t> send_counts(n), send_offsets(n), recv_counts(n), recv_offsets(n);
-    size_t send_bytes = 0, recv_bytes = 0;
-    for (int d = size - 1; d >= 0; --d) {
-      send_counts[static_cast<size_t>(d)] = count(me, d);
-      send_offsets[static_cast<size_t>(d)] = send_bytes + 1;
-      send_bytes += count(me, d) + 1;
-      recv_counts[static_cast<size_t>(d)] = count(d, me);
-      recv_offsets[static_cast<size_t>(d)] = recv_bytes + 2;
-      recv_bytes += count(d, me) + 2;
-    }
-    std::vector<uint8_t> send(send_bytes, 0), recv(recv_bytes, 0xEE);
-    for (int d = 0; d < size; ++d) {
-      for (size_t i = 0; i < count(me, d); ++i)
-        send[send_offsets[static_cast<size_t>(d)] + i] = Byte(me, d, i);
-    }
-    DGRR_RETURN_IF_ERROR(
-        c.AllToAllV(send.data(), send_counts, send_offsets, recv.data(), recv_counts, recv_offsets));
-    for (int s = 0; s < size; ++s) {
-      const size_t at = recv_offsets[static_cast<size_t>(s)];
-      for (size_t i = 0; i < count(s, me); ++i) {
-        if (recv[at + i] != Byte(s, me, i)) return Status::Internal("from rank " + std::to_string(s));
-      }
-      if (recv[at - 1] != 0xEE) return Status::Internal("wrote outside the receive span");
-    }
-    return Status::OK();
-  });
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+  ExpectOkOnEveryRank(testing_collectives::CheckAllToAllV);
 }
 
 TEST_P(CommunicatorTest, RepeatedCollectivesDoNotOverlapRounds) {
-  const int size = GetParam();
-  auto results = OnEveryRank(size, [&](Communicator& c) {
-    for (uint32_t round = 0; round < 200; ++round) {
-      const uint32_t mine = round * 100 + static_cast<uint32_t>(c.rank());
-      std::vector<uint32_t> all(static_cast<size_t>(size));
-      DGRR_RETURN_IF_ERROR(c.AllGather(&mine, sizeof mine, all.data()));
-      for (int r = 0; r < size; ++r) {
-        if (all[static_cast<size_t>(r)] != round * 100 + static_cast<uint32_t>(r)) {
-          return Status::Internal("round " + std::to_string(round));
-        }
-      }
-    }
-    return c.Barrier();
-  });
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+  ExpectOkOnEveryRank(testing_collectives::CheckRepeatedRounds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CommunicatorTest, ::testing::Values(1, 2, 3, 5));
