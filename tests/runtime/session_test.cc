@@ -252,20 +252,28 @@ TEST_F(SessionTest, OpGuardRecordsInputsThenOutputs) {
   EXPECT_EQ(b[1].example_count, 2u);
 }
 
-TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
-  constexpr int kRanks = 3;
-  InProcessRankGroup group(kRanks);
-  std::vector<Status> results(kRanks);
-  std::vector<std::vector<SdcMismatch>> mismatches(kRanks);
+// kRanks sessions in sdc mode on threads, each halving 32 parameters a step
+// for 4 steps; rank `bad` flips a sign at step `bad_step`. `group_for(r)` is
+// rank r's group; `abort(why)` releases the others when a rank cannot open.
+struct SdcRun {
+  std::vector<Status> results;
+  std::vector<std::vector<SdcMismatch>> mismatches;
+};
+template <typename GroupFor, typename Abort>
+SdcRun RunSdcRanks(int ranks, int bad, uint64_t bad_step, GroupFor group_for, Abort abort,
+                   const std::function<SessionOptions(int, int)>& options) {
+  SdcRun run{std::vector<Status>(ranks), std::vector<std::vector<SdcMismatch>>(ranks)};
   std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      SessionOptions o = Options(r, kRanks);
+      auto group = group_for(r);
+      SessionOptions o = options(r, ranks);
       o.mode = RecordMode::kSdc;
-      o.group = &group;
+      o.group = &*group;
       auto s = Session::Open(o);
       if (!s.ok()) {
-        results[r] = s.status();
+        run.results[r] = s.status();
+        abort(r, run.results[r]);
         return;
       }
       std::vector<float> params(32, 1.0f);
@@ -274,27 +282,41 @@ TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
       for (uint64_t step = 0; step < 4; ++step) {
         (void)(*s)->BeginStep(step);
         for (auto& p : params) p *= 0.5f;
-        if (r == 2 && step == 2) params[7] = -params[7];  // a silent corruption on rank 2
+        if (r == bad && step == bad_step) params[7] = -params[7];  // a silent corruption
         Status st = (*s)->EndStep(step, 1.0f);
         if (!st.ok()) {
-          results[r] = st;
+          run.results[r] = st;
           break;
         }
       }
-      mismatches[r] = (*s)->sdc_mismatches();
+      run.mismatches[r] = (*s)->sdc_mismatches();
       (void)(*s)->Close();
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(results[r].code(), StatusCode::kDivergence) << r << " " << results[r].ToString();
-    EXPECT_NE(results[r].message().find("after step 2"), std::string::npos);
-    EXPECT_NE(results[r].message().find("rank 2"), std::string::npos);
-    ASSERT_EQ(mismatches[r].size(), 1u);
-    EXPECT_EQ(mismatches[r][0].rank, 2);
-    EXPECT_EQ(mismatches[r][0].step, 2u);
-    EXPECT_NE(mismatches[r][0].rank_fingerprint, mismatches[r][0].reference);
+  return run;
+}
+
+void ExpectEveryRankNames(const SdcRun& run, int bad, uint64_t bad_step) {
+  for (size_t r = 0; r < run.results.size(); ++r) {
+    ASSERT_EQ(run.results[r].code(), StatusCode::kDivergence) << r << " " << run.results[r].ToString();
+    EXPECT_NE(run.results[r].message().find("after step " + std::to_string(bad_step)), std::string::npos);
+    EXPECT_NE(run.results[r].message().find("rank " + std::to_string(bad)), std::string::npos)
+        << run.results[r].ToString();
+    ASSERT_EQ(run.mismatches[r].size(), 1u);
+    EXPECT_EQ(run.mismatches[r][0].rank, bad);
+    EXPECT_EQ(run.mismatches[r][0].step, bad_step);
+    EXPECT_NE(run.mismatches[r][0].rank_fingerprint, run.mismatches[r][0].reference);
   }
+}
+
+TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
+  InProcessRankGroup group(3);
+  const SdcRun run = RunSdcRanks(
+      3, /*bad=*/2, /*bad_step=*/2, [&](int) { return &group; },
+      [&](int, const Status& why) { group.Abort(why); },
+      [&](int r, int n) { return Options(r, n); });
+  ExpectEveryRankNames(run, 2, 2);
   auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
   ASSERT_TRUE(t.ok());
   bool found_event = false;
@@ -310,48 +332,13 @@ TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
 // The same check with each rank's session on its own communicator (the
 // adapter any backend gets: in-process here, MPI in a real job).
 TEST_F(SessionTest, SdcCheckOverACommunicatorNamesTheFaultyRank) {
-  constexpr int kRanks = 3;
-  InProcessGroup comms(kRanks);
-  std::vector<Status> results(kRanks);
-  std::vector<std::vector<SdcMismatch>> mismatches(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      CommunicatorRankGroup group(*comms.ranks[static_cast<size_t>(r)]);
-      SessionOptions o = Options(r, kRanks);
-      o.mode = RecordMode::kSdc;
-      o.group = &group;
-      auto s = Session::Open(o);
-      if (!s.ok()) {
-        results[r] = s.status();
-        comms.ranks[static_cast<size_t>(r)]->Abort(results[r]);
-        return;
-      }
-      std::vector<float> params(32, 1.0f);
-      (void)(*s)->state().Register({"params", params.data(), params.size() * 4, DType::kF32,
-                                    {32}, StateRole::kParameter});
-      for (uint64_t step = 0; step < 4; ++step) {
-        (void)(*s)->BeginStep(step);
-        for (auto& p : params) p *= 0.5f;
-        if (r == 1 && step == 1) params[3] = -params[3];  // a silent corruption on rank 1
-        Status st = (*s)->EndStep(step, 1.0f);
-        if (!st.ok()) {
-          results[r] = st;
-          break;
-        }
-      }
-      mismatches[r] = (*s)->sdc_mismatches();
-      (void)(*s)->Close();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(results[r].code(), StatusCode::kDivergence) << r << " " << results[r].ToString();
-    EXPECT_NE(results[r].message().find("rank 1"), std::string::npos) << results[r].ToString();
-    ASSERT_EQ(mismatches[r].size(), 1u);
-    EXPECT_EQ(mismatches[r][0].rank, 1);
-    EXPECT_EQ(mismatches[r][0].step, 1u);
-  }
+  InProcessGroup comms(3);
+  const SdcRun run = RunSdcRanks(
+      3, /*bad=*/1, /*bad_step=*/1,
+      [&](int r) { return std::make_unique<CommunicatorRankGroup>(*comms.ranks[static_cast<size_t>(r)]); },
+      [&](int r, const Status& why) { comms.ranks[static_cast<size_t>(r)]->Abort(why); },
+      [&](int r, int n) { return Options(r, n); });
+  ExpectEveryRankNames(run, 1, 1);
 }
 
 TEST(RecordingMode, ParsesNamesAndFilters) {
