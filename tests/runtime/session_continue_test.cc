@@ -126,6 +126,8 @@ class ControlEnv {
 
 class SessionContinueTest : public test_support::TempDirTest {
  protected:
+  std::vector<std::vector<float>> RunTwoRanks(const std::string& dir, int64_t stop_after,
+                                              bool own_communicators);
   SessionOptions Options(const std::string& run_dir, uint64_t steps = 6) {
     SessionOptions o;
     o.run_dir = run_dir;
@@ -224,82 +226,55 @@ TEST_F(SessionContinueTest, AForgottenRestoreChangesTheResumedRun) {
   EXPECT_NE(*rest, *whole);
 }
 
-// Two ranks that are threads of one process: every rank calls Checkpoint,
-// rank 0 writes one checkpoint with both ranks' state and trace positions,
-// and both resume from it bitwise.
-TEST_F(SessionContinueTest, RanksOfOneProcessCheckpointTogetherAndResume) {
-  auto run_ranks = [&](const std::string& dir, int64_t stop_after) {
-    InProcessRankGroup group(2);
-    std::vector<std::vector<float>> finals(2);
-    std::vector<Status> statuses(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        SessionOptions o = Options(dir);
-        o.rank = r;
-        o.world_size = 2;
-        o.group = &group;
-        auto w = Train(o, false, stop_after);
-        statuses[r] = w.status();
-        if (w.ok()) finals[r] = *w;
-        if (!w.ok()) group.Abort(w.status());
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
-    return finals;
-  };
-  const auto whole = run_ranks(Path("whole"), -1);
-  run_ranks(Path("cut"), 2);
-  const std::string ckpt = Path("cut") + "/ckpt/2";
-  ASSERT_EQ(store_.saved.count(ckpt), 1u);
-  EXPECT_EQ(store_.saved[ckpt].world_size, 2);
-  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
-  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
-  const auto rest = run_ranks(Path("cut"), -1);
-  EXPECT_EQ(rest, whole);
+// Two ranks on threads, run to the end or stopped after `stop_after`; each
+// rank's group is one shared InProcessRankGroup, or (`own_communicators`) a
+// CommunicatorRankGroup over its own communicator, as rank processes have.
+// Returns each rank's final parameters.
+std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::string& dir, int64_t stop_after,
+                                                                 bool own_communicators) {
+  InProcessRankGroup shared(2);
+  InProcessWorld world(2);
+  std::vector<std::vector<float>> finals(2);
+  std::vector<Status> statuses(2);
+  std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(Computation(TracePathFor(Path("cut"), r)), Computation(TracePathFor(Path("whole"), r))) << r;
+    threads.emplace_back([&, r] {
+      InProcessCommunicator comm(world, r);
+      CommunicatorRankGroup over_comm(comm);
+      SessionOptions o = Options(dir);
+      o.rank = r;
+      o.world_size = 2;
+      o.group = own_communicators ? static_cast<RankGroup*>(&over_comm) : &shared;
+      auto w = Train(o, false, stop_after);
+      statuses[r] = w.status();
+      if (w.ok()) finals[r] = *w;
+      if (!w.ok()) own_communicators ? world.Abort(w.status()) : shared.Abort(w.status());
+    });
   }
+  for (auto& t : threads) t.join();
+  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+  return finals;
 }
 
-// Two ranks that share nothing but a communicator each (as rank processes
-// do): each writes its own shard, rank 0 commits, and both resume bitwise.
-TEST_F(SessionContinueTest, RanksOverSeparateCommunicatorsCheckpointByShardsAndResume) {
-  auto run_ranks = [&](const std::string& dir, int64_t stop_after) {
-    InProcessWorld world(2);
-    std::vector<std::vector<float>> finals(2);
-    std::vector<Status> statuses(2);
-    std::vector<std::thread> threads;
+// Every rank calls Checkpoint, each writes its shard, rank 0 commits once all
+// are written (both ranks' trace positions), and both resume from it bitwise:
+// with the ranks' groups shared in one process and with a communicator each.
+TEST_F(SessionContinueTest, TwoRanksCheckpointByShardsAndResume) {
+  for (bool own_communicators : {false, true}) {
+    const std::string tag = own_communicators ? "-comm" : "-shared";
+    const std::string whole_dir = Path("whole" + tag), cut_dir = Path("cut" + tag);
+    const auto whole = RunTwoRanks(whole_dir, -1, own_communicators);
+    RunTwoRanks(cut_dir, 2, own_communicators);
+    const std::string ckpt = cut_dir + "/ckpt/2";
+    ASSERT_EQ(store_.saved.count(ckpt), 1u) << tag;
+    EXPECT_EQ(store_.saved[ckpt].world_size, 2) << tag;
+    EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed" << tag;
+    ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u) << tag;
+    EXPECT_GT(store_.saved[ckpt].positions[1], 0u) << tag;
+    EXPECT_EQ(RunTwoRanks(cut_dir, -1, own_communicators), whole) << tag;
     for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        InProcessCommunicator comm(world, r);
-        CommunicatorRankGroup group(comm);
-        SessionOptions o = Options(dir);
-        o.rank = r;
-        o.world_size = 2;
-        o.group = &group;
-        auto w = Train(o, false, stop_after);
-        statuses[r] = w.status();
-        if (w.ok()) finals[r] = *w;
-        if (!w.ok()) world.Abort(w.status());
-      });
+      EXPECT_EQ(Computation(TracePathFor(cut_dir, r)), Computation(TracePathFor(whole_dir, r))) << r << tag;
     }
-    for (auto& t : threads) t.join();
-    for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
-    return finals;
-  };
-  const auto whole = run_ranks(Path("whole"), -1);
-  run_ranks(Path("cut"), 2);
-  const std::string ckpt = Path("cut") + "/ckpt/2";
-  ASSERT_EQ(store_.saved.count(ckpt), 1u);
-  EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed";
-  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
-  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
-  const auto rest = run_ranks(Path("cut"), -1);
-  EXPECT_EQ(rest, whole);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(Computation(TracePathFor(Path("cut"), r)), Computation(TracePathFor(Path("whole"), r))) << r;
   }
 }
 
