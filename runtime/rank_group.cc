@@ -38,23 +38,6 @@ Status InProcessRankGroup::AllGather(int rank, const Fingerprint& mine,
   return Status::OK();
 }
 
-Status RankGroup::AllGatherAddresses(int, const void*, std::vector<const void*>*) {
-  return Status::FailedPrecondition(
-      "ranks in separate processes share no memory: their checkpoints need per-rank shards, which this "
-      "build does not write");
-}
-
-// One round of AllGather carries the addresses: the ranks share the address
-// space, so a pointer is as good as the bytes.
-Status InProcessRankGroup::AllGatherAddresses(int rank, const void* mine, std::vector<const void*>* all) {
-  std::vector<Fingerprint> slots;
-  DGRR_RETURN_IF_ERROR(AllGather(rank, Fingerprint{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(mine)), 0},
-                                 &slots));
-  all->clear();
-  for (const Fingerprint& f : slots) all->push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(f.xor64)));
-  return Status::OK();
-}
-
 void InProcessRankGroup::Abort(const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.ok()) aborted_ = why.ok() ? Status::Internal("rank group aborted") : why;

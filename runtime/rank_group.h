@@ -23,11 +23,6 @@ class RankGroup {
   // Every rank calls this once per round with its own fingerprint; each gets
   // all of them, indexed by rank. Blocks until every rank has contributed.
   virtual Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) = 0;
-  // Every rank passes the address of an object of its own and gets every
-  // rank's, indexed by rank: only where all ranks are threads of one process
-  // (Session::Checkpoint then has rank 0 write every rank's state while the
-  // others wait). FailedPrecondition for ranks in separate processes.
-  virtual Status AllGatherAddresses(int rank, const void* mine, std::vector<const void*>* all);
 };
 
 class InProcessRankGroup final : public RankGroup {
@@ -35,7 +30,6 @@ class InProcessRankGroup final : public RankGroup {
   explicit InProcessRankGroup(int world_size);
   int world_size() const override { return world_size_; }
   Status AllGather(int rank, const Fingerprint& mine, std::vector<Fingerprint>* all) override;
-  Status AllGatherAddresses(int rank, const void* mine, std::vector<const void*>* all) override;
   // Wakes every waiting rank and makes this and every later AllGather return
   // `why`: a rank that failed must not leave the others waiting for it.
   void Abort(const Status& why);
@@ -55,8 +49,7 @@ class InProcessRankGroup final : public RankGroup {
 // fingerprint exchange is one AllGather of 16 bytes. Unlike
 // InProcessRankGroup, which all ranks share, each rank makes its own over
 // its own communicator and passes it to its Session (SessionOptions::group);
-// the `rank` argument must then be comm.rank(). Addresses are not exchanged
-// (the ranks may be processes): AllGatherAddresses is FailedPrecondition.
+// the `rank` argument must then be comm.rank().
 class CommunicatorRankGroup final : public RankGroup {
  public:
   explicit CommunicatorRankGroup(Communicator& comm) : comm_(comm) {}
