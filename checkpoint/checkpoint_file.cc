@@ -398,16 +398,7 @@ Status WriteHdf5File(const std::string& tmp_path, const FileKind& kind, const Ch
                      const std::vector<DatasetPlan>& datasets, const std::vector<ChunkJob>& chunks, int level) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
-  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (H5Pset_userblock(fcpl.get(), kCheckpointUserBlockBytes) < 0 ||
-      H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
-      H5Pset_fapl_sec2(fapl.get()) < 0 ||
-      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
-    return Status::Internal("HDF5: file property lists rejected");
-  }
-  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
+  DGRR_ASSIGN_OR_RETURN(H5Handle file, CreateHdf5File(tmp_path, kCheckpointUserBlockBytes));
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kind.format, kind.version, meta, state_digest));
   if (kind.shard_rank >= 0) {
@@ -591,15 +582,7 @@ Status WriteManifestHdf5(const std::string& tmp_path, const std::string& path, c
                          const std::vector<DatasetPlan>& datasets, const std::vector<ChunkJob>& chunks, int level) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
-  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (H5Pset_userblock(fcpl.get(), kCheckpointUserBlockBytes) < 0 ||
-      H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
-      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
-    return Status::Internal("HDF5: file property lists rejected");
-  }
-  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
+  DGRR_ASSIGN_OR_RETURN(H5Handle file, CreateHdf5File(tmp_path, kCheckpointUserBlockBytes));
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kFormatName, kCheckpointFormatVersion, meta, state_digest));
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));

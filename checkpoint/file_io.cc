@@ -38,4 +38,17 @@ Status NamingFile(const Status& status, const std::string& file) {
   return status.WithPrefix(file);
 }
 
+StatusOr<H5Handle> CreateHdf5File(const std::string& path, uint64_t userblock_bytes) {
+  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_userblock(fcpl.get(), userblock_bytes) < 0 || H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
+      H5Pset_fapl_sec2(fapl.get()) < 0 ||
+      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+    return Status::Internal("HDF5: file property lists rejected");
+  }
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  if (!file.valid()) return Hdf5WriteFailure(path, "create");
+  return file;
+}
+
 }  // namespace dgrr::checkpoint

@@ -8,6 +8,7 @@
 
 #include "base/file_system.h"
 #include "base/status.h"
+#include "checkpoint/hdf5_util.h"
 
 namespace dgrr::checkpoint {
 
@@ -19,6 +20,13 @@ namespace dgrr::checkpoint {
 // (Linking this file also stops libhdf5 from installing its exit handler,
 // which crashes after a failed close; see file_io.cc.)
 Status Hdf5WriteFailure(const std::string& file, const std::string& what);
+
+// Creates (truncating) the HDF5 file every dgrr writer writes: a user block of
+// `userblock_bytes` for dgrr's own header, no object times (the same state
+// gives the same bytes), the sec2 driver, and version-1.10 objects, which
+// carry checksums on their metadata so that damage there is refused by
+// libhdf5 rather than misread. Call with the HDF5 lock held.
+StatusOr<H5Handle> CreateHdf5File(const std::string& path, uint64_t userblock_bytes);
 
 // `status` with `file` named once: prefixed with it unless its message
 // already starts with it (Hdf5WriteFailure's do).

@@ -193,17 +193,7 @@ Status WriteTensor(hid_t group, const std::string& file_path, const DumpedTensor
 Status WriteHdf5(const std::string& tmp_path, const TensorDump& dump, int zstd_level) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
-  H5Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  // Version-1.10 objects carry checksums on their metadata, so damage there
-  // is refused by libhdf5 rather than misread.
-  if (H5Pset_userblock(fcpl.get(), kUserBlockBytes) < 0 ||
-      H5Pset_obj_track_times(fcpl.get(), false) < 0 || H5Pset_fapl_sec2(fapl.get()) < 0 ||
-      H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
-    return Status::Internal("HDF5: file property lists rejected");
-  }
-  H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!file.valid()) return Hdf5WriteFailure(tmp_path, "create");
+  DGRR_ASSIGN_OR_RETURN(H5Handle file, CreateHdf5File(tmp_path, kUserBlockBytes));
   const hid_t f = file.get();
   DGRR_RETURN_IF_ERROR(WriteStringAttribute(f, "format", kTensorDumpFormatName, "/"));
   DGRR_RETURN_IF_ERROR(WriteU64Attribute(f, "format_version", kTensorDumpFormatVersion, "/"));
