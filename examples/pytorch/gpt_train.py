@@ -117,7 +117,7 @@ def main():
                    config=config, program_info=info) as session:
         dgrr.torch.register_torch_state(session, model, optimizer, scheduler, sampler)  # dgrr
         inst = dgrr.torch.instrument(session, model, optimizer)                        # dgrr
-        batches = Batches(loader)
+        batches = dgrr.torch.EndlessBatches(loader)
         step = start = session.resume()                                                # dgrr
         loop_start = time.perf_counter()
         for step in range(start, args.steps):
@@ -140,27 +140,9 @@ def main():
         print(f"loop seconds {time.perf_counter() - loop_start:.6f}", flush=True)
 
 
-class Batches:
-    """Endless batches: the sampler's next epoch when one ends (an epoch
-    resumed near its end may have too little left for a batch)."""
-
-    def __init__(self, loader):
-        self.loader, self.it = loader, None
-
-    def next(self):
-        for _ in range(3):
-            if self.it is not None:
-                try:
-                    return next(self.it)
-                except StopIteration:
-                    pass
-            self.it = iter(self.loader)
-        raise RuntimeError("the data loader yields no batch")
-
-
 def train_plain(args, model, optimizer, scheduler, loader):
     """The same loop with no dgrr session (dgrr Dropout keyed by hand)."""
-    batches = Batches(loader)
+    batches = dgrr.torch.EndlessBatches(loader)
     loop_start = time.perf_counter()
     for step in range(args.steps):
         dgrr.torch.random_context.set(seed=args.seed, step=step,

@@ -702,6 +702,26 @@ _KINDS = (
 )
 
 
+class EndlessBatches:
+    """Endless batches from a DataLoader over a PermutationSampler: a new pass
+    (the sampler's next epoch) when one ends. A run resumed near the end of
+    an epoch may find the rest too short for a batch (drop_last) before the
+    next epoch starts, so a pass may be retried once."""
+
+    def __init__(self, loader):
+        self.loader, self.it = loader, None
+
+    def next(self):
+        for _ in range(3):
+            if self.it is not None:
+                try:
+                    return next(self.it)
+                except StopIteration:
+                    pass
+            self.it = iter(self.loader)
+        raise RuntimeError("the data loader yields no batch")
+
+
 def _kind_of(module):
     if isinstance(module, Dropout):
         return "elementwise"

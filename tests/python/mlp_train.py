@@ -77,26 +77,6 @@ def dataset():
     return torch.utils.data.TensorDataset(xs, ys)
 
 
-class Batches:
-    """Endless batches from a DataLoader over the sampler: a new pass (the
-    sampler's next epoch) when one ends."""
-
-    def __init__(self, loader):
-        self.loader, self.it = loader, None
-
-    def next(self):
-        # Twice at most: a run resumed at the end of an epoch finds the
-        # rest of it too short for a batch (drop_last) before the next.
-        for _ in range(3):
-            if self.it is not None:
-                try:
-                    return next(self.it)
-                except StopIteration:
-                    pass
-            self.it = iter(self.loader)
-        raise RuntimeError("the data loader yields no batch")
-
-
 def global_noise(x):
     """Noise from the three global generators a script typically uses."""
     import numpy
@@ -179,7 +159,7 @@ def main():
     # The loader gets a generator of its own: each iter() of a DataLoader
     # draws its workers' base seed from its generator, torch's global one by
     # default, and a resumed run creates its iterator at another point.
-    batches = (Batches(torch.utils.data.DataLoader(
+    batches = (dgrr.torch.EndlessBatches(torch.utils.data.DataLoader(
         dataset(), batch_size=BATCH, sampler=sampler, drop_last=True,
         generator=torch.Generator().manual_seed(SEED))) if sampler else None)
 
