@@ -25,21 +25,10 @@
 #include <span>
 #include <string_view>
 
+#include "base/placement.h"
 #include "base/status.h"
 
 namespace dgrr {
-
-// Where a buffer lives. Host memory unless said otherwise; `stream` is the
-// device stream (cudaStream_t) a device backend orders its work on.
-struct Placement {
-  enum class Kind : uint8_t { kHost, kCuda };
-  Kind kind = Kind::kHost;
-  int device = -1;
-  void* stream = nullptr;
-
-  static Placement Host() { return {}; }
-  bool host() const { return kind == Kind::kHost; }
-};
 
 class Communicator {
  public:
