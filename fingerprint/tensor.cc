@@ -63,8 +63,9 @@ Status TensorRef::Validate() const {
 }
 
 std::string TensorRef::DebugString() const {
-  return std::string(DTypeName(dtype)) + ShapeString(shape()) + " " + std::to_string(bytes) +
-         " bytes";
+  std::string s = std::string(DTypeName(dtype)) + ShapeString(shape()) + " " + std::to_string(bytes) + " bytes";
+  if (!where.host()) s += ", " + where.ToString();
+  return s;
 }
 
 StatusOr<TensorRef> MakeTensorRef(const void* data, DType dtype, std::span<const int64_t> dims) {
@@ -105,6 +106,10 @@ TensorRef MakeBytesRef(const void* data, uint64_t n) {
 StatusOr<Fingerprint> FingerprintTensor(const TensorRef& t) {
   // The description is built only on failure: this runs on every boundary.
   if (Status status = t.Validate(); !status.ok()) return status.WithPrefix(t.DebugString());
+  if (!t.where.host()) {
+    return Status::FailedPrecondition(t.DebugString() +
+                                      ": a device tensor is fingerprinted on its stream, not read by the host");
+  }
   return FingerprintBytes(t.data, t.bytes);
 }
 

@@ -1,6 +1,9 @@
 // TensorRef: a non-owning view of a tensor crossing an operator boundary, the
 // unit that gets fingerprinted and traced. Only `bytes` bytes at `data` are
 // read; dtype and shape are metadata the trace records beside the fingerprint.
+// `where` says whose memory `data` is: host memory is read by the CPU; device
+// memory is read only on the device, by a kernel on `where.stream`
+// (runtime/device_recorder.h), never dereferenced on the host.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "base/dtype.h"
+#include "base/placement.h"
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
 
@@ -22,6 +26,7 @@ struct TensorRef {
   DType dtype = DType::kUnknown;
   int ndim = 0;  // 0 is a scalar (one element)
   int64_t dims[kMaxTensorDims] = {};
+  Placement where;  // host unless said otherwise
 
   std::span<const int64_t> shape() const {
     return {dims,
@@ -32,7 +37,7 @@ struct TensorRef {
   // times the dtype size overflows 64 bits, or (dtype known) bytes differs from
   // element count * DTypeSize(dtype).
   Status Validate() const;
-  // "f32[2,3] 24 bytes".
+  // "f32[2,3] 24 bytes" (", cuda:0" appended for device memory).
   std::string DebugString() const;
 };
 
@@ -46,7 +51,9 @@ inline StatusOr<TensorRef> MakeTensorRef(const void* data, DType dtype,
 // Raw bytes of no declared type: dtype kUnknown, shape [n].
 TensorRef MakeBytesRef(const void* data, uint64_t n);
 
-// Validates t, then FingerprintBytes(t.data, t.bytes).
+// Validates t, then FingerprintBytes(t.data, t.bytes). A tensor in device
+// memory is refused (FailedPrecondition): its bytes are fingerprinted on its
+// stream (FingerprintDeviceAsync), never read by the host.
 StatusOr<Fingerprint> FingerprintTensor(const TensorRef& t);
 
 }  // namespace dgrr

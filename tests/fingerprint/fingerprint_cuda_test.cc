@@ -1,6 +1,8 @@
 // Device fingerprints equal the CPU ones, bit for bit. Needs a CUDA device;
 // skips (saying why) where there is none.
 #include "fingerprint/fingerprint_cuda.h"
+#include "fingerprint/async_fingerprint.h"
+#include "fingerprint/tensor.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -105,6 +107,62 @@ TEST(FingerprintCudaTest, AsyncIntoPinnedMemoryOnAStream) {
   EXPECT_EQ(pinned[0], FingerprintBytes(host.data(), host.size()));
   EXPECT_EQ(pinned[1], FingerprintBytes(host.data() + 5, 1000));
   cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace dgrr
+
+// --- AsyncFingerprinter (fingerprint/async_fingerprint.h) ---
+
+namespace dgrr {
+namespace {
+
+TEST(AsyncFingerprinterCudaTest, WithoutADeviceItIsAClearRefusal) {
+  std::string why;
+  if (HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device is present: this checks the refusal without one";
+  auto made = MakeCudaFingerprinter();
+  EXPECT_EQ(made.status().code(), StatusCode::kFailedPrecondition) << made.status().ToString();
+}
+
+TEST(AsyncFingerprinterCudaTest, MatchesTheHostInAnyCollectionOrderAndRetiresTickets) {
+  SKIP_WITHOUT_CUDA();
+  auto made = MakeCudaFingerprinter();
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  AsyncFingerprinter& fp = **made;
+  const std::vector<uint8_t> all = RandomBytes(1 << 20, 77);
+  DeviceBuffer buf(all, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  // More tensors than one block of result slots, of many lengths and offsets.
+  std::vector<std::pair<size_t, size_t>> spans;  // offset, length
+  for (size_t i = 0; i < 200; ++i) spans.push_back({(i * 7919) % 4096, (i * 104729) % (all.size() - 4096)});
+  std::vector<AsyncFingerprinter::Ticket> tickets;
+  for (auto [off, len] : spans) {
+    TensorRef t = MakeBytesRef(buf.data() + off, len);
+    t.where = Placement::Cuda(0, stream);
+    auto ticket = fp.Enqueue(t);
+    ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+    tickets.push_back(*ticket);
+  }
+  for (size_t k = spans.size(); k-- > 0;) {  // last first: order of collection does not matter
+    Fingerprint got;
+    if (k % 2 == 1) {
+      auto waited = fp.Wait(tickets[k]);
+      ASSERT_TRUE(waited.ok()) << waited.status().ToString();
+      got = *waited;
+    } else {
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      auto polled = fp.Poll(tickets[k]);
+      ASSERT_TRUE(polled.ok() && polled->has_value()) << polled.status().ToString();
+      got = **polled;
+    }
+    EXPECT_EQ(got, FingerprintBytes(all.data() + spans[k].first, spans[k].second)) << k;
+  }
+  EXPECT_TRUE(fp.Wait(tickets[0]).status().IsInvalidArgument()) << "a collected ticket is retired";
+  EXPECT_TRUE(fp.Poll(12345678).status().IsInvalidArgument());
+  int host = 1;
+  EXPECT_TRUE(fp.Enqueue(MakeBytesRef(&host, 4)).status().IsInvalidArgument()) << "host memory is refused";
   cudaStreamDestroy(stream);
 }
 

@@ -1,0 +1,181 @@
+#include "fingerprint/async_fingerprint.h"
+
+#if DGRR_FINGERPRINT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fingerprint/fingerprint_cuda.h"
+#endif
+
+namespace dgrr {
+
+#if DGRR_FINGERPRINT_HAVE_CUDA
+namespace {
+
+Status CudaError(const char* what, cudaError_t err) {
+  return Status::Internal(std::string("device fingerprint: ") + what + ": " + cudaGetErrorString(err));
+}
+
+// Makes `device` current for its lifetime and restores the previous one, so
+// that the events and scratch memory of a tensor belong to its own device.
+class DeviceScope {
+ public:
+  DeviceScope() = default;
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  Status Enter(int device) {
+    if (cudaError_t err = cudaGetDevice(&previous_); err != cudaSuccess) return CudaError("cudaGetDevice", err);
+    if (device == previous_) return Status::OK();
+    if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return CudaError("cudaSetDevice", err);
+    switched_ = true;
+    return Status::OK();
+  }
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+// One result slot: 16 pinned bytes the device copies the fingerprint into,
+// and the event recorded on the stream right after that copy.
+struct Slot {
+  Fingerprint* result = nullptr;
+  cudaEvent_t done = nullptr;
+  int device = 0;
+};
+
+class CudaFingerprinter final : public AsyncFingerprinter {
+ public:
+  CudaFingerprinter() = default;
+  CudaFingerprinter(const CudaFingerprinter&) = delete;
+  CudaFingerprinter& operator=(const CudaFingerprinter&) = delete;
+
+  // The device may still be writing into slots in flight: wait for them
+  // before the pinned memory goes.
+  ~CudaFingerprinter() override {
+    for (auto& [ticket, slot] : in_flight_) cudaEventSynchronize(slot.done);
+    for (auto& [device, slots] : free_) {
+      for (Slot& s : slots) cudaEventDestroy(s.done);
+    }
+    for (auto& [ticket, slot] : in_flight_) cudaEventDestroy(slot.done);
+    for (Fingerprint* block : pinned_blocks_) cudaFreeHost(block);
+  }
+
+  StatusOr<Ticket> Enqueue(const TensorRef& tensor) override {
+    if (tensor.where.kind != Placement::Kind::kCuda) {
+      return Status::InvalidArgument("device fingerprint of " + tensor.DebugString() + ": not CUDA memory");
+    }
+    DeviceScope scope;
+    DGRR_RETURN_IF_ERROR(scope.Enter(tensor.where.device));
+    DGRR_ASSIGN_OR_RETURN(Slot slot, TakeSlot(tensor.where.device));
+    auto* stream = static_cast<CUstream_st*>(tensor.where.stream);
+    Status enqueued = FingerprintDeviceAsync(tensor.data, tensor.bytes, stream, slot.result);
+    if (enqueued.ok()) {
+      if (cudaError_t err = cudaEventRecord(slot.done, stream); err != cudaSuccess) {
+        enqueued = CudaError("cudaEventRecord", err);
+      }
+    }
+    if (!enqueued.ok()) {
+      free_[slot.device].push_back(slot);
+      return enqueued;
+    }
+    const Ticket ticket = next_ticket_++;
+    in_flight_.emplace(ticket, slot);
+    return ticket;
+  }
+
+  StatusOr<std::optional<Fingerprint>> Poll(Ticket ticket) override {
+    DGRR_ASSIGN_OR_RETURN(Slot slot, Find(ticket));
+    const cudaError_t err = cudaEventQuery(slot.done);
+    if (err == cudaErrorNotReady) return std::optional<Fingerprint>();
+    if (err != cudaSuccess) return CudaError("cudaEventQuery", err);
+    return std::optional<Fingerprint>(Collect(ticket, slot));
+  }
+
+  StatusOr<Fingerprint> Wait(Ticket ticket) override {
+    DGRR_ASSIGN_OR_RETURN(Slot slot, Find(ticket));
+    if (cudaError_t err = cudaEventSynchronize(slot.done); err != cudaSuccess) {
+      return CudaError("cudaEventSynchronize", err);
+    }
+    return Collect(ticket, slot);
+  }
+
+ private:
+  static constexpr int kSlotsPerBlock = 64;
+
+  StatusOr<Slot> TakeSlot(int device) {
+    std::vector<Slot>& slots = free_[device];
+    if (slots.empty()) DGRR_RETURN_IF_ERROR(AddBlock(device, &slots));
+    const Slot slot = slots.back();
+    slots.pop_back();
+    return slot;
+  }
+
+  // Called with `device` current: events belong to the device they are made on.
+  Status AddBlock(int device, std::vector<Slot>* slots) {
+    void* block = nullptr;
+    if (cudaError_t err = cudaHostAlloc(&block, kSlotsPerBlock * sizeof(Fingerprint), cudaHostAllocDefault);
+        err != cudaSuccess) {
+      return CudaError("cudaHostAlloc", err);
+    }
+    pinned_blocks_.push_back(static_cast<Fingerprint*>(block));
+    for (int i = 0; i < kSlotsPerBlock; ++i) {
+      Slot s;
+      s.result = static_cast<Fingerprint*>(block) + i;
+      s.device = device;
+      if (cudaError_t err = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming); err != cudaSuccess) {
+        return CudaError("cudaEventCreateWithFlags", err);
+      }
+      slots->push_back(s);
+    }
+    return Status::OK();
+  }
+
+  StatusOr<Slot> Find(Ticket ticket) const {
+    auto it = in_flight_.find(ticket);
+    if (it == in_flight_.end()) {
+      return Status::InvalidArgument("device fingerprint: ticket " + std::to_string(ticket) +
+                                     " is not in flight (never issued, or already collected)");
+    }
+    return it->second;
+  }
+
+  Fingerprint Collect(Ticket ticket, const Slot& slot) {
+    const Fingerprint value = *slot.result;
+    in_flight_.erase(ticket);
+    free_[slot.device].push_back(slot);
+    return value;
+  }
+
+  std::vector<Fingerprint*> pinned_blocks_;
+  std::unordered_map<int, std::vector<Slot>> free_;  // by device
+  std::unordered_map<Ticket, Slot> in_flight_;
+  Ticket next_ticket_ = 1;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AsyncFingerprinter>> MakeCudaFingerprinter() {
+  int devices = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0) {
+    return Status::FailedPrecondition(std::string("no CUDA device to fingerprint device tensors on") +
+                                      (err != cudaSuccess ? std::string(": ") + cudaGetErrorString(err) : ""));
+  }
+  return std::unique_ptr<AsyncFingerprinter>(new CudaFingerprinter());
+}
+
+#else
+
+StatusOr<std::unique_ptr<AsyncFingerprinter>> MakeCudaFingerprinter() {
+  return Status::FailedPrecondition("dgrr was built without CUDA: device tensors cannot be fingerprinted");
+}
+
+#endif
+
+}  // namespace dgrr
