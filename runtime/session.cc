@@ -337,6 +337,7 @@ Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
                        ExampleRange examples, Fingerprint* out) {
   if (!boundary.recorded && out == nullptr) return Status::OK();
   DGRR_RETURN_IF_ERROR(tensor.Validate());
+  if (!tensor.where.host()) return RecordDevice(boundary, tensor, examples, out);
   const Fingerprint fp = FingerprintBytes(tensor.data, tensor.bytes);
   if (out != nullptr) *out = fp;
   if (!boundary.recorded) return Status::OK();
@@ -353,32 +354,126 @@ Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRe
   return AppendBoundary(boundary, tensor, fingerprint, examples);
 }
 
-Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
-                               const Fingerprint& fp, ExampleRange examples) {
-  if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+trace::BoundaryRecord Session::BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                                 ExampleRange examples) {
   trace::BoundaryRecord r;
-  DGRR_ASSIGN_OR_RETURN(r.name_id, WriterNameId(boundary.name_id));
   r.step = step_;
   r.seq = next_seq_++;
   r.phase = boundary.phase;
   r.direction = boundary.direction;
   r.dtype = tensor.dtype;
   r.rank = static_cast<uint32_t>(options_.rank);
+  r.byte_count = tensor.bytes;
+  r.first_example = examples.first;
+  r.example_count = examples.count;
+  r.host_time_ns = NowNs();
+  return r;
+}
+
+Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
+                               const Fingerprint& fp, ExampleRange examples) {
+  if (closed_) return Status::FailedPrecondition("session is closed");
+  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  QueuedRecord q{BoundaryRecordFor(boundary, tensor, examples), boundary.name_id, std::nullopt};
+  auto& r = std::get<trace::BoundaryRecord>(q.record);
   uint64_t dims[kMaxTensorDims];
   const auto shape = tensor.shape();
   for (size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<uint64_t>(shape[i]);
   DGRR_RETURN_IF_ERROR(trace::SetShape(&r, dims, shape.size()));
-  r.byte_count = tensor.bytes;
-  r.first_example = examples.first;
-  r.example_count = examples.count;
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
-  r.host_time_ns = NowNs();
-  if (options_.check != nullptr) {
-    DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(r, names_[boundary.name_id])));
+  return Emit(std::move(q));
+}
+
+// A device tensor's record: its fingerprint is enqueued on the tensor's
+// stream and the record waits, in program order, until the stream gets there.
+Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                             Fingerprint* out) {
+  if (closed_) return Status::FailedPrecondition("session is closed");
+  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (boundary.recorded && !dumps_.empty()) {
+    for (const PendingDump& d : dumps_) {
+      if (!d.written && d.request.step == step_ && d.request.boundary == names_[boundary.name_id]) {
+        return Report(Status::FailedPrecondition("dump of " + d.request.boundary + " at step " +
+                                                 std::to_string(step_) + ": " + tensor.DebugString() +
+                                                 " is device memory; dumps read host memory only"));
+      }
+    }
   }
-  return writer_->AppendBoundary(r);
+  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * fingerprinter, DeviceFingerprinter());
+  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket, fingerprinter->Enqueue(tensor));
+  if (out != nullptr) {
+    // The caller wants the value now: that waits for the device (documented).
+    DGRR_ASSIGN_OR_RETURN(*out, fingerprinter->Wait(ticket));
+    if (!boundary.recorded) return Status::OK();
+    return AppendBoundary(boundary, tensor, *out, examples);
+  }
+  QueuedRecord q{BoundaryRecordFor(boundary, tensor, examples), boundary.name_id, ticket};
+  auto& r = std::get<trace::BoundaryRecord>(q.record);
+  uint64_t dims[kMaxTensorDims];
+  const auto shape = tensor.shape();
+  for (size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<uint64_t>(shape[i]);
+  DGRR_RETURN_IF_ERROR(trace::SetShape(&r, dims, shape.size()));
+  waiting_.push_back(std::move(q));
+  return DrainWaiting(/*wait=*/false);
+}
+
+StatusOr<AsyncFingerprinter*> Session::DeviceFingerprinter() {
+  if (!device_fingerprinter_) device_fingerprinter_ = options_.device_fingerprinter;
+  if (!device_fingerprinter_) {
+    DGRR_ASSIGN_OR_RETURN(std::unique_ptr<AsyncFingerprinter> made, MakeCudaFingerprinter());
+    device_fingerprinter_ = std::move(made);
+  }
+  return device_fingerprinter_.get();
+}
+
+Status Session::Emit(QueuedRecord record) {
+  if (waiting_.empty()) return Write(record);
+  waiting_.push_back(std::move(record));
+  return DrainWaiting(/*wait=*/false);
+}
+
+// The one place records reach the writer: names are interned here, so a
+// NAME record lands right before the first record that uses it, in order.
+Status Session::Write(QueuedRecord& q) {
+  if (auto* r = std::get_if<trace::BoundaryRecord>(&q.record)) {
+    DGRR_ASSIGN_OR_RETURN(r->name_id, WriterNameId(q.name_id));
+    if (options_.check != nullptr) {
+      DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(*r, names_[q.name_id])));
+    }
+    return writer_->AppendBoundary(*r);
+  }
+  if (auto* r = std::get_if<trace::StepRecord>(&q.record)) {
+    if (options_.check != nullptr && r->kind == trace::StepKind::kEnd) {
+      DGRR_RETURN_IF_ERROR(Report(options_.check->CheckStep(*r)));
+    }
+    return writer_->AppendStep(*r);
+  }
+  return writer_->AppendEvent(std::get<trace::EventRecord>(q.record));
+}
+
+Status Session::DrainWaiting(bool wait) {
+  while (!waiting_.empty()) {
+    QueuedRecord& front = waiting_.front();
+    if (front.ticket) {
+      auto* r = std::get_if<trace::BoundaryRecord>(&front.record);
+      Fingerprint fp;
+      if (wait) {
+        DGRR_ASSIGN_OR_RETURN(fp, device_fingerprinter_->Wait(*front.ticket));
+      } else {
+        DGRR_ASSIGN_OR_RETURN(std::optional<Fingerprint> ready, device_fingerprinter_->Poll(*front.ticket));
+        if (!ready) return Status::OK();
+        fp = *ready;
+      }
+      r->xor64 = fp.xor64;
+      r->xxh3 = fp.xxh3;
+      front.ticket.reset();
+    }
+    QueuedRecord record = std::move(front);
+    waiting_.pop_front();
+    DGRR_RETURN_IF_ERROR(Write(record));
+  }
+  return Status::OK();
 }
 
 Status Session::Record(std::string_view name, trace::Phase phase, trace::Direction direction,
@@ -398,7 +493,7 @@ Status Session::BeginStep(uint64_t step) {
   r.step = step;
   r.kind = trace::StepKind::kBegin;
   r.host_time_ns = NowNs();
-  return writer_->AppendStep(r);
+  return Emit({r, 0, std::nullopt});
 }
 
 Status Session::EndStep(uint64_t step, float loss) {
@@ -418,8 +513,7 @@ Status Session::EndStep(uint64_t step, float loss) {
   r.loss_bits = FloatBits(loss);
   r.params_xor64 = params.xor64;
   r.params_xxh3 = params.xxh3;
-  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(Report(options_.check->CheckStep(r)));
-  DGRR_RETURN_IF_ERROR(writer_->AppendStep(r));
+  DGRR_RETURN_IF_ERROR(Emit({r, 0, std::nullopt}));
   if (control_) result_.last_step = step;
   if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
   return CheckSdc(step, params);
@@ -464,18 +558,33 @@ Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
   e.kind = kind;
   e.host_time_ns = NowNs();
   e.payload = std::string(payload.substr(0, trace::kMaxEventPayload));
-  return writer_->AppendEvent(e);
+  return Emit({std::move(e), 0, std::nullopt});
 }
 
 uint64_t Session::trace_position() const { return writer_ ? writer_->records_written() : 0; }
 
-Status Session::Flush() { return writer_ ? writer_->Flush() : Status::OK(); }
-Status Session::Sync() { return writer_ ? writer_->Sync() : Status::OK(); }
+// Flush, Sync and Close make the trace whole: they wait for the records
+// still waiting for a device fingerprint.
+Status Session::Flush() {
+  if (!writer_) return Status::OK();
+  DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/true));
+  return writer_->Flush();
+}
+
+Status Session::Sync() {
+  if (!writer_) return Status::OK();
+  DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/true));
+  return writer_->Sync();
+}
 
 Status Session::Close() {
   if (closed_) return Status::OK();
   closed_ = true;
-  Status s = writer_ ? writer_->Close() : Status::OK();
+  Status s = writer_ ? DrainWaiting(/*wait=*/true) : Status::OK();
+  if (writer_) {
+    Status closed = writer_->Close();
+    if (s.ok()) s = closed;
+  }
   if (!deferred_error_.ok()) s = deferred_error_;
   if (control_ && result_.outcome == ControlOutcome::kRunning) {
     for (const PendingDump& d : dumps_) {

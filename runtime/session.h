@@ -27,14 +27,17 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "base/status.h"
+#include "fingerprint/async_fingerprint.h"
 #include "fingerprint/tensor.h"
 #include "rng/rng_streams.h"
 #include "base/run_lock.h"
@@ -100,6 +103,10 @@ struct SessionOptions {
   ProcessEnvironment* environment = nullptr;
   // Checks each BOUNDARY and STEP record before it is appended; null: none.
   RecordCheck* check = nullptr;
+  // Fingerprints the device tensors passed to Record (TensorRef::where) on
+  // their own streams; null: a CUDA fingerprinter is made on the first device
+  // tensor (MakeCudaFingerprinter). Tests substitute their own.
+  std::shared_ptr<AsyncFingerprinter> device_fingerprinter;
 
   // --- Checkpoints, resume and re-execution (docs/api.md) ---
   // Where checkpoints go; dgrr::Open (<dgrr/dgrr.h>) sets the HDF5 store.
@@ -176,6 +183,13 @@ class Session {
   // Fingerprints `tensor` in place (no copy) and appends a BOUNDARY record,
   // unless the mode skips this boundary. Returns the fingerprint through `out`
   // when given (and computes it even in a skipping mode when asked).
+  //
+  // A device tensor (tensor.where not host) is fingerprinted by a kernel on
+  // its own stream and the call returns at once: its record, and every
+  // record after it, waits in program order until the stream has produced
+  // the fingerprint, and is appended by a later call that finds it ready
+  // (never blocking), or by Flush/Sync/Checkpoint/Close, which wait. Asking
+  // for the value (`out`) waits for it. Dumps of device tensors are refused.
   Status Record(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                 Fingerprint* out = nullptr);
   // Appends a BOUNDARY record for a tensor fingerprinted elsewhere (on a
@@ -223,7 +237,11 @@ class Session {
 
   uint64_t current_step() const { return step_; }
   // Index of the next trace record (what a checkpoint stores to cut at).
+  // Records still waiting for a device fingerprint are not counted: Sync()
+  // first for the position after everything recorded so far.
   uint64_t trace_position() const;
+  // Records waiting for a device fingerprint (and those behind them).
+  size_t records_waiting() const { return waiting_.size(); }
   const std::vector<SdcMismatch>& sdc_mismatches() const { return sdc_mismatches_; }
 
   // The first error of a recording that could not report it (an OpGuard
@@ -267,6 +285,23 @@ class Session {
   Status CheckSdc(uint64_t step, const Fingerprint& mine);
   Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                         const Fingerprint& fp, ExampleRange examples);
+  // Records in program order: straight to the trace when nothing waits for
+  // a device, behind the waiting ones otherwise.
+  struct QueuedRecord {
+    std::variant<trace::BoundaryRecord, trace::StepRecord, trace::EventRecord> record;
+    uint32_t name_id = 0;  // a boundary's: the session's id of its name
+    std::optional<AsyncFingerprinter::Ticket> ticket;  // a boundary waiting for its fingerprint
+  };
+  trace::BoundaryRecord BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                          ExampleRange examples);
+  Status RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                      Fingerprint* out);
+  StatusOr<AsyncFingerprinter*> DeviceFingerprinter();
+  Status Emit(QueuedRecord record);
+  Status Write(QueuedRecord& record);
+  // Appends the waiting records whose fingerprints are there, in order;
+  // with `wait`, waits for each one (everything is written afterwards).
+  Status DrainWaiting(bool wait);
 
   SessionOptions options_;
   rng::RngStreams rng_;
@@ -296,6 +331,8 @@ class Session {
   std::optional<RunLock> lock_;
   struct PendingDump;
   std::vector<PendingDump> dumps_;
+  std::shared_ptr<AsyncFingerprinter> device_fingerprinter_;
+  std::deque<QueuedRecord> waiting_;
 };
 
 // File names inside a run directory (docs/run-directory.md).

@@ -1,0 +1,110 @@
+// Recording CUDA tensors on a real device: the session's records carry the
+// fingerprints the host computes over the same bytes, and Record returns while
+// the tensor's stream is still busy (it never synchronizes). Skips, saying
+// why, without a CUDA build or without a device.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "runtime/session.h"
+#include "tests/support/temp_dir_test.h"
+#include "trace_format/reader.h"
+
+#if DGRR_FINGERPRINT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace dgrr {
+namespace {
+
+#if DGRR_FINGERPRINT_HAVE_CUDA
+
+bool HaveCudaDevice(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
+  if (err == cudaSuccess && count == 0) *why = "cudaGetDeviceCount returned 0";
+  return err == cudaSuccess && count > 0;
+}
+
+// Holds a stream at a host function until the test opens the gate (or 60 s
+// pass, so that a broken session cannot hang the test forever).
+struct Gate {
+  std::atomic<bool> open{false};
+  static void CUDART_CB Hold(void* self) {
+    auto* gate = static_cast<Gate*>(self);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!gate->open.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+};
+
+class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {};
+
+TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
+  std::string why;
+  if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::vector<float> host(1 << 20);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 977) * 0.5f - 3.0f;
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, host.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+
+  SessionOptions o;
+  o.run_dir = dir_.string();
+  o.seed = 3;
+  o.gpu = false;
+  auto s = Session::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Session& session = **s;
+  auto out = session.DeclareBoundary("layer.out", trace::Phase::kForward, trace::Direction::kOutput);
+  ASSERT_TRUE(out.ok());
+  auto t = MakeTensorRef(dev, DType::kF32, {static_cast<int64_t>(host.size())});
+  ASSERT_TRUE(t.ok());
+  t->where = Placement::Cuda(0, stream);
+
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
+  ASSERT_TRUE(session.BeginStep(0).ok());
+  ASSERT_TRUE(session.Record(*out, *t, {0, 1}).ok());
+  ASSERT_TRUE(session.EndStep(0, 1.0f).ok());
+  // Record and EndStep returned although the stream cannot have reached the
+  // fingerprint: the records wait, the stream is still busy.
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  EXPECT_EQ(session.records_waiting(), 2u);
+  gate.open.store(true);
+  ASSERT_TRUE(session.Close().ok());
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+
+  auto trace = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const Fingerprint expected = FingerprintBytes(host.data(), host.size() * 4);
+  int boundaries = 0;
+  for (const auto& r : trace->records) {
+    if (auto* b = std::get_if<trace::BoundaryRecord>(&r.body)) {
+      ++boundaries;
+      EXPECT_EQ(b->xor64, expected.xor64);
+      EXPECT_EQ(b->xxh3, expected.xxh3);
+    }
+  }
+  EXPECT_EQ(boundaries, 1);
+  cudaStreamDestroy(stream);
+  cudaFree(dev);
+}
+
+#else
+
+TEST(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
+  GTEST_SKIP() << "dgrr was built without CUDA";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dgrr
