@@ -1,0 +1,142 @@
+// The device fingerprint against a device-to-device copy of the same buffer,
+// timed in the same run with CUDA events, rounds interleaved and the order
+// alternated each round. The goal (docs/fingerprint.md, the GPU issue): the
+// fingerprint reads at >= 0.9x the rate at which a copy reads (a copy reads n
+// bytes and writes n; the fingerprint reads n and writes 16).
+//
+//   device_fingerprint_bench [ROUNDS] [MiB...]     default: 15 rounds, 1 16 256 4096 MiB
+//
+// Prints one line per size: medians over the rounds, min-max in brackets.
+// Without CUDA or without a device it says so and exits 0.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#if DGRR_FINGERPRINT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "fingerprint/fingerprint_cuda.h"
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                      \
+  do {                                                                                        \
+    cudaError_t err_ = (call);                                                                \
+    if (err_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(2);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread SpreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// Milliseconds of `enqueue` on `stream`, by events around it.
+template <typename F>
+double TimeOnStream(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, F&& enqueue) {
+  CHECK_CUDA(cudaEventRecord(start, stream));
+  enqueue();
+  CHECK_CUDA(cudaEventRecord(stop, stream));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
+
+void RunSize(size_t bytes, int rounds, cudaStream_t stream) {
+  void* src = nullptr;
+  void* dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, bytes));
+  CHECK_CUDA(cudaMalloc(&dst, bytes));
+  CHECK_CUDA(cudaMemsetAsync(src, 0x5a, bytes, stream));
+  dgrr::Fingerprint* result = nullptr;
+  CHECK_CUDA(cudaMallocHost(&result, sizeof(dgrr::Fingerprint)));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto fingerprint = [&] {
+    const dgrr::Status s = dgrr::FingerprintDeviceAsync(src, bytes, stream, result);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(2);
+    }
+  };
+  auto copy = [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); };
+  fingerprint();  // warm-up: the stream-ordered pool, the kernels' first load
+  copy();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> fp_ms, copy_ms, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    double f = 0, c = 0;
+    if (r % 2 == 0) {
+      f = TimeOnStream(stream, start, stop, fingerprint);
+      c = TimeOnStream(stream, start, stop, copy);
+    } else {
+      c = TimeOnStream(stream, start, stop, copy);
+      f = TimeOnStream(stream, start, stop, fingerprint);
+    }
+    fp_ms.push_back(f);
+    copy_ms.push_back(c);
+    ratio.push_back(c / f);  // read rate of the fingerprint over the copy's
+  }
+  const Spread f = SpreadOf(fp_ms), c = SpreadOf(copy_ms), q = SpreadOf(ratio);
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  std::printf("%8zu MiB  fingerprint %9.3f ms [%.3f-%.3f] %7.1f GiB/s read | copy %9.3f ms [%.3f-%.3f] "
+              "%7.1f GiB/s read | fingerprint/copy read rate %.3fx [%.3f-%.3f]\n",
+              bytes >> 20, f.median, f.min, f.max, gib / (f.median / 1e3), c.median, c.min, c.max,
+              gib / (c.median / 1e3), q.median, q.min, q.max);
+  std::fflush(stdout);
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  CHECK_CUDA(cudaFreeHost(result));
+  CHECK_CUDA(cudaFree(dst));
+  CHECK_CUDA(cudaFree(src));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("device_fingerprint_bench: skipped: no CUDA device\n");
+    return 0;
+  }
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 15;
+  std::vector<size_t> mib;
+  for (int i = 2; i < argc; ++i) mib.push_back(static_cast<size_t>(std::atoll(argv[i])));
+  if (mib.empty()) mib = {1, 16, 256, 4096};
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  size_t free_bytes = 0, total = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  std::printf("device 0: %s, %zu MiB free; %d rounds per size, medians [min-max]\n", prop.name, free_bytes >> 20,
+              rounds);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (size_t m : mib) {
+    if (2 * (m << 20) + (64 << 20) > free_bytes) {
+      std::printf("%8zu MiB  skipped: two buffers do not fit in free device memory\n", m);
+      continue;
+    }
+    RunSize(m << 20, rounds, stream);
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
+#else
+
+int main() {
+  std::printf("device_fingerprint_bench: skipped: dgrr was built without CUDA\n");
+  return 0;
+}
+
+#endif
