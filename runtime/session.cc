@@ -354,9 +354,13 @@ Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRe
   return AppendBoundary(boundary, tensor, fingerprint, examples);
 }
 
-trace::BoundaryRecord Session::BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
-                                                 ExampleRange examples) {
+StatusOr<trace::BoundaryRecord> Session::BoundaryRecordFor(const BoundaryHandle& boundary,
+                                                           const TensorRef& tensor, ExampleRange examples) {
   trace::BoundaryRecord r;
+  uint64_t dims[kMaxTensorDims];
+  const auto shape = tensor.shape();
+  for (size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<uint64_t>(shape[i]);
+  DGRR_RETURN_IF_ERROR(trace::SetShape(&r, dims, shape.size()));
   r.step = step_;
   r.seq = next_seq_++;
   r.phase = boundary.phase;
@@ -374,15 +378,10 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
                                const Fingerprint& fp, ExampleRange examples) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
-  QueuedRecord q{BoundaryRecordFor(boundary, tensor, examples), boundary.name_id, std::nullopt};
-  auto& r = std::get<trace::BoundaryRecord>(q.record);
-  uint64_t dims[kMaxTensorDims];
-  const auto shape = tensor.shape();
-  for (size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<uint64_t>(shape[i]);
-  DGRR_RETURN_IF_ERROR(trace::SetShape(&r, dims, shape.size()));
+  DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
-  return Emit(std::move(q));
+  return Emit({r, boundary.name_id, std::nullopt});
 }
 
 // A device tensor's record: its fingerprint is enqueued on the tensor's
@@ -408,13 +407,8 @@ Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& te
     if (!boundary.recorded) return Status::OK();
     return AppendBoundary(boundary, tensor, *out, examples);
   }
-  QueuedRecord q{BoundaryRecordFor(boundary, tensor, examples), boundary.name_id, ticket};
-  auto& r = std::get<trace::BoundaryRecord>(q.record);
-  uint64_t dims[kMaxTensorDims];
-  const auto shape = tensor.shape();
-  for (size_t i = 0; i < shape.size(); ++i) dims[i] = static_cast<uint64_t>(shape[i]);
-  DGRR_RETURN_IF_ERROR(trace::SetShape(&r, dims, shape.size()));
-  waiting_.push_back(std::move(q));
+  DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
+  waiting_.push_back({r, boundary.name_id, ticket});
   return DrainWaiting(/*wait=*/false);
 }
 

@@ -292,8 +292,10 @@ class Session {
     uint32_t name_id = 0;  // a boundary's: the session's id of its name
     std::optional<AsyncFingerprinter::Ticket> ticket;  // a boundary waiting for its fingerprint
   };
-  trace::BoundaryRecord BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
-                                          ExampleRange examples);
+  // The record of `tensor` at `boundary` without its fingerprint; takes the
+  // next sequence number.
+  StatusOr<trace::BoundaryRecord> BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                                    ExampleRange examples);
   Status RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                       Fingerprint* out);
   StatusOr<AsyncFingerprinter*> DeviceFingerprinter();

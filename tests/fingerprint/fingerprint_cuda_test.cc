@@ -11,28 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/cuda_device.h"
+
 namespace dgrr {
 namespace {
 
-bool HaveCudaDevice(std::string* why) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
-    return false;
-  }
-  if (count == 0) {
-    *why = "cudaGetDeviceCount returned 0";
-    return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_CUDA()                                               \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // Device copy of host bytes, kept at a chosen misalignment.
 class DeviceBuffer {
@@ -69,7 +52,7 @@ TEST(FingerprintCudaTest, RejectsNullArgumentsWithoutTouchingTheDevice) {
 }
 
 TEST(FingerprintCudaTest, MatchesCpuForManyLengthsAndAlignments) {
-  SKIP_WITHOUT_CUDA();
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<uint8_t> all = RandomBytes((4 << 20) + 3, 31);
   std::vector<size_t> lengths;
   for (size_t len = 0; len <= 300; ++len) lengths.push_back(len);
@@ -94,7 +77,7 @@ TEST(FingerprintCudaTest, MatchesCpuForManyLengthsAndAlignments) {
 }
 
 TEST(FingerprintCudaTest, AsyncIntoPinnedMemoryOnAStream) {
-  SKIP_WITHOUT_CUDA();
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<uint8_t> host = RandomBytes(3 << 20, 32);
   DeviceBuffer device(host, 0);
   cudaStream_t stream;
@@ -120,13 +103,13 @@ namespace {
 
 TEST(AsyncFingerprinterCudaTest, WithoutADeviceItIsAClearRefusal) {
   std::string why;
-  if (HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device is present: this checks the refusal without one";
+  if (test_support::HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device is present: this checks the refusal without one";
   auto made = MakeCudaFingerprinter();
   EXPECT_EQ(made.status().code(), StatusCode::kFailedPrecondition) << made.status().ToString();
 }
 
 TEST(AsyncFingerprinterCudaTest, MatchesTheHostInAnyCollectionOrderAndRetiresTickets) {
-  SKIP_WITHOUT_CUDA();
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
   auto made = MakeCudaFingerprinter();
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   AsyncFingerprinter& fp = **made;

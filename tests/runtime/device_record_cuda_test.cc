@@ -15,20 +15,14 @@
 
 #if DGRR_FINGERPRINT_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/support/cuda_device.h"
 #endif
 
 namespace dgrr {
 namespace {
 
 #if DGRR_FINGERPRINT_HAVE_CUDA
-
-bool HaveCudaDevice(std::string* why) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
-  if (err == cudaSuccess && count == 0) *why = "cudaGetDeviceCount returned 0";
-  return err == cudaSuccess && count > 0;
-}
 
 // Holds a stream at a host function until the test opens the gate (or 60 s
 // pass, so that a broken session cannot hang the test forever).
@@ -46,8 +40,7 @@ struct Gate {
 class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {};
 
 TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
-  std::string why;
-  if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
   std::vector<float> host(1 << 20);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 977) * 0.5f - 3.0f;
   void* dev = nullptr;

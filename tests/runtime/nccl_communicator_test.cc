@@ -13,6 +13,8 @@
 #if DGRR_HAVE_NCCL
 #include <cuda_runtime.h>
 
+#include "tests/support/cuda_device.h"
+
 #include "runtime/nccl_communicator.h"
 #endif
 
@@ -20,14 +22,6 @@ namespace dgrr {
 namespace {
 
 #if DGRR_HAVE_NCCL
-
-bool HaveCudaDevice(std::string* why) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) *why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
-  if (err == cudaSuccess && count == 0) *why = "cudaGetDeviceCount returned 0";
-  return err == cudaSuccess && count > 0;
-}
 
 class NcclCommunicatorTest : public ::dgrr::test_support::TempDirTest {
  protected:
@@ -56,7 +50,7 @@ TEST_F(NcclCommunicatorTest, BadOptionsAreRefusedBeforeAnyDeviceIsTouched) {
 
 TEST_F(NcclCommunicatorTest, WithoutTheDeviceItSaysWhich) {
   std::string why;
-  if (HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device is present: this checks the refusal without one";
+  if (test_support::HaveCudaDevice(&why)) GTEST_SKIP() << "a CUDA device is present: this checks the refusal without one";
   auto c = OpenNcclCommunicator(OneRank());
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition) << c.status().ToString();
   EXPECT_NE(c.status().ToString().find("device 0"), std::string::npos) << c.status().ToString();
@@ -95,8 +89,7 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
 }
 
 TEST_F(NcclCommunicatorTest, OneRankMovesTheBytesTheInProcessCommunicatorMoves) {
-  std::string why;
-  if (!HaveCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
   auto nccl = OpenNcclCommunicator(OneRank());
   ASSERT_TRUE(nccl.ok()) << nccl.status().ToString();
   InProcessGroup group(1);
