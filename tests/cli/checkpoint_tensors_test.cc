@@ -1,7 +1,8 @@
 // Checkpoints as named tensors: the reference trainer saves one dataset per
 // parameter and per AdamW moment tensor, with the model's names and shapes;
 // runs whose checkpoints hold the earlier flat entries (params, adamw.m,
-// adamw.v) still replay, roll back and resume bit for bit.
+// adamw.v) still replay, roll back and resume bit for bit; and
+// `dgrr diff-tensor` compares two checkpoints tensor by tensor.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -157,6 +158,69 @@ TEST_F(CheckpointTensorsTest, RunsWithFlatCheckpointsReplayRollBackAndResumeBitF
   r = RunCaptured({"train", "--out", run, "--resume"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(ParamsXxh3(r.out), full) << "resumed from the flat checkpoint of step 3: " << r.out;
+}
+
+TEST_F(CheckpointTensorsTest, DiffTensorComparesCheckpointsTensorByTensor) {
+  Train(Path("a"), {"--ranks", "1"});
+  Train(Path("b"), {"--ranks", "1"});
+  Train(Path("flipped"), {"--ranks", "1", "--inject", "bitflip:step=5,at=block0.attn.qkv.w,index=7"});
+
+  CommandOutput r = RunCaptured({"diff-tensor", Path("a"), Path("b")});
+  EXPECT_EQ(r.rc, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("(checkpoint of step 5, 1 rank, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("identical: "), std::string::npos) << r.out;
+  r = RunCaptured({"diff-tensor", checkpoint::CheckpointPath(Path("a"), 3), Path("b"), "--step", "3", "-q"});
+  EXPECT_EQ(r.rc, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  r = RunCaptured({"diff-tensor", Path("a"), Path("flipped"), "--json"});
+  ASSERT_EQ(r.rc, kExitDivergence) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["schema"], "dgrr.diff-tensor/2");
+  EXPECT_EQ(j["a"]["kind"], "checkpoint");
+  EXPECT_EQ(j["a"]["step"], 5);
+  EXPECT_EQ(j["total"]["differing"], 1) << "one flipped bit, in one tensor";
+  EXPECT_EQ(j["total"]["max_ulp_diff"], 1 << 20);
+  EXPECT_TRUE(j["only_in_a"].empty() && j["only_in_b"].empty() && j["mismatched"].empty());
+  int differing_tensors = 0;
+  for (const json& d : j["datasets"]) {
+    if (d["differing"] == 0) continue;
+    ++differing_tensors;
+    EXPECT_EQ(d["name"], "replicated/block0.attn.qkv.w");
+    EXPECT_EQ(d["first_differences"][0]["flat_index"], 7);
+    EXPECT_EQ(d["shape"].size(), 2u);
+  }
+  EXPECT_EQ(differing_tensors, 1);
+
+  // One shard against the other run's: the same finding, in text.
+  const std::string shard_a = checkpoint::ShardPath(checkpoint::CheckpointPath(Path("a"), 5), 0);
+  const std::string shard_f = checkpoint::ShardPath(checkpoint::CheckpointPath(Path("flipped"), 5), 0);
+  r = RunCaptured({"diff-tensor", shard_a, shard_f});
+  EXPECT_EQ(r.rc, kExitDivergence) << r.err;
+  EXPECT_NE(r.out.find("(checkpoint shard of rank 0 of 1, step 5, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("replicated/block0.attn.qkv.w (f32 ["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(": 1 of "), std::string::npos) << r.out;
+
+  // An earlier step of the flipped run, before the flip, agrees.
+  EXPECT_EQ(RunCaptured({"diff-tensor", Path("a"), Path("flipped"), "--step", "3", "-q"}).rc, kExitOk);
+  // Errors: no such step, a damaged checkpoint, like compared with unlike.
+  r = RunCaptured({"diff-tensor", Path("a"), Path("b"), "--step", "4"});
+  EXPECT_EQ(r.rc, kExitIO);
+  EXPECT_NE(r.err.find("no checkpoint of step 4"), std::string::npos) << r.err;
+  std::string bytes = ReadBytes(shard_f);
+  bytes[bytes.size() - 9] ^= 1;
+  WriteBytes(shard_f, bytes);
+  r = RunCaptured({"diff-tensor", Path("a"), Path("flipped")});
+  EXPECT_EQ(r.rc, kExitInvalidData);
+  EXPECT_NE(r.err.find("step-00000005.rank-0.h5"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  ASSERT_EQ(RunCaptured({"replay", Path("a"), "--from", "1", "--to", "1", "--dump", "loss@1", "--dump-dir",
+                         Path("dumps"), "-q"})
+                .rc,
+            0);
+  r = RunCaptured({"diff-tensor", Path("dumps") + "/loss@1.rank0.h5", Path("a")});
+  EXPECT_EQ(r.rc, kExitUsage);
+  EXPECT_NE(r.err.find("A is a dump and B a checkpoint"), std::string::npos) << r.err;
 }
 
 }  // namespace
