@@ -1,4 +1,4 @@
-// dgrr diff-tensor, in-process, on dumps written with the library: exit codes
+// dgrr diff-tensor, in-process, on dumps and checkpoints written with the library: exit codes
 // (0 identical, 4 different, 3 damaged, 2 missing, 1 usage), the text and the
 // dgrr.diff-tensor/2 JSON report.
 #include <gtest/gtest.h>
