@@ -709,9 +709,10 @@ Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& for
 }
 
 // /ranks/<r> of a v1 file or of rank r's v2 shard, its digest checked
-// against its entries and the replicated ones.
+// against its entries and the replicated ones (not checked when `replicated`
+// is null: a shard of rank r > 0 read alone has not got them).
 StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
-                                  const std::vector<SavedEntry>& replicated) {
+                                  const std::vector<SavedEntry>* replicated) {
   const std::string g = "/ranks/" + std::to_string(r);
   const std::string what = path + ": " + g;
   H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
@@ -721,8 +722,9 @@ StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
   DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
   DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
   DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g));
+  if (replicated == nullptr) return rank;
   std::vector<DigestItem> items;
-  for (const SavedEntry& e : replicated) items.push_back(ItemOf(e));
+  for (const SavedEntry& e : *replicated) items.push_back(ItemOf(e));
   for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
   if (DigestOfItems(items) != rank.state_digest) {
     return Status::Corruption(what + ": state_digest does not match the saved entries");
@@ -740,7 +742,7 @@ Status ReadRanks(hid_t f, const std::string& path, Checkpoint& out) {
   }
   std::vector<uint64_t> digests;
   for (int r = 0; r < out.meta.world_size; ++r) {
-    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadRankGroup(f, path, r, out.replicated));
+    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadRankGroup(f, path, r, &out.replicated));
     digests.push_back(rank.state_digest);
     out.ranks.push_back(std::move(rank));
   }
@@ -1058,6 +1060,52 @@ StatusOr<std::vector<ShardRecord>> ReadManifestBody(hid_t f, const std::string& 
 }
 
 // One shard, checked against what the manifest lists for it.
+// A shard's root attributes: format 'dgrr checkpoint shard', version 2, and
+// its rank.
+Status ReadShardRoot(hid_t f, const std::string& path, SavedShard& out) {
+  Checkpoint root;
+  uint64_t version = 0;
+  DGRR_RETURN_IF_ERROR(ReadRoot(f, path, root, version, kShardFormatName));
+  DGRR_ASSIGN_OR_RETURN(uint64_t rank_attr, ReadU64Attribute(f, "rank", path + ": /"));
+  if (version != kCheckpointFormatVersion) {
+    return Status::Corruption(path + ": /: format_version " + std::to_string(version) + " in a shard (must be 2)");
+  }
+  if (rank_attr >= static_cast<uint64_t>(root.meta.world_size)) {
+    return Status::Corruption(path + ": /: rank " + std::to_string(rank_attr) + " outside world_size " +
+                              std::to_string(root.meta.world_size));
+  }
+  out.path = path;
+  out.meta = root.meta;
+  out.dgrr_version = root.dgrr_version;
+  out.state_digest = root.state_digest;
+  out.rank = static_cast<int>(rank_attr);
+  return Status::OK();
+}
+
+// A shard's groups: exactly /ranks/<rank> and /replicated (entries on rank 0's
+// shard only). The rank's digest covers the replicated entries: rank 0's
+// own, or `rank0_replicated` for another rank's (null: not checked).
+Status ReadShardGroups(hid_t f, const std::string& path, const std::vector<SavedEntry>* rank0_replicated,
+                       SavedShard& out) {
+  const int r = out.rank;
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
+  if (top != std::vector<std::string>{"ranks", "replicated"}) {
+    return Status::Corruption(path + ": /: expected exactly the groups ranks, replicated (a shard)");
+  }
+  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(f, path, "/replicated"));
+  if (r != 0 && !out.replicated.empty()) {
+    return Status::Corruption(path + ": /replicated: only rank 0's shard holds replicated state");
+  }
+  H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
+  if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
+  DGRR_ASSIGN_OR_RETURN(std::vector<std::string> members, ListGroup(ranks_group.get(), path + ": /ranks"));
+  if (members != std::vector<std::string>{std::to_string(r)}) {
+    return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
+  }
+  DGRR_ASSIGN_OR_RETURN(out.own, ReadRankGroup(f, path, r, r == 0 ? &out.replicated : rank0_replicated));
+  return Status::OK();
+}
+
 StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& listed, Checkpoint& out) {
   const int r = listed.rank;
   const std::string path = ShardPath(manifest, r);
@@ -1084,41 +1132,23 @@ StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& li
   if (header.step != out.meta.step || header.state_digest != listed.state_digest) {
     return bad(kOffStep, "step or state digest differs from the manifest " + manifest);
   }
-  SavedRank rank;
+  SavedShard shard;
   {
     auto lock = LockHdf5();
     DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
     const hid_t f = file.get();
-    Checkpoint root;
-    uint64_t version = 0;
-    DGRR_RETURN_IF_ERROR(ReadRoot(f, path, root, version, kShardFormatName));
-    DGRR_ASSIGN_OR_RETURN(uint64_t rank_attr, ReadU64Attribute(f, "rank", path + ": /"));
-    if (version != kCheckpointFormatVersion || root.meta.step != out.meta.step ||
-        root.meta.config_digest != out.meta.config_digest || root.meta.run_id_hex != out.meta.run_id_hex ||
-        root.meta.world_size != out.meta.world_size || rank_attr != static_cast<uint64_t>(r) ||
-        root.state_digest != listed.state_digest) {
+    DGRR_RETURN_IF_ERROR(ReadShardRoot(f, path, shard));
+    if (shard.meta.step != out.meta.step || shard.meta.config_digest != out.meta.config_digest ||
+        shard.meta.run_id_hex != out.meta.run_id_hex || shard.meta.world_size != out.meta.world_size ||
+        shard.rank != r || shard.state_digest != listed.state_digest) {
       return Status::Corruption(path + ": /: format_version, step, config_digest, run_id, world_size, rank or "
                                        "state_digest disagree with the manifest " + manifest);
     }
-    DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
-    if (top != std::vector<std::string>{"ranks", "replicated"}) {
-      return Status::Corruption(path + ": /: expected exactly the groups ranks, replicated (a shard)");
-    }
-    DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> replicated, ReadGroup(f, path, "/replicated"));
-    if (r == 0) {
-      out.replicated = std::move(replicated);
-    } else if (!replicated.empty()) {
-      return Status::Corruption(path + ": /replicated: only rank 0's shard holds replicated state");
-    }
-    H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
-    if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
-    DGRR_ASSIGN_OR_RETURN(std::vector<std::string> members, ListGroup(ranks_group.get(), path + ": /ranks"));
-    if (members != std::vector<std::string>{std::to_string(r)}) {
-      return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
-    }
-    DGRR_ASSIGN_OR_RETURN(rank, ReadRankGroup(f, path, r, out.replicated));
+    DGRR_RETURN_IF_ERROR(ReadShardGroups(f, path, r == 0 ? nullptr : &out.replicated, shard));
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
+  if (r == 0) out.replicated = std::move(shard.replicated);
+  SavedRank rank = std::move(shard.own);
   if (rank.trace_position != listed.trace_position || rank.state_digest != listed.state_digest) {
     return Status::Corruption(path + ": /ranks/" + std::to_string(r) +
                               ": trace_position or state_digest disagree with the manifest " + manifest);
@@ -1169,6 +1199,28 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
   if (header.format_version == kCheckpointFormatVersion) DGRR_RETURN_IF_ERROR(ReadShards(path, shards, out));
   return out;
+}
+
+StatusOr<SavedShard> ReadCheckpointShard(const std::string& path) {
+  CheckpointHeader header;
+  DGRR_ASSIGN_OR_RETURN(FileIdentity verified, VerifyWholeFile(path, header));
+  if (header.format_version != kCheckpointFormatVersion) {
+    return Status::Corruption(path + ": offset " + std::to_string(kOffVersion) +
+                              ": a shard must be format version 2, is " + std::to_string(header.format_version));
+  }
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  SavedShard shard;
+  {
+    auto lock = LockHdf5();
+    DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
+    DGRR_RETURN_IF_ERROR(ReadShardRoot(file.get(), path, shard));
+    if (shard.meta.step != header.step || shard.state_digest != header.state_digest) {
+      return Status::Corruption(path + ": /: step or state_digest disagree with the header");
+    }
+    DGRR_RETURN_IF_ERROR(ReadShardGroups(file.get(), path, nullptr, shard));
+  }
+  DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
+  return shard;
 }
 
 Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,

@@ -148,6 +148,21 @@ Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path);
 
+// One v2 shard file read on its own (dgrr diff-tensor): its header, payload
+// hash, root attributes, groups and every dataset's hash are verified. Rank
+// r's digest covers the replicated entries, which only rank 0's shard holds,
+// so it is checked here for rank 0 only (ReadCheckpoint checks every rank's).
+struct SavedShard {
+  std::string path;
+  CheckpointMeta meta;                 // plan_json empty: the manifest holds it
+  std::string dgrr_version;
+  uint64_t state_digest = 0;           // this rank's
+  int rank = 0;
+  std::vector<SavedEntry> replicated;  // rank 0's shard only
+  SavedRank own;
+};
+StatusOr<SavedShard> ReadCheckpointShard(const std::string& path);
+
 // Copies rank `rank`'s saved state into the registered buffers of `into`
 // (entries with restore == kCheckpoint, except those in `skip`). Everything is
 // checked before anything is copied: an entry missing on either side, or a

@@ -26,14 +26,16 @@ int RunCompare(const std::vector<std::string>& args) {
                                              "(open it in ui.perfetto.dev; its time axis is boundary "
                                              "order, not time)")
       ("perfetto-max-pairs", po::value<uint64_t>()->default_value(replay::kDefaultPerfettoMaxPairs),
-       "aligned pairs the Perfetto view draws, centred on the first divergence (0: all)");
+       "aligned pairs the Perfetto view draws, centred on the first divergence (0: all)")
+      ("quiet,q", po::bool_switch(), "print nothing on stdout; the exit code says whether the runs "
+                                     "differ (errors and warnings still go to stderr; --json still prints)");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
       kName,
       "dgrr compare A B [--json] [--context N] [--ignore GLOB]... [--band W] [--perfetto OUT.json]\n"
-      "                  [--perfetto-max-pairs N]",
+      "                  [--perfetto-max-pairs N] [--quiet]",
       "Compares two runs boundary by boundary. A and B are trace files or run\n"
       "directories (all ranks). Differences between the runs' config.json and\n"
       "environment fingerprints are listed first, as the likely explanation when the\n"
@@ -87,7 +89,7 @@ int RunCompare(const std::vector<std::string>& args) {
     std::cout << replay::CompareJson(*result).dump(2, ' ', false,
                                                    nlohmann::json::error_handler_t::replace)
               << "\n";
-  } else {
+  } else if (!vm["quiet"].as<bool>()) {
     std::cout << replay::CompareText(*result);
   }
   std::cout.flush();

@@ -27,14 +27,16 @@ int RunReport(const std::vector<std::string>& args) {
        "boundary rows the map shows before merging neighbouring rows")
       ("max-steps", po::value<uint32_t>()->default_value(200),
        "step columns the map shows before aggregating neighbouring steps")
-      ("quiet,q", po::bool_switch(), "print nothing but errors");
+      ("json", po::bool_switch(), "print the dgrr.report-summary/1 JSON summary (verdict, divergence, "
+                                  "certified prefix) instead of the one-line summary")
+      ("quiet,q", po::bool_switch(), "print nothing but errors (--json still prints)");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   po::variables_map vm;
   int parsed = ParseCommandLine(
       kName,
       "dgrr report A B -o REPORT.html [--context N] [--ignore GLOB]... [--band W]\n"
-      "                  [--max-rows R] [--max-steps S] [--quiet]",
+      "                  [--max-rows R] [--max-steps S] [--json] [--quiet]",
       "Compares two runs as 'dgrr compare' does and writes what it found as one\n"
       "self-contained HTML page (no network access needed to view it): config and\n"
       "environment differences first, both runs' loss curves with the first divergent\n"
@@ -43,7 +45,8 @@ int RunReport(const std::vector<std::string>& args) {
       "rank) by step (columns) showing where fingerprints differ and how the\n"
       "difference spreads. Runs with more steps or rows than the map shows are\n"
       "aggregated, and the page says so. A and B are trace files or run directories.\n"
-      "Exit 0 when no pair differs, 4 when one does (the report is written either way).",
+      "Exit 0 when no pair differs, 4 when one does (the report is written either way).\n"
+      "--json prints a summary a script can read (docs/json/report.md).",
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
@@ -73,7 +76,11 @@ int RunReport(const std::vector<std::string>& args) {
   const std::string out = vm["output"].as<std::string>();
   Status s = replay::WriteReport(out, *result, report);
   if (!s.ok()) return ReportError(kName, s);
-  if (!quiet) {
+  if (vm["json"].as<bool>()) {
+    std::cout << replay::ReportSummaryJson(*result, out).dump(2, ' ', false,
+                                                              nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else if (!quiet) {
     std::cout << "report: " << out << " ("
               << (result->diverged()
                       ? "divergence at step " + std::to_string(result->first_divergence->a.record.step) +

@@ -34,5 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const auto& e : ckpt->replicated) (void)ckpt->Find(static_cast<int>(r), e.name);
     }
   }
+  // The same bytes as one shard read alone (dgrr diff-tensor on a shard).
+  const std::string shard = dgrr::fuzz::WriteScratchFile("step-00000001.rank-0.h5", bytes);
+  (void)dgrr::checkpoint::ReadCheckpointShard(shard);
   return 0;
 }

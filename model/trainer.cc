@@ -32,6 +32,7 @@
 #include "model/gpt.h"
 #include "model/rollback.h"
 #include "model/schedule.h"
+#include "model/train_state.h"
 #include "model/training_program.h"
 #include "runtime/trace_check.h"
 #include "trace_format/reader.h"
@@ -585,28 +586,9 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   std::memcpy(rank.params.data(), gpt.parameters(), num_params * sizeof(float));
 
   // The training state, each entry restored as the fast-forward plan says.
-  const int64_t n = static_cast<int64_t>(num_params);
-  struct StateSpec {
-    const char* name;
-    void* data;
-    uint64_t bytes;
-    DType dtype;
-    int64_t elements;
-    StateRole role;
-  };
-  const StateSpec specs[] = {
-      {"params", rank.params.data(), num_params * 4, DType::kF32, n, StateRole::kParameter},
-      {"adamw.m", rank.adamw.m().data(), num_params * 4, DType::kF32, n, StateRole::kOptimizer},
-      {"adamw.v", rank.adamw.v().data(), num_params * 4, DType::kF32, n, StateRole::kOptimizer},
-      {"adamw.t", &rank.adamw_t, 8, DType::kU64, 1, StateRole::kCounter},
-      {"cursor", &rank.cursor, 8, DType::kU64, 1, StateRole::kCursor},
-  };
-  for (const StateSpec& spec : specs) {
-    DGRR_ASSIGN_OR_RETURN(RestorePolicy policy, RestorePolicyFromPlan(*t.plan_, spec.name));
-    DGRR_RETURN_IF_ERROR(s.state().Register({spec.name, spec.data, spec.bytes, spec.dtype,
-                                             {spec.elements}, spec.role, policy,
-                                             /*replicated=*/true}));
-  }
+  DGRR_RETURN_IF_ERROR(RegisterTrainState(
+      layout, {rank.params.data(), rank.adamw.m().data(), rank.adamw.v().data(), &rank.adamw_t, &rank.cursor},
+      *t.plan_, s.state()));
 
   int64_t first_step = 0;
   if (t.resume_from_) {
@@ -617,7 +599,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
     }
     DGRR_RETURN_IF_ERROR(s.RecordEvent(
         trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.meta.step)));
-    DGRR_RETURN_IF_ERROR(checkpoint::RestoreRank(ckpt, r, s.state(), skip));
+    DGRR_RETURN_IF_ERROR(RestoreTrainState(ckpt, r, layout, s.state(), skip));
     for (const auto& name : skip) {
       DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
     }

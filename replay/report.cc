@@ -759,16 +759,11 @@ StatusOr<std::vector<StepLoss>> ReadStepLosses(const std::string& trace_path) {
   return out;
 }
 
-StatusOr<ordered_json> ReportData(const CompareResult& r, const ReportOptions& options) {
-  if (!r.has_sequences) {
-    return Status::InvalidArgument("the report needs the compared sequences (keep_sequences)");
-  }
-  std::vector<StepLoss> loss_a, loss_b;
-  if (!r.a.trace_paths.empty()) { DGRR_ASSIGN_OR_RETURN(loss_a, ReadStepLosses(r.a.trace_paths.front())); }
-  if (!r.b.trace_paths.empty()) { DGRR_ASSIGN_OR_RETURN(loss_b, ReadStepLosses(r.b.trace_paths.front())); }
-  ordered_json data;
-  data["schema"] = "dgrr.report/1";
-  data["dgrr_version"] = DGRR_VERSION_STRING;
+namespace {
+
+// The sides, the verdict, the first divergence and the certified prefix: what
+// the page's data and the --json summary share.
+void AddVerdict(const CompareResult& r, ordered_json& data) {
   for (const auto& [key, side] : {std::pair{"a", &r.a}, std::pair{"b", &r.b}}) {
     data[key] = {{"path", ValidUtf8(side->path)}, {"ranks", side->world_size}, {"boundaries", side->boundaries}};
   }
@@ -786,9 +781,36 @@ StatusOr<ordered_json> ReportData(const CompareResult& r, const ReportOptions& o
                        {"pairs_total", r.certify.pairs},
                        {"steps", r.certify.certified_steps},
                        {"last_step", last_certified ? ordered_json(*last_certified) : ordered_json(nullptr)}};
+}
+
+}  // namespace
+
+StatusOr<ordered_json> ReportData(const CompareResult& r, const ReportOptions& options) {
+  if (!r.has_sequences) {
+    return Status::InvalidArgument("the report needs the compared sequences (keep_sequences)");
+  }
+  std::vector<StepLoss> loss_a, loss_b;
+  if (!r.a.trace_paths.empty()) { DGRR_ASSIGN_OR_RETURN(loss_a, ReadStepLosses(r.a.trace_paths.front())); }
+  if (!r.b.trace_paths.empty()) { DGRR_ASSIGN_OR_RETURN(loss_b, ReadStepLosses(r.b.trace_paths.front())); }
+  ordered_json data;
+  data["schema"] = "dgrr.report/1";
+  data["dgrr_version"] = DGRR_VERSION_STRING;
+  AddVerdict(r, data);
   data["loss"] = LossData(r, options, loss_a, loss_b);
   data["map"] = MapBuilder(r, options).Build();
   return data;
+}
+
+ordered_json ReportSummaryJson(const CompareResult& r, const std::string& report_path) {
+  ordered_json summary;
+  summary["schema"] = "dgrr.report-summary/1";
+  summary["report"] = ValidUtf8(report_path);
+  AddVerdict(r, summary);
+  // null when a side has no config.json / env.json to compare.
+  auto count = [](bool available, size_t n) { return available ? ordered_json(n) : ordered_json(nullptr); };
+  summary["config_differences"] = count(r.configs_available, r.config_differences.size());
+  summary["environment_differences"] = count(r.environments_available, r.environment_differences.size());
+  return summary;
 }
 
 StatusOr<std::string> ReportHtml(const CompareResult& r, const ReportOptions& options) {

@@ -47,6 +47,11 @@ StatusOr<std::vector<StepLoss>> ReadStepLosses(const std::string& trace_path);
 // (InvalidArgument otherwise); reads rank 0's trace of each side for the losses.
 StatusOr<nlohmann::ordered_json> ReportData(const CompareResult& result,
                                             const ReportOptions& options = {});
+// What a script reads of the report (schema dgrr.report-summary/1,
+// docs/json/report.md): the verdict, the first divergence, the certified
+// prefix and how many config and environment keys differ; `report_path` is
+// the page written.
+nlohmann::ordered_json ReportSummaryJson(const CompareResult& result, const std::string& report_path);
 // The whole page.
 StatusOr<std::string> ReportHtml(const CompareResult& result, const ReportOptions& options = {});
 // Writes ReportHtml to `path` atomically (temporary file, fsync, rename).

@@ -168,11 +168,11 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-TensorDumpDiff DiffTensorDumps(const checkpoint::TensorDump& a, const checkpoint::TensorDump& b,
-                               size_t first_n) {
-  std::map<std::string, const checkpoint::DumpedTensor*> in_a, in_b;
-  for (const auto& t : a.tensors) in_a.emplace(t.name, &t);
-  for (const auto& t : b.tensors) in_b.emplace(t.name, &t);
+TensorDumpDiff DiffTensorSets(const std::vector<TensorView>& a, const std::vector<TensorView>& b,
+                              size_t first_n) {
+  std::map<std::string, const TensorView*> in_a, in_b;
+  for (const auto& t : a) in_a.emplace(t.name, &t);
+  for (const auto& t : b) in_b.emplace(t.name, &t);
   TensorDumpDiff out;
   for (const auto& [name, ta] : in_a) {
     auto it = in_b.find(name);
@@ -180,20 +180,59 @@ TensorDumpDiff DiffTensorDumps(const checkpoint::TensorDump& a, const checkpoint
       out.only_in_a.push_back(name);
       continue;
     }
-    const checkpoint::DumpedTensor* tb = it->second;
+    const TensorView* tb = it->second;
     if (ta->dtype != tb->dtype) {
       out.mismatched.push_back({name, "dtype " + std::string(DTypeName(ta->dtype)) + " vs " +
                                           std::string(DTypeName(tb->dtype))});
     } else if (ta->shape != tb->shape) {
       out.mismatched.push_back({name, "shape " + ShapeString(ta->shape) + " vs " + ShapeString(tb->shape)});
     } else {
-      out.pairs.push_back(DiffTensors(name, ta->dtype, ta->shape, ta->data, tb->data, first_n));
+      out.pairs.push_back(DiffTensors(name, ta->dtype, ta->shape, *ta->data, *tb->data, first_n));
       out.total.Merge(out.pairs.back().stats);
     }
   }
   for (const auto& [name, tb] : in_b) {
     if (!in_a.count(name)) out.only_in_b.push_back(name);
   }
+  return out;
+}
+
+TensorDumpDiff DiffTensorDumps(const checkpoint::TensorDump& a, const checkpoint::TensorDump& b,
+                               size_t first_n) {
+  auto views = [](const checkpoint::TensorDump& d) {
+    std::vector<TensorView> out;
+    for (const auto& t : d.tensors) out.push_back({t.name, t.dtype, t.shape, &t.data});
+    return out;
+  };
+  return DiffTensorSets(views(a), views(b), first_n);
+}
+
+namespace {
+
+TensorView EntryView(std::string name, const checkpoint::SavedEntry& e) {
+  // An entry registered without a shape is compared as a vector.
+  std::vector<int64_t> shape = e.shape;
+  if (shape.empty()) shape = {static_cast<int64_t>(e.data.size() / std::max<size_t>(DTypeSize(e.dtype), 1))};
+  return {std::move(name), e.dtype, std::move(shape), &e.data};
+}
+
+void AddRankViews(const checkpoint::SavedRank& rank, std::vector<TensorView>& out) {
+  for (const auto& e : rank.entries) out.push_back(EntryView("ranks/" + std::to_string(rank.rank) + "/" + e.name, e));
+}
+
+}  // namespace
+
+std::vector<TensorView> CheckpointTensors(const checkpoint::Checkpoint& c) {
+  std::vector<TensorView> out;
+  for (const auto& e : c.replicated) out.push_back(EntryView("replicated/" + e.name, e));
+  for (const auto& r : c.ranks) AddRankViews(r, out);
+  return out;
+}
+
+std::vector<TensorView> CheckpointTensors(const checkpoint::SavedShard& s) {
+  std::vector<TensorView> out;
+  for (const auto& e : s.replicated) out.push_back(EntryView("replicated/" + e.name, e));
+  AddRankViews(s.own, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Element-wise comparison of two tensor dumps (checkpoint/tensor_file.h), the
-// logic behind `dgrr diff-tensor` (docs/json/diff-tensor.md).
+// Element-wise comparison of two sets of named tensors: two tensor dumps
+// (checkpoint/tensor_file.h) or two checkpoints (checkpoint/checkpoint_file.h),
+// the logic behind `dgrr diff-tensor` (docs/json/diff-tensor.md).
 //
 // Two elements differ when their bit patterns differ (so +0 and -0 differ,
 // and so do two NaNs with different payloads). For each differing pair:
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "checkpoint/checkpoint_file.h"
 #include "checkpoint/tensor_file.h"
 
 namespace dgrr::replay {
@@ -81,6 +83,24 @@ struct TensorDumpDiff {
 // `b` each hold exactly elements * element-size bytes.
 TensorPairDiff DiffTensors(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                            const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t first_n);
+
+// One tensor of a set being compared; `data` is not owned.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kUnknown;
+  std::vector<int64_t> shape;
+  const std::vector<uint8_t>* data = nullptr;
+};
+
+// Pairs the tensors of two sets by name and compares each pair.
+TensorDumpDiff DiffTensorSets(const std::vector<TensorView>& a, const std::vector<TensorView>& b,
+                              size_t first_n);
+
+// Every saved entry of a checkpoint (or of one shard of it), named by its
+// dataset's HDF5 path without the leading '/': "replicated/<name>",
+// "ranks/<r>/<name>". An entry saved without a shape is a vector.
+std::vector<TensorView> CheckpointTensors(const checkpoint::Checkpoint& checkpoint);
+std::vector<TensorView> CheckpointTensors(const checkpoint::SavedShard& shard);
 
 // Pairs the datasets of two dumps by name and compares each pair.
 TensorDumpDiff DiffTensorDumps(const checkpoint::TensorDump& a, const checkpoint::TensorDump& b,

@@ -1,6 +1,6 @@
-// dgrr diff-tensor, in-process, on dumps written with the library: exit codes
+// dgrr diff-tensor, in-process, on dumps and checkpoints written with the library: exit codes
 // (0 identical, 4 different, 3 damaged, 2 missing, 1 usage), the text and the
-// dgrr.diff-tensor/1 JSON report.
+// dgrr.diff-tensor/2 JSON report.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/coding.h"
+#include "checkpoint/checkpoint_file.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/command.h"
 #include "tests/cli/run_captured.h"
@@ -66,7 +67,7 @@ TEST_F(DiffTensorCommandTest, IdenticalDumpsExitZero) {
   EXPECT_NE(out_.find("identical: 2 datasets, 6 elements"), std::string::npos) << out_;
   ASSERT_EQ(RunCommand({"diff-tensor", a, b, "--json"}), 0) << err_;
   auto j = nlohmann::json::parse(out_);
-  EXPECT_EQ(j.at("schema"), "dgrr.diff-tensor/1");
+  EXPECT_EQ(j.at("schema"), "dgrr.diff-tensor/2");
   EXPECT_EQ(j.at("result"), "identical");
   EXPECT_EQ(j.at("total").at("differing"), 0);
   EXPECT_EQ(j.at("total").at("max_ulp_diff"), 0);
@@ -130,7 +131,7 @@ TEST_F(DiffTensorCommandTest, BadInputHasItsExitCode) {
   EXPECT_EQ(RunCommand({"diff-tensor", a}), kExitUsage);
   EXPECT_EQ(RunCommand({"diff-tensor", a, a, "--first", "-1"}), kExitUsage);
   EXPECT_EQ(RunCommand({"diff-tensor", "--help"}), 0);
-  EXPECT_NE(out_.find("dgrr diff-tensor A.h5 B.h5"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("dgrr diff-tensor A B"), std::string::npos) << out_;
   // A damaged dump: the raw chunk's bytes changed (random floats are stored
   // uncompressed, so the data can be found in the file); the header's hash
   // of the whole file catches it.
@@ -153,6 +154,52 @@ TEST_F(DiffTensorCommandTest, BadInputHasItsExitCode) {
   const auto e = Write("e.h5", {d});
   EXPECT_EQ(RunCommand({"diff-tensor", e, a}), kExitInvalidData);
   EXPECT_NE(err_.find("e.h5: dataset /tensors/ex00000006_n1"), std::string::npos) << err_;
+}
+
+// A v1 single-file checkpoint of two ranks: replicated entries and each
+// rank's own, one of them saved without a shape (compared as a vector).
+TEST_F(DiffTensorCommandTest, CheckpointsPairTheirEntriesByPathInTheFile) {
+  auto write = [&](const std::string& name, uint64_t rank1_cursor, bool with_extra) {
+    std::vector<float> w = {1, 2, 3, 4};
+    uint64_t cursors[2][2] = {{0, 8}, {rank1_cursor, 8}};
+    float extra = 1;
+    StateRegistry ranks[2];
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(ranks[r].Register({"w", w.data(), 16, DType::kF32, {2, 2}, StateRole::kParameter,
+                                     RestorePolicy::kCheckpoint, true}).ok());
+      EXPECT_TRUE(ranks[r].Register({"data.cursor", cursors[r], 16, DType::kU64, {}, StateRole::kCursor,
+                                     RestorePolicy::kCheckpoint, false}).ok());
+      if (with_extra) {
+        EXPECT_TRUE(ranks[r].Register({"extra", &extra, 4, DType::kF32, {1}, StateRole::kOther,
+                                       RestorePolicy::kCheckpoint, true}).ok());
+      }
+    }
+    checkpoint::CheckpointMeta meta;
+    meta.step = 3;
+    meta.world_size = 2;
+    const std::string path = Path(name);
+    EXPECT_TRUE(checkpoint::WriteCheckpoint(path, meta, {{0, &ranks[0], 0}, {1, &ranks[1], 0}}).ok());
+    return path;
+  };
+  const std::string a = write("a.h5", 5, true), same = write("same.h5", 5, true), b = write("b.h5", 6, false);
+  EXPECT_EQ(RunCommand({"diff-tensor", a, same}), 0) << err_;
+  EXPECT_NE(out_.find("(checkpoint of step 3, 2 ranks, 4 datasets)"), std::string::npos) << out_;
+  ASSERT_EQ(RunCommand({"diff-tensor", a, b, "--json"}), kExitDivergence) << err_;
+  const auto j = nlohmann::json::parse(out_);
+  EXPECT_EQ(j.at("a").at("kind"), "checkpoint");
+  EXPECT_TRUE(j.at("a").at("rank").is_null());
+  EXPECT_TRUE(j.at("a").at("boundary").is_null());
+  EXPECT_EQ(j.at("a").at("world_size"), 2);
+  EXPECT_EQ(j.at("only_in_a"), nlohmann::json({"replicated/extra"}));
+  ASSERT_EQ(j.at("datasets").size(), 3u);  // ranks/0/data.cursor, ranks/1/data.cursor, replicated/w
+  const auto& cursor1 = j.at("datasets").at(1);
+  EXPECT_EQ(cursor1.at("name"), "ranks/1/data.cursor");
+  EXPECT_EQ(cursor1.at("shape"), nlohmann::json({2}));
+  EXPECT_EQ(cursor1.at("differing"), 1);
+  EXPECT_EQ(cursor1.at("first_differences").at(0).at("a"), 5);
+  EXPECT_EQ(cursor1.at("first_differences").at(0).at("b"), 6);
+  EXPECT_TRUE(cursor1.at("max_ulp_diff").is_null());
+  EXPECT_EQ(j.at("datasets").at(2).at("differing"), 0);
 }
 
 }  // namespace

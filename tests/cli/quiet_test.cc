@@ -1,5 +1,5 @@
-// -q/--quiet on verify and replay: nothing on stdout when all is well (the
-// exit code says), errors still one line on stderr, --json still its object.
+// -q/--quiet on verify, replay and compare: nothing on stdout (the exit code
+// says), errors still one line on stderr, --json still its object.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -61,6 +61,35 @@ TEST_F(QuietTest, ReplayQuietPrintsNothingOnSuccessAndStillReportsErrors) {
   r = RunCaptured({"replay", "-q", "--json", run_});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out).at("schema"), "dgrr.replay/1");
+}
+
+TEST_F(QuietTest, CompareQuietPrintsNothingAndTheExitCodeSays) {
+  CommandOutput r = RunCaptured({"compare", run_, run_});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  r = RunCaptured({"compare", "-q", run_, run_});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+
+  const std::string flipped = Path("flipped");
+  ASSERT_EQ(RunCaptured({"train", "--out", flipped, "--steps", "3", "--ranks", "2", "--quiet", "--inject",
+                         "bitflip:step=1,rank=1,at=loss"})
+                .rc,
+            0);
+  r = RunCaptured({"compare", "--quiet", run_, flipped});
+  EXPECT_EQ(r.rc, kExitDivergence);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("configs differ"), std::string::npos) << "warnings still on stderr: " << r.err;
+
+  r = RunCaptured({"compare", "-q", run_, Path("missing")});
+  EXPECT_EQ(r.rc, kExitIO);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("dgrr compare: "), std::string::npos) << r.err;
+
+  r = RunCaptured({"compare", "-q", "--json", run_, flipped});
+  EXPECT_EQ(r.rc, kExitDivergence);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("verdict"), "divergence");
 }
 
 }  // namespace

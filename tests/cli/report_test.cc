@@ -206,6 +206,41 @@ TEST_F(ReportTest, MapIsBoundedAndThePageSaysSo) {
   EXPECT_EQ(data["map"]["divergent_column"], 0);
 }
 
+// --json: the verdict a script reads, the same facts the page shows, and
+// nothing else on stdout (-q does not silence it).
+TEST_F(ReportTest, JsonSummaryGivesTheVerdictDivergenceAndPrefix) {
+  TrainPair();
+  const std::string html = Path("summary.html");
+  CommandOutput r = RunCaptured({"report", Path("clean"), Path("flipped"), "-o", html, "--json", "-q"});
+  ASSERT_EQ(r.rc, kExitDivergence) << r.err;
+  const json summary = json::parse(r.out);
+  EXPECT_EQ(summary["schema"], "dgrr.report-summary/1");
+  EXPECT_EQ(summary["report"], html);
+  EXPECT_EQ(summary["verdict"], "divergence");
+  EXPECT_EQ(summary["divergence"]["step"], kFlipStep);
+  EXPECT_EQ(summary["divergence"]["rank"], 1);
+  EXPECT_EQ(summary["divergence"]["boundary"], kFlipped);
+  EXPECT_EQ(summary["config_differences"], 1) << "the --inject fault is in config.json";
+  EXPECT_EQ(summary["environment_differences"], 0);
+  EXPECT_LT(summary["certified"]["pairs"].get<uint64_t>(), summary["certified"]["pairs_total"].get<uint64_t>());
+  auto page = ReadFileToString(html);
+  ASSERT_TRUE(page.ok());
+  const json data = EmbeddedData(*page);
+  EXPECT_EQ(summary["divergence"], data["divergence"]);
+  EXPECT_EQ(summary["certified"], data["certified"]);
+
+  r = RunCaptured({"report", Path("clean"), Path("clean"), "-o", Path("same.html"), "--json"});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  const json same = json::parse(r.out);
+  EXPECT_EQ(same["verdict"], "no_divergence");
+  EXPECT_TRUE(same["divergence"].is_null());
+  EXPECT_EQ(same["certified"]["pairs"], same["certified"]["pairs_total"]);
+
+  r = RunCaptured({"report", Path("clean"), Path("missing"), "-o", Path("r.html"), "--json"});
+  EXPECT_EQ(r.rc, kExitIO);
+  EXPECT_EQ(r.out, "") << "errors go to stderr only";
+}
+
 TEST_F(ReportTest, ExitCodesAsCompare) {
   Train(Path("clean"));
   EXPECT_EQ(RunCaptured({"report", "--help"}).rc, kExitOk);
