@@ -19,8 +19,8 @@ inline uint32_t Value(const void* data, size_t n) { return Extend(0, data, n); }
 // interleaves four CRC chains to hide the instruction's latency: about four
 // times the throughput of calling Value() per record.
 // Blocks of 112 to 128 bytes (a record's 124) go through carry-less
-// multiplication (VPCLMULQDQ) where the CPU has it, about three times the
-// four chains' rate.
+// multiplication (VPCLMULQDQ) where the CPU has it: with AVX-512, about 1.7
+// times the four chains' rate (bench/README.md, trace_format).
 void ValueOfBlocks(const void* base, size_t stride, size_t length, size_t count, uint32_t* out);
 
 // The implementations behind ValueOfBlocks, best last; all give identical
