@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/upper_vector_state.h"
+
 namespace dgrr::crc32c {
 namespace {
 
@@ -160,6 +162,22 @@ TEST(Crc32c, BlockKernelsAgreeWithTheTablePathAroundRecordSizes) {
     EXPECT_EQ(out, ExtendPortable(0, record.data(), record.size())) << int{fill};
   }
 }
+
+#if defined(DGRR_HAVE_XINUSE_CHECK)
+// The folding kernels use YMM/ZMM registers; the writer's I/O thread and the
+// reader run legacy-SSE code after them.
+TEST(Crc32c, BlockKernelsLeaveTheUpperVectorStateClean) {
+  if (!test_support::CpuReportsXinuse()) GTEST_SKIP() << "this CPU cannot report XINUSE";
+  std::vector<uint8_t> records(64 * 128, 0x5a);
+  std::vector<uint32_t> out(64);
+  for (BlockKernel kernel : kBlockKernels) {
+    if (!BlockKernelAvailable(kernel)) continue;
+    ValueOfBlocksWith(kernel, records.data(), 128, 124, 64, out.data());
+    EXPECT_EQ(test_support::Xinuse() & test_support::kDirtyUpperState, 0u)
+        << "kernel " << static_cast<int>(kernel);
+  }
+}
+#endif
 
 TEST(Crc32c, MaskAndUnmask) {
   for (const auto& v : LoadVectors()) {
