@@ -11,7 +11,11 @@ AdamW::AdamW(const ParameterLayout& layout, const AdamWOptions& options)
     : layout_(layout),
       options_(options),
       m_(layout.total_size(), 0.0f),
-      v_(layout.total_size(), 0.0f) {}
+      v_(layout.total_size(), 0.0f) {
+  for (const NamedTensor& t : layout_.tensors()) {
+    observed_names_.push_back({t.name + ".grad", t.name, "adamw.m." + t.name, "adamw.v." + t.name});
+  }
+}
 
 void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* observer,
                  uint64_t first_example, uint32_t example_count) {
@@ -20,14 +24,17 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
   const float c1 = static_cast<float>(1.0 - PowInt(b1, step_));
   const float c2 = static_cast<float>(1.0 - PowInt(b2, step_));
-  for (const NamedTensor& t : layout_.tensors()) {
+  const std::vector<NamedTensor>& tensors = layout_.tensors();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const NamedTensor& t = tensors[k];
+    const ObservedNames& names = observed_names_[k];
     const float wd = t.weight_decay ? options_.weight_decay : 0.0f;
     float* p = params + t.offset;
     const float* g = grad + t.offset;
     float* m = m_.data() + t.offset;
     float* v = v_.data() + t.offset;
     if (observer != nullptr) {
-      observer->OnBoundary(t.name + ".grad", Phase::kOptimizer, false, g, t.shape, first_example,
+      observer->OnBoundary(names.grad, Phase::kOptimizer, false, g, t.shape, first_example,
                            example_count);
     }
     for (size_t i = 0; i < t.size; ++i) {
@@ -38,10 +45,10 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
       p[i] = p[i] - lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
     }
     if (observer != nullptr) {
-      observer->OnBoundary(t.name, Phase::kOptimizer, true, p, t.shape, first_example, example_count);
-      observer->OnBoundary("adamw.m." + t.name, Phase::kOptimizer, true, m, t.shape, first_example,
+      observer->OnBoundary(names.param, Phase::kOptimizer, true, p, t.shape, first_example, example_count);
+      observer->OnBoundary(names.m, Phase::kOptimizer, true, m, t.shape, first_example,
                            example_count);
-      observer->OnBoundary("adamw.v." + t.name, Phase::kOptimizer, true, v, t.shape, first_example,
+      observer->OnBoundary(names.v, Phase::kOptimizer, true, v, t.shape, first_example,
                            example_count);
     }
   }

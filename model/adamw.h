@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -54,6 +55,11 @@ class AdamW {
   AdamWOptions options_;
   int64_t step_ = 0;
   std::vector<float> m_, v_;
+  // The names Step reports, per tensor, made once rather than at every step.
+  struct ObservedNames {
+    std::string grad, param, m, v;
+  };
+  std::vector<ObservedNames> observed_names_;
 };
 
 // Global L2 norm of grad[0..n): squares summed in double in ascending index,

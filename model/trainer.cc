@@ -306,7 +306,8 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         grad(impl.num_params),
         adamw(impl.layout, AdamWOptions{0.9f, 0.95f, 1e-8f, impl.t.preset_.train.weight_decay}),
         tokens(static_cast<size_t>(impl.shard) * impl.t.data_->window()),
-        slots(static_cast<size_t>(impl.shard)) {}
+        slots(static_cast<size_t>(impl.shard)),
+        next_boundary(static_cast<size_t>(impl.shard)) {}
 
   // BoundaryObserver, called by workers (per example) and by the rank thread
   // (per batch: AdamW). Per-example calls touch only their example's slots.
@@ -314,12 +315,13 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     if (example_count == 1 && phase != model::Phase::kOptimizer) {
-      auto it = example_index.find(name);
-      if (it == example_index.end()) return;  // cannot happen: names learned up front
-      const bool recorded = example_handles[static_cast<size_t>(it->second)].recorded;
+      const size_t local = first_example - shard_first;
+      const int index = ExampleBoundaryIndex(name, local);
+      if (index < 0) return;  // cannot happen: names learned up front
+      const bool recorded = example_handles[static_cast<size_t>(index)].recorded;
       const bool target = IsFlipTarget(name, first_example);
       if (!recorded && !target) return;  // the mode skips it
-      std::vector<Slot>& mine = slots[first_example - shard_first];
+      std::vector<Slot>& mine = slots[local];
       if (target) {
         Slot event;
         event.event = FiredText();
@@ -327,7 +329,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         if (!recorded) return;
       }
       Slot s;
-      s.boundary = it->second;
+      s.boundary = index;
       s.ndim = static_cast<int>(dims.size());
       uint64_t elements = 1;
       for (size_t i = 0; i < dims.size(); ++i) {
@@ -352,13 +354,15 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       return;
     }
     // Per batch, on the rank thread: intern lazily, record at once.
-    auto it = batch_handles.find(name);
-    if (it == batch_handles.end()) {
+    BatchHandles::value_type* it = BatchBoundary(name);
+    if (it == nullptr) {
       auto h = session->DeclareBoundary(name, TracePhase(phase),
                                         is_output ? Direction::kOutput : Direction::kInput,
                                         OptimizerKindOf(name, phase));
       if (!h.ok()) return session->DeferError(h.status());
-      it = batch_handles.emplace(std::string(name), *h).first;
+      it = &*batch_handles.emplace(std::string(name), *h).first;
+      batch_order.push_back(it);
+      batch_next = batch_order.size();
     }
     FlipBatchTensor(name, data);
     TensorRef t;
@@ -405,6 +409,37 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   bool FlipsInOptimizer() const {
     return FlipsAt(FlipSite::kGradient) || FlipsAt(FlipSite::kParameter) ||
            FlipsAt(FlipSite::kMomentM) || FlipsAt(FlipSite::kMomentV);
+  }
+  // An example's boundaries arrive in the order of per_example_names_ (the
+  // model's own order), so comparing with the one expected next spares the
+  // hash lookup on nearly every call; any other order falls back to it.
+  int ExampleBoundaryIndex(std::string_view name, size_t local) {
+    uint32_t& next = next_boundary[local];
+    const std::vector<std::string>& names = impl.t.per_example_names_;
+    int index;
+    if (next < names.size() && names[next] == name) {
+      index = static_cast<int>(next);
+    } else {
+      auto it = example_index.find(name);
+      if (it == example_index.end()) return -1;
+      index = it->second;
+    }
+    next = static_cast<uint32_t>(index) + 1;
+    return index;
+  }
+  // The same for the per-batch boundaries (AdamW's): each step reports them
+  // in the order the first step did, and a lookup in the hash map, whose
+  // nodes the optimizer's pass over the state has evicted, costs a cache miss.
+  using BatchHandles = std::unordered_map<std::string, BoundaryHandle, NameHash, std::equal_to<>>;
+  BatchHandles::value_type* BatchBoundary(std::string_view name) {
+    if (batch_next < batch_order.size() && batch_order[batch_next]->first == name) {
+      return batch_order[batch_next++];
+    }
+    auto it = batch_handles.find(name);
+    if (it == batch_handles.end()) return nullptr;
+    auto at = std::find(batch_order.begin(), batch_order.end(), &*it);
+    batch_next = static_cast<size_t>(at - batch_order.begin()) + 1;
+    return &*it;
   }
   bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
     return FlipsAt(FlipSite::kExample) && name == flip->at && first_example == flip_example;
@@ -459,10 +494,13 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   AdamW adamw;
   std::vector<uint8_t> tokens;
   std::vector<std::vector<Slot>> slots;  // per local example
+  std::vector<uint32_t> next_boundary;   // per local example: see ExampleBoundaryIndex
   std::unordered_map<std::string, int, NameHash, std::equal_to<>> example_index;
   std::vector<BoundaryHandle> example_handles;
   BoundaryHandle tokens_handle;
-  std::unordered_map<std::string, BoundaryHandle, NameHash, std::equal_to<>> batch_handles;
+  BatchHandles batch_handles;
+  std::vector<BatchHandles::value_type*> batch_order;  // in the order first reported (nodes stay put)
+  size_t batch_next = 0;  // see BatchBoundary; 0 at each step's start
   std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
   uint64_t shard_first = 0;                       // global example index of the shard's first
   const FaultSpec* flip = nullptr;                // the bitflip due this step (ArmBitflip)
@@ -663,7 +701,9 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_ASSIGN_OR_RETURN(uint64_t index, rank.data_order->IndexOf(rank.shard_first + i));
     std::memcpy(rank.tokens.data() + i * window, t.data_->Example(index), window);
     rank.slots[i].clear();
+    rank.next_boundary[i] = 0;
   }
+  rank.batch_next = 0;
 
   PrepareDumps(rank, step);
 

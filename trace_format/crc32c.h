@@ -18,7 +18,24 @@ inline uint32_t Value(const void* data, size_t n) { return Extend(0, data, n); }
 // base + i * stride, into out[i]. Blocks are independent, so the hardware path
 // interleaves four CRC chains to hide the instruction's latency: about four
 // times the throughput of calling Value() per record.
+// Blocks of 112 to 128 bytes (a record's 124) go through carry-less
+// multiplication (VPCLMULQDQ) where the CPU has it: with AVX-512, about 1.7
+// times the four chains' rate (bench/README.md, trace_format).
 void ValueOfBlocks(const void* base, size_t stride, size_t length, size_t count, uint32_t* out);
+
+// The implementations behind ValueOfBlocks, best last; all give identical
+// results. The selected one is the best the CPU has (checked once).
+enum class BlockKernel {
+  kPortable,     // slicing-by-8 tables
+  kCrc32Chains,  // SSE4.2 crc32, four blocks interleaved
+  kClmulAvx2,    // VPCLMULQDQ folding on 256-bit vectors (and crc32), else chains
+  kClmulAvx512,  // AVX-512 (F, VL, BW): the tail folded too, two crc32 a block
+};
+bool BlockKernelAvailable(BlockKernel kernel);
+BlockKernel SelectedBlockKernel();
+// ValueOfBlocks through `kernel` (the selected one when the CPU lacks it).
+void ValueOfBlocksWith(BlockKernel kernel, const void* base, size_t stride, size_t length, size_t count,
+                       uint32_t* out);
 
 // The two implementations behind Extend, exposed so tests can check both.
 uint32_t ExtendPortable(uint32_t crc, const void* data, size_t n);

@@ -1,12 +1,14 @@
 // The cost of recording, measured on the reference workload: step time of
 // `dgrr train` in each recording mode against --mode off, in the same run.
 //
-// Modes are interleaved in rounds (off, full, trusted, sdc, off, ...) so a
-// load change on a shared machine hits all of them alike; each mode's figure
-// is the median over rounds of its median step time (the first steps of a run,
-// which pay for start-up, are skipped). Both wall time and the process's CPU
-// time (all threads) are reported: on a shared machine CPU time is the steadier
-// of the two, while wall time is what a user waits for.
+// Modes are interleaved in rounds (off, full, trusted, sdc; the order rotated
+// by one each round) so a load change on a shared machine hits all of them
+// alike; each mode's figure is the median over rounds of its median step time
+// (the first steps of a run, which pay for start-up, are skipped), and the
+// ratios to --mode off are also given round by round (median, min, max). Both
+// wall time and the process's CPU time (all threads) are reported: on a shared
+// machine CPU time is the steadier of the two, while wall time is what a user
+// waits for.
 //
 // With --audit K1,K2,... it measures the cross-rank audit instead: mode full
 // without the audit against --audit-every K1, K2, ... (interleaved the same
@@ -86,6 +88,21 @@ StepTimes MedianStepSeconds(dgrr::model::TrainOptions o, int warmup) {
   return {Median(steps), Median(cpu_steps), Mean(steps), Mean(cpu_steps)};
 }
 
+struct RoundRatios {
+  double median = 0, min = 0, max = 0;
+};
+
+// Ratios candidate[i] / baseline[i], one per round.
+RoundRatios PairedRatios(const std::vector<double>& candidate, const std::vector<double>& baseline) {
+  std::vector<double> r;
+  for (size_t i = 0; i < candidate.size() && i < baseline.size(); ++i) {
+    if (baseline[i] > 0) r.push_back(candidate[i] / baseline[i]);
+  }
+  if (r.empty()) return {};
+  const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+  return {Median(r), *lo, *hi};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,7 +149,10 @@ int main(int argc, char** argv) {
   std::map<std::pair<RecordMode, int64_t>, std::vector<double>> wall_per_mode, cpu_per_mode;
   int tokens_per_step = 0;
   for (int round = 0; round < rounds; ++round) {
-    for (const auto& config : modes) {
+    // The order rotates by one each round, so no configuration always runs
+    // right after start-up or right after the same neighbour.
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const auto& config = modes[(k + static_cast<size_t>(round)) % modes.size()];
       const RecordMode mode = config.first;
       dgrr::model::TrainOptions o;
       o.out_dir = out + "/" + label(config);
@@ -163,6 +183,18 @@ int main(int argc, char** argv) {
     const double c = Median(cpu_per_mode[config]);
     std::printf("%-12s %12.3f %12.0f %8.4f %14.3f %8.4f\n", label(config).c_str(), t * 1e3,
                 tokens_per_step / t, t / off, c * 1e3, c / off_cpu);
+  }
+  // The same comparison round by round: each configuration against the
+  // baseline run of its own round, which saw the same load. The spread of
+  // these ratios is the noise a single figure above hides.
+  std::printf("\nper round, against %s of the same round: median [min, max]\n", base.c_str());
+  std::printf("%-12s %26s %26s\n", "mode", "wall", "cpu");
+  for (size_t m = 1; m < modes.size(); ++m) {
+    const auto& config = modes[m];
+    const RoundRatios wall = PairedRatios(wall_per_mode[config], wall_per_mode[modes[0]]);
+    const RoundRatios cpu = PairedRatios(cpu_per_mode[config], cpu_per_mode[modes[0]]);
+    std::printf("%-12s %8.4f [%.4f, %.4f] %8.4f [%.4f, %.4f]\n", label(config).c_str(), wall.median,
+                wall.min, wall.max, cpu.median, cpu.min, cpu.max);
   }
   return 0;
 }

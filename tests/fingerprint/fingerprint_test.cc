@@ -6,10 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +18,7 @@
 #include <vector>
 
 #include "fingerprint/fingerprint_simd.h"
+#include "tests/support/upper_vector_state.h"
 
 namespace dgrr {
 namespace {
@@ -414,30 +411,10 @@ TEST(FingerprinterTest, CopiesAreIndependent) {
   EXPECT_EQ(moved.bytes(), 901u);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// XINUSE (xgetbv with ecx = 1) says which register state components are not
-// in their initial configuration; bit 2 is the upper halves of the YMM
-// registers. While it is set, legacy-SSE code that runs next (the optimizer)
-// pays the SSE/AVX transition penalty on every vector instruction.
-bool CpuReportsXinuse() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
-  if (!__get_cpuid_count(0xd, 1, &a, &b, &c, &d)) return false;
-  return (a & (1u << 2)) != 0;
-}
-
-uint32_t Xinuse() {
-  uint32_t lo, hi;
-  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
-  return lo;
-}
-
-constexpr uint32_t kUpperYmmInUse = 1u << 2;
-// Bits 256..511 of ZMM0-15 (AVX-512's ZMM_Hi256 component), cleared by the
-// same vzeroupper. ZMM16-31 (Hi16_ZMM) are not checked: legacy SSE cannot
-// address them, so their state costs SSE code nothing.
-constexpr uint32_t kUpperZmmInUse = 1u << 6;
-constexpr uint32_t kDirtyUpperState = kUpperYmmInUse | kUpperZmmInUse;
+#if defined(DGRR_HAVE_XINUSE_CHECK)
+using test_support::CpuReportsXinuse;
+using test_support::kDirtyUpperState;
+using test_support::Xinuse;
 
 TEST(FingerprintTest, LeavesTheUpperVectorStateClean) {
   if (!CpuReportsXinuse()) GTEST_SKIP() << "this CPU cannot report XINUSE (xgetbv with ecx=1)";

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <random>
 
 #include "base/coding.h"
 #include "trace_format/crc32c.h"
@@ -164,6 +165,38 @@ TEST(Record, FieldChecksBeyondCrc) {
   bytes[50] ^= 0x10;
   RecordBody body;
   EXPECT_EQ(DecodeRecord(bytes, &body).message(), "CRC mismatch");
+}
+
+// The reader's scan uses BoundaryFieldsValid (SSE2 on x86-64); it must say
+// exactly what the rule-by-rule definition says, and what the decoder says.
+TEST(Record, BoundaryFieldChecksAgreeWithTheirDefinition) {
+  std::mt19937_64 rng(124);
+  uint64_t accepted = 0, rejected = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    BoundaryRecord b = SampleBoundary(trial % 7, trial, static_cast<uint32_t>(trial % 3));
+    b.ndim = static_cast<uint8_t>(trial % 9);
+    for (size_t i = 0; i < kInlineDims; ++i) b.dims[i] = i < b.ndim ? 1 + rng() % 1000 : 0;
+    uint8_t bytes[kRecordSize];
+    EncodeBoundary(b, bytes);
+    // One to three bytes changed, most of them where a rule looks: the
+    // checked bytes, the reserved ones, every shape slot and ndim.
+    const int changes = 1 + static_cast<int>(rng() % 3);
+    for (int c = 0; c < changes && trial % 5 != 0; ++c) {
+      static constexpr size_t kWatched[] = {0, 1, 2, 3, 28, 29, 30, 31};
+      const size_t at = rng() % 2 ? kWatched[rng() % 8] : 76 + rng() % 48;
+      bytes[at] = static_cast<uint8_t>(rng() % 4 == 0 ? 0 : rng());
+    }
+    const bool valid = BoundaryFieldsValid(bytes);
+    ASSERT_EQ(valid, BoundaryFieldsValidPortable(bytes)) << "trial " << trial;
+    RecordBody body;
+    const bool decodes = DecodeRecordFields(bytes, &body).ok() && std::holds_alternative<BoundaryRecord>(body);
+    if (bytes[0] == static_cast<uint8_t>(RecordType::kBoundary)) {
+      ASSERT_EQ(valid, decodes) << "trial " << trial;
+    }
+    (valid ? accepted : rejected) += 1;
+  }
+  EXPECT_GT(accepted, 3000u);  // both outcomes well exercised
+  EXPECT_GT(rejected, 3000u);
 }
 
 TEST(Record, LongShapeKeepsADigest) {
