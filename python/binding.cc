@@ -30,9 +30,16 @@
 #include "model/corpus.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
+#include "runtime/canonical_reduce.h"
+#include "runtime/communicator.h"
 #include "runtime/determinism.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
+#include "runtime/rank_group.h"
 #include "runtime/session.h"
+#if defined(DGRR_HAVE_MPI)
+#include "runtime/mpi_communicator.h"
+#endif
 
 namespace py = pybind11;
 
@@ -49,8 +56,19 @@ PyObject* g_error_base = nullptr;
 struct ErrorClass {
   StatusCode code;
   const char* name;
-  PyObject* extra_base;  // a builtin the class also derives from, or null
+  bool is_value_error;  // also derives from the builtin ValueError
   Status (*make)(std::string_view);
+};
+
+const ErrorClass kErrorClasses[] = {
+    {StatusCode::kInvalidArgument, "InvalidArgumentError", true, &Status::InvalidArgument},
+    {StatusCode::kNotFound, "NotFoundError", false, &Status::NotFound},
+    {StatusCode::kIOError, "IoError", false, &Status::IOError},
+    {StatusCode::kCorruption, "CorruptionError", false, &Status::Corruption},
+    {StatusCode::kDivergence, "DivergenceError", false, &Status::Divergence},
+    {StatusCode::kIntegrityFailure, "IntegrityFailureError", false, &Status::IntegrityFailure},
+    {StatusCode::kFailedPrecondition, "FailedPreconditionError", false, &Status::FailedPrecondition},
+    {StatusCode::kInternal, "InternalError", false, &Status::Internal},
 };
 
 [[noreturn]] void Throw(const Status& status) {
@@ -74,27 +92,25 @@ T Unwrap(StatusOr<T> result) {
   Throw(Status::InvalidArgument(message));
 }
 
+// The StatusCode names Python passes back (an exception class's `code`).
+Status StatusNamed(std::string_view code, std::string_view message) {
+  for (const ErrorClass& c : kErrorClasses) {
+    if (code == StatusCodeName(c.code)) return c.make(message);
+  }
+  return Status::Internal(message);
+}
+
 void RegisterErrors(py::module_& m) {
   g_error_base = PyErr_NewExceptionWithDoc(
       "dgrr._dgrr.Error", "Base class of every error dgrr raises; .code names the StatusCode.",
       PyExc_Exception, nullptr);
   if (g_error_base == nullptr) throw py::error_already_set();
   m.attr("Error") = py::handle(g_error_base);
-  const ErrorClass classes[] = {
-      {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError, &Status::InvalidArgument},
-      {StatusCode::kNotFound, "NotFoundError", nullptr, &Status::NotFound},
-      {StatusCode::kIOError, "IoError", nullptr, &Status::IOError},
-      {StatusCode::kCorruption, "CorruptionError", nullptr, &Status::Corruption},
-      {StatusCode::kDivergence, "DivergenceError", nullptr, &Status::Divergence},
-      {StatusCode::kIntegrityFailure, "IntegrityFailureError", nullptr, &Status::IntegrityFailure},
-      {StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr, &Status::FailedPrecondition},
-      {StatusCode::kInternal, "InternalError", nullptr, &Status::Internal},
-  };
-  for (const ErrorClass& c : classes) {
+  for (const ErrorClass& c : kErrorClasses) {
     std::string qualified = std::string("dgrr._dgrr.") + c.name;
-    py::object bases = c.extra_base ? py::object(py::make_tuple(py::handle(g_error_base),
-                                                                py::handle(c.extra_base)))
-                                    : py::reinterpret_borrow<py::object>(g_error_base);
+    py::object bases = c.is_value_error ? py::object(py::make_tuple(py::handle(g_error_base),
+                                                                    py::handle(PyExc_ValueError)))
+                                        : py::reinterpret_borrow<py::object>(g_error_base);
     PyObject* cls = PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr);
     if (cls == nullptr) throw py::error_already_set();
     py::handle(cls).attr("code") = StatusCodeName(c.code);
@@ -404,6 +420,145 @@ TensorView ViewOf(const py::handle& obj, const std::string& what, bool need_writ
 py::tuple FingerprintTuple(const Fingerprint& fp) { return py::make_tuple(fp.xor64, fp.xxh3); }
 
 // ---------------------------------------------------------------------------
+// Communicators: the ranks of a data-parallel run (docs/python.md).
+// ---------------------------------------------------------------------------
+class PySession;
+
+// One process's communicator: Open MPI's when an MPI launcher started the
+// process (and this build has dgrr::mpi), else a world of one. One rank per
+// process: dgrr.torch keeps process-wide state (the default RandomContext,
+// torch's generators and thread pool), so ranks as Python threads are not
+// offered. The sessions opened over it are closed before it is, because
+// their RankGroup talks through it.
+class PyCommunicator {
+ public:
+  explicit PyCommunicator(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)) {
+    group_ = std::make_unique<CommunicatorRankGroup>(*owned_);
+  }
+  PyCommunicator() : alone_(std::make_unique<InProcessGroup>(1)) {
+    group_ = std::make_unique<CommunicatorRankGroup>(*alone_->ranks[0]);
+  }
+  ~PyCommunicator() { Close(); }
+
+  Communicator& Get() {
+    if (!group_) Throw(Status::FailedPrecondition("the dgrr communicator is closed"));
+    return group_->communicator();
+  }
+  CommunicatorRankGroup& group() {
+    Get();
+    return *group_;
+  }
+  bool closed() const { return group_ == nullptr; }
+
+  void AddUser(PySession* s) { users_.push_back(s); }
+  void RemoveUser(PySession* s) { std::erase(users_, s); }
+
+  // Closes the sessions still open over it, then the communicator itself
+  // (MPI_Finalize when it initialised MPI). Closing twice is harmless.
+  void Close();
+
+  // This rank failed: ends the whole job (MPI_Abort with the CLI's exit code
+  // for `code`), so no other rank waits for it in a collective.
+  void Abort(const std::string& message, const std::string& code) {
+    Communicator& comm = Get();
+    comm.Abort(StatusNamed(code, message));
+  }
+
+ private:
+  std::unique_ptr<InProcessGroup> alone_;
+  std::unique_ptr<Communicator> owned_;
+  std::unique_ptr<CommunicatorRankGroup> group_;
+  std::vector<PySession*> users_;
+};
+
+bool StartedByMpiLauncher() {
+  for (const char* launcher_variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(launcher_variable) != nullptr) return true;
+  }
+  return false;
+}
+
+// backend: "auto" (MPI when an MPI launcher started this process, else a
+// world of one), "mpi" (MPI or an error) or "single" (a world of one).
+std::unique_ptr<PyCommunicator> OpenCommunicator(const std::string& backend) {
+  if (backend != "auto" && backend != "mpi" && backend != "single") {
+    ThrowInvalid("unknown communicator backend '" + backend + "' (one of: auto, mpi, single)");
+  }
+  if (backend == "single" || (backend == "auto" && !StartedByMpiLauncher())) {
+    return std::make_unique<PyCommunicator>();
+  }
+#if defined(DGRR_HAVE_MPI)
+  StatusOr<std::unique_ptr<MpiCommunicator>> mpi = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    mpi = OpenMpiCommunicator();
+  }
+  return std::make_unique<PyCommunicator>(Unwrap(std::move(mpi)));
+#else
+  Throw(Status::FailedPrecondition(
+      std::string(backend == "mpi" ? "an MPI communicator was asked for"
+                                   : "this process was started by an MPI launcher") +
+      ", but this build of dgrr has no MPI support (dgrr::mpi was not built: install "
+      "libopenmpi-dev and reconfigure, or run one process without mpirun)"));
+#endif
+}
+
+// A float32 tensor's memory as `rows` x `cols` (rows: its first dimension).
+struct FloatMatrix {
+  TensorView view;
+  float* data = nullptr;
+  size_t rows = 0, cols = 0;
+};
+
+FloatMatrix FloatMatrixOf(const py::handle& obj, const std::string& what, int ndim) {
+  FloatMatrix m;
+  m.view = ViewOf(obj, what, /*need_writable=*/true);
+  if (m.view.ref.dtype != DType::kF32 || m.view.ref.ndim != ndim) {
+    ThrowInvalid(what + ": must be a " + std::to_string(ndim) + "-dimensional float32 tensor, not " +
+                 std::to_string(m.view.ref.ndim) + "-dimensional " + std::string(DTypeName(m.view.ref.dtype)));
+  }
+  m.data = static_cast<float*>(const_cast<void*>(m.view.ref.data));
+  m.rows = ndim == 2 ? static_cast<size_t>(m.view.ref.dims[0]) : 1;
+  m.cols = static_cast<size_t>(m.view.ref.dims[ndim - 1]);
+  return m;
+}
+
+// CanonicalAllReduce over the rows of `leaves` (this rank's leaves
+// [first, first + rows) of `total`; clobbered) into `out`: bitwise the
+// one-process canonical tree sum whatever the number of ranks.
+void CanonicalAllReducePy(PyCommunicator& c, const py::handle& leaves, uint64_t first, uint64_t total,
+                          const py::handle& out, int threads) {
+  Communicator& comm = c.Get();
+  FloatMatrix in = FloatMatrixOf(leaves, "canonical_all_reduce leaves", 2);
+  FloatMatrix result = FloatMatrixOf(out, "canonical_all_reduce out", 1);
+  if (in.rows > 0 && in.cols != result.cols) {
+    ThrowInvalid("canonical_all_reduce: leaves of " + std::to_string(in.cols) + " values, out of " +
+                 std::to_string(result.cols));
+  }
+  std::vector<float*> rows(in.rows);
+  for (size_t r = 0; r < in.rows; ++r) rows[r] = in.data + r * result.cols;
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = CanonicalAllReduce(comm, rows, first, total, result.cols, result.data, threads);
+  }
+  Check(status);
+}
+
+std::vector<float> GatherExampleScalarsPy(PyCommunicator& c, const std::vector<float>& mine, uint64_t first,
+                                          uint64_t total) {
+  Communicator& comm = c.Get();
+  std::vector<float> all;
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = GatherExampleScalars(comm, mine, first, total, &all);
+  }
+  Check(status);
+  return all;
+}
+
+// ---------------------------------------------------------------------------
 // The session.
 // ---------------------------------------------------------------------------
 struct PyBoundary {
@@ -413,13 +568,15 @@ struct PyBoundary {
 
 class PySession {
  public:
-  explicit PySession(std::unique_ptr<Session> session) : session_(std::move(session)) {}
+  PySession(std::unique_ptr<Session> session, py::object communicator)
+      : session_(std::move(session)), communicator_(std::move(communicator)) {
+    if (PyCommunicator* c = Communicator()) c->AddUser(this);
+  }
   ~PySession() {
     // An unclosed session is closed by its destructor (trace flushed); the
     // state buffers are released after it, with the GIL held.
     session_.reset();
-    hooks_.clear();
-    state_.clear();
+    Release();
   }
 
   Session& Get() {
@@ -507,12 +664,21 @@ class PySession {
       status = session_->Close();
     }
     session_.reset();
-    hooks_.clear();
-    state_.clear();
+    Release();
     Check(status);
   }
 
  private:
+  PyCommunicator* Communicator() {
+    return communicator_.is_none() ? nullptr : communicator_.cast<PyCommunicator*>();
+  }
+  void Release() {
+    hooks_.clear();
+    state_.clear();
+    if (PyCommunicator* c = Communicator()) c->RemoveUser(this);
+    communicator_ = py::none();
+  }
+
   void CaptureHooks() {
     for (auto& [capture, restore] : hooks_) capture();
   }
@@ -529,6 +695,7 @@ class PySession {
   }
 
   std::unique_ptr<Session> session_;
+  py::object communicator_;  // the PyCommunicator its RankGroup uses, or None
   std::vector<TensorView> state_;
   std::vector<std::pair<py::function, py::function>> hooks_;
 };
@@ -555,12 +722,23 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
                                        const std::string& config_json,
                                        const std::string& program_info_json,
                                        const std::vector<std::string>& argv,
-                                       const std::string& script, bool reexecutable) {
+                                       const std::string& script, bool reexecutable,
+                                       py::object communicator) {
   SessionOptions o;
   o.run_dir = run_dir;
   o.seed = seed;
   o.rank = rank;
   o.world_size = world_size;
+  if (!communicator.is_none()) {
+    PyCommunicator& c = communicator.cast<PyCommunicator&>();
+    Communicator& comm = c.Get();
+    if (rank != comm.rank() || world_size != comm.size()) {
+      ThrowInvalid("rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                   " given, but the communicator is rank " + std::to_string(comm.rank()) + " of " +
+                   std::to_string(comm.size()));
+    }
+    o.group = &c.group();
+  }
   o.threads = threads;
   o.mode = ParseMode(mode);
   o.open_mode = ParseOpenMode(open_mode);
@@ -576,7 +754,25 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
     py::gil_scoped_release release;
     session = dgrr::Open(o);
   }
-  return std::make_unique<PySession>(Unwrap(std::move(session)));
+  return std::make_unique<PySession>(Unwrap(std::move(session)), std::move(communicator));
+}
+
+void PyCommunicator::Close() {
+  // Closing a session removes it from users_.
+  while (!users_.empty()) {
+    PySession* s = users_.back();
+    try {
+      s->Close();
+    } catch (py::error_already_set&) {
+      // Its error was raised in Python before; the communicator still closes.
+    }
+    RemoveUser(s);
+  }
+  if (!group_) return;
+  py::gil_scoped_release release;  // MPI_Finalize waits for the other ranks
+  group_.reset();
+  owned_.reset();
+  alone_.reset();
 }
 
 // ---------------------------------------------------------------------------
@@ -692,7 +888,42 @@ PYBIND11_MODULE(_dgrr, m) {
         py::arg("world_size"), py::arg("threads"), py::arg("mode"), py::arg("open_mode"),
         py::arg("checkpoint_every"), py::arg("total_steps"), py::arg("resume_fallback"),
         py::arg("config_json"), py::arg("program_info_json"), py::arg("argv"), py::arg("script"),
-        py::arg("reexecutable"));
+        py::arg("reexecutable"), py::arg("communicator") = py::none());
+
+  py::class_<PyCommunicator>(m, "Communicator",
+                             "This process's rank of a data-parallel run (dgrr.communicator()).")
+      .def_property_readonly("rank", [](PyCommunicator& c) { return c.Get().rank(); })
+      .def_property_readonly("size", [](PyCommunicator& c) { return c.Get().size(); })
+      .def_property_readonly("backend",
+                             [](PyCommunicator& c) { return std::string(c.Get().name()); })
+      .def_property_readonly("closed", &PyCommunicator::closed)
+      .def("barrier",
+           [](PyCommunicator& c) {
+             Communicator& comm = c.Get();
+             Status status;
+             {
+               py::gil_scoped_release release;
+               status = comm.Barrier();
+             }
+             Check(status);
+           })
+      .def("canonical_all_reduce", &CanonicalAllReducePy, py::arg("leaves"), py::arg("first"),
+           py::arg("total"), py::arg("out"), py::arg("threads") = 1,
+           "out = the canonical tree sum of all ranks' leaves (float32 rows; this rank's are "
+           "leaves [first, first + rows) of total, and are clobbered): bitwise the one-process "
+           "sum whatever the number of ranks.")
+      .def("gather_example_scalars", &GatherExampleScalarsPy, py::arg("mine"), py::arg("first"),
+           py::arg("total"), "Every leaf's scalar (float32), in leaf order, on every rank.")
+      .def("abort", &PyCommunicator::Abort, py::arg("message"), py::arg("code") = "Internal error",
+           "Ends the whole job (MPI_Abort with the CLI's exit code for `code`).")
+      .def("close", &PyCommunicator::Close);
+  m.def("_open_communicator", &OpenCommunicator, py::arg("backend") = "auto");
+  m.attr("have_mpi") =
+#if defined(DGRR_HAVE_MPI)
+      true;
+#else
+      false;
+#endif
 
   m.def(
       "fingerprint",
