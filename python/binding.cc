@@ -7,8 +7,9 @@
 // copy, keeping registered state buffers alive as long as the session, and
 // turning a non-OK Status into the exception class of its code.
 //
-// The GIL is released around the calls that read tensor memory or write
-// files (Record, Resume, Checkpoint, EndStep, Close). A Session is not
+// The GIL is released around the calls that read much tensor memory (a
+// record of 256 KiB or more) or write files (Resume, Checkpoint, EndStep,
+// Close) or wait for other ranks (collectives). A Session is not
 // thread-safe, and neither is this wrapper: one Python thread drives it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -36,6 +37,7 @@
 #include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
 #include "runtime/rank_group.h"
+#include "runtime/recording_mode.h"
 #include "runtime/session.h"
 #if defined(DGRR_HAVE_MPI)
 #include "runtime/mpi_communicator.h"
@@ -300,6 +302,95 @@ bool LooksLikeTorchTensor(const py::handle& obj) {
          py::hasattr(obj, "element_size") && py::hasattr(obj, "device");
 }
 
+// The fast path for the tensors dgrr.torch records in every hook: a dense,
+// contiguous CPU torch.Tensor of a known dtype, read with as few Python calls
+// as possible (the dtype and layout objects are compared by identity with
+// ones seen before, no strings are built). Anything else returns false and
+// goes the slow way, which names the problem.
+struct TorchFastPath {
+  PyObject* tensor_type = nullptr;  // torch.Tensor, once a torch tensor was seen
+  PyObject* strided = nullptr;      // torch.strided
+  std::vector<std::pair<PyObject*, DType>> dtypes;  // torch.float32 -> kF32, ...
+  PyObject *is_cpu = nullptr, *layout = nullptr, *dtype = nullptr, *shape = nullptr,
+           *is_contiguous = nullptr, *data_ptr = nullptr;
+};
+TorchFastPath g_torch;  // objects held for the life of the process (never released)
+
+PyObject* Interned(const char* name) { return PyUnicode_InternFromString(name); }
+
+// Called by the slow path once it accepted a torch tensor of this dtype and layout.
+void LearnTorchTensor(const py::handle& obj, DType dtype) {
+  if (g_torch.tensor_type == nullptr) {
+    py::object torch = py::module_::import("torch");
+    g_torch.tensor_type = py::object(torch.attr("Tensor")).release().ptr();
+    g_torch.strided = py::object(torch.attr("strided")).release().ptr();
+    g_torch.is_cpu = Interned("is_cpu");
+    g_torch.layout = Interned("layout");
+    g_torch.dtype = Interned("dtype");
+    g_torch.shape = Interned("shape");
+    g_torch.is_contiguous = Interned("is_contiguous");
+    g_torch.data_ptr = Interned("data_ptr");
+  }
+  py::object dtype_object = obj.attr("dtype");
+  for (const auto& [known, value] : g_torch.dtypes) {
+    if (known == dtype_object.ptr()) return;
+  }
+  g_torch.dtypes.emplace_back(dtype_object.release().ptr(), dtype);
+}
+
+bool FastViewTorch(const py::handle& obj, TensorView& view) {
+  if (g_torch.tensor_type == nullptr) return false;
+  const int is_tensor = PyObject_IsInstance(obj.ptr(), g_torch.tensor_type);
+  if (is_tensor != 1) {
+    if (is_tensor < 0) PyErr_Clear();
+    return false;
+  }
+  auto attr = [&](PyObject* name) { return py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name)); };
+  auto call = [&](PyObject* name) {
+    return py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj.ptr(), name));
+  };
+  py::object is_cpu = attr(g_torch.is_cpu), layout = attr(g_torch.layout), dtype_object = attr(g_torch.dtype);
+  if (!is_cpu || !layout || !dtype_object) {
+    PyErr_Clear();
+    return false;
+  }
+  if (is_cpu.ptr() != Py_True || layout.ptr() != g_torch.strided) return false;
+  std::optional<DType> dtype;
+  for (const auto& [known, value] : g_torch.dtypes) {
+    if (known == dtype_object.ptr()) dtype = value;
+  }
+  if (!dtype) return false;
+  py::object contiguous = call(g_torch.is_contiguous), shape = attr(g_torch.shape), data = call(g_torch.data_ptr);
+  if (!contiguous || !shape || !data || !PyTuple_Check(shape.ptr())) {
+    PyErr_Clear();
+    return false;
+  }
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (contiguous.ptr() != Py_True || ndim > kMaxTensorDims) return false;
+  uint64_t elements = 1;
+  view.ref.ndim = static_cast<int>(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    const long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    if (d < 0) {
+      PyErr_Clear();
+      return false;
+    }
+    view.ref.dims[i] = d;
+    elements *= static_cast<uint64_t>(d);
+  }
+  const unsigned long long address = PyLong_AsUnsignedLongLong(data.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  view.ref.dtype = *dtype;
+  view.ref.bytes = elements * DTypeSize(*dtype);
+  view.ref.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+  view.writable = true;
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+  return true;
+}
+
 // A torch.Tensor on the CPU, by its storage pointer (no NumPy involved, so
 // bfloat16 works and a tensor that requires grad needs no detach).
 void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view) {
@@ -327,6 +418,7 @@ void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view)
   view.ref.data = reinterpret_cast<const void*>(obj.attr("data_ptr")().cast<uintptr_t>());
   view.writable = true;
   view.owner = py::reinterpret_borrow<py::object>(obj);
+  LearnTorchTensor(obj, *dtype);
 }
 
 void ViewBuffer(const py::handle& obj, const std::string& what, bool need_writable,
@@ -561,6 +653,11 @@ std::vector<float> GatherExampleScalarsPy(PyCommunicator& c, const std::vector<f
 // ---------------------------------------------------------------------------
 // The session.
 // ---------------------------------------------------------------------------
+// Below this many bytes a record is cheaper than handing the GIL to another
+// thread and taking it back (fingerprinting runs at several GB/s): small
+// tensors are recorded with the GIL held.
+constexpr uint64_t kReleaseGilBytes = 256 << 10;
+
 struct PyBoundary {
   BoundaryHandle handle;
   std::string name;
@@ -595,16 +692,51 @@ class PySession {
   py::object Record(const PyBoundary& boundary, const py::handle& array, uint64_t first_example,
                     uint32_t count, bool want_fingerprint) {
     Session& s = Get();
-    TensorView view = ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
+    TensorView view = RecordedView(boundary, array);
     Fingerprint fp;
     Status status;
     {
-      py::gil_scoped_release release;
+      std::optional<py::gil_scoped_release> release;
+      if (view.ref.bytes >= kReleaseGilBytes) release.emplace();
       status = s.Record(boundary.handle, view.ref, {first_example, count},
                         want_fingerprint ? &fp : nullptr);
     }
     Check(status);
     return want_fingerprint ? py::object(FingerprintTuple(fp)) : py::object(py::none());
+  }
+
+  // Several records in one call, in list order (the program order): one
+  // crossing into C++ and one GIL release for a whole optimizer step.
+  void RecordMany(const py::list& records, uint64_t first_example, uint32_t count) {
+    Session& s = Get();
+    std::vector<std::pair<const PyBoundary*, TensorView>> views;
+    views.reserve(records.size());
+    uint64_t bytes = 0;
+    for (const py::handle& item : records) {
+      auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2) ThrowInvalid("record_many: each entry is a (boundary, tensor) pair");
+      const PyBoundary& boundary = pair[0].cast<const PyBoundary&>();
+      if (!boundary.handle.recorded) continue;
+      views.emplace_back(&boundary, RecordedView(boundary, pair[1]));
+      bytes += views.back().second.ref.bytes;
+    }
+    Status status;
+    {
+      std::optional<py::gil_scoped_release> release;
+      if (bytes >= kReleaseGilBytes) release.emplace();
+      for (const auto& [boundary, view] : views) {
+        status = s.Record(boundary->handle, view.ref, {first_example, count}, nullptr);
+        if (!status.ok()) break;
+      }
+    }
+    Check(status);
+  }
+
+  // Whether a boundary of this phase and kind is recorded in this session's
+  // mode; always true under a control file (a dump may ask for any name).
+  bool Records(const std::string& phase, const std::string& kind) {
+    Session& s = Get();
+    return s.control() != nullptr || ShouldRecordBoundary(s.options().mode, ParsePhase(phase), ParseKind(kind));
   }
 
   void RegisterState(const std::string& name, const py::handle& array, const std::string& role,
@@ -669,6 +801,12 @@ class PySession {
   }
 
  private:
+  static TensorView RecordedView(const PyBoundary& boundary, const py::handle& array) {
+    TensorView view;
+    if (FastViewTorch(array, view)) return view;
+    return ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
+  }
+
   PyCommunicator* Communicator() {
     return communicator_.is_none() ? nullptr : communicator_.cast<PyCommunicator*>();
   }
@@ -845,6 +983,10 @@ PYBIND11_MODULE(_dgrr, m) {
            py::arg("phase") = "forward", py::arg("direction") = "output", py::arg("kind") = "other")
       .def("record", &PySession::Record, py::arg("boundary"), py::arg("array"),
            py::arg("first_example") = 0, py::arg("count") = 1, py::arg("fingerprint") = false)
+      .def("record_many", &PySession::RecordMany, py::arg("records"), py::arg("first_example") = 0,
+           py::arg("count") = 1, "record() of each (boundary, tensor) pair, in order, in one call.")
+      .def("records", &PySession::Records, py::arg("phase"), py::arg("kind"),
+           "Whether this session records boundaries of this phase and kind (its mode decides).")
       .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),
            py::arg("role") = "other", py::arg("replicated") = false)
       .def("resume", &PySession::Resume)

@@ -288,9 +288,9 @@ def _parameter_names(model):
     return {id(p): name for name, p in model.named_parameters()}
 
 
-def _optimizer_tensors(model, optimizer):
-    """(name, key, tensor) for every tensor in the optimizer's state, in
-    parameter-group order (a stable order: the registration order)."""
+def _optimizer_entries(model, optimizer):
+    """(parameter, name, key, tensor) for every tensor in the optimizer's
+    state, in parameter-group order (a stable order: the registration order)."""
     names = _parameter_names(model)
     out = []
     for gi, group in enumerate(optimizer.param_groups):
@@ -298,12 +298,17 @@ def _optimizer_tensors(model, optimizer):
             pname = names.get(id(p), f"group{gi}.param{pi}")
             for key, value in optimizer.state.get(p, {}).items():
                 if isinstance(value, _torch.Tensor):
-                    out.append((pname, key, value))
+                    out.append((p, pname, key, value))
                 else:
                     raise InvalidArgumentError(
                         f"dgrr.torch: optimizer state {pname}.{key} is a {type(value).__name__}, "
                         "not a tensor; dgrr restores tensors only")
     return out
+
+
+def _optimizer_tensors(model, optimizer):
+    """(name, key, tensor) for every tensor in the optimizer's state."""
+    return [(pname, key, t) for _, pname, key, t in _optimizer_entries(model, optimizer)]
 
 
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
@@ -761,8 +766,53 @@ def _select_modules(model, modules):
     return [(n, by_name[n]) for n in wanted]
 
 
+# Leaf modules whose forward takes a single tensor. For them the gradient
+# w.r.t. that input is caught by a tensor hook on a view of it, made in a
+# forward pre-hook: the module alone uses the view, so the view's gradient is
+# exactly the gradient the module passes back, the same tensor that
+# register_full_backward_hook hands over, at the same point of the backward
+# pass. It costs one view and one Python call a step instead of the full
+# hook's two autograd Functions and their Python calls. Other modules (several
+# inputs, unknown types) keep the full backward hook, whose grad_input tuple
+# fixes the order of their records.
+_SINGLE_INPUT = (
+    _torch.nn.Linear, _torch.nn.LayerNorm, _torch.nn.GroupNorm,
+    _torch.nn.modules.batchnorm._BatchNorm, _torch.nn.Embedding, _torch.nn.ReLU,
+    _torch.nn.GELU, _torch.nn.Tanh, _torch.nn.Sigmoid, _torch.nn.SiLU, _torch.nn.Softmax,
+    _torch.nn.LogSoftmax, _torch.nn.Dropout, _torch.nn.Identity,
+    _torch.nn.modules.conv._ConvNd, Dropout,
+)
+
+
+class _Site:
+    """One boundary name a hook records under, declared on first use (its
+    handle kept, so a hook call costs no lookup or string building)."""
+
+    __slots__ = ("inst", "name", "phase", "kind", "boundary")
+
+    def __init__(self, inst, name, phase, kind):
+        self.inst, self.name, self.phase, self.kind = inst, name, phase, kind
+        self.boundary = None
+
+    def record(self, tensor):
+        b = self.boundary
+        if b is None:
+            b = self.boundary = self.inst._boundary(self.name, self.phase, self.kind)
+        if b.recorded:
+            if not tensor.is_contiguous():
+                with _torch.no_grad():
+                    tensor = tensor.contiguous()
+            first, count = self.inst.examples
+            self.inst.session.record(b, tensor, first, count)
+
+
 class Instrumentation:
-    """The hooks instrument() placed; remove() takes them all off."""
+    """The hooks instrument() placed; remove() takes them all off.
+
+    Only what the session's recording mode records is hooked (`off` and
+    `sdc` leave the model without hooks, `trusted` skips the forward outputs
+    of matmul and elementwise modules), unless a control file is in force (a
+    dump may name any boundary)."""
 
     def __init__(self, session, model, optimizer, modules, backward):
         self.session = session
@@ -779,10 +829,18 @@ class Instrumentation:
         # optimizer step then leaves them alone.
         self._gradients_recorded_by_all_reduce = False
         self._param_names = _parameter_names(model)
+        self._param_sites = {}        # phase -> [(site, parameter)]
+        self._optimizer_sites = None  # (state shape, [(site, tensor)])
+        records_backward = backward and session.records("backward", "other")
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
-            self._handles.append(module.register_forward_hook(self._forward_hook(name, kind)))
-            if backward:
+            if session.records("forward", kind):
+                self._handles.append(module.register_forward_hook(self._forward_hook(name, kind)))
+            if not records_backward:
+                continue
+            if isinstance(module, _SINGLE_INPUT):
+                self._handles.append(module.register_forward_pre_hook(self._input_grad_hook(name)))
+            else:
                 self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
         if optimizer is not None:
             self._hook_optimizer(optimizer)
@@ -811,21 +869,51 @@ class Instrumentation:
         b = self._boundary(name, phase, kind)
         if not b.recorded:
             return
-        if tensor.device.type != "cpu":
-            raise InvalidArgumentError(
-                f"dgrr.torch: {name}: a tensor on {tensor.device}; this build records CPU "
-                "tensors only (CUDA fingerprinting from Python is not implemented yet)")
         if not tensor.is_contiguous():
             with _torch.no_grad():
                 tensor = tensor.contiguous()
         self.session.record(b, tensor, examples[0], examples[1])
 
     def _forward_hook(self, name, kind):
+        out = _Site(self, f"{name}.out", "forward", kind)
+        items = {}   # output index -> its _Site, for modules that return tuples
+
         def hook(module, inputs, output):
+            if isinstance(output, _torch.Tensor):
+                out.record(output)
+                return
             for i, t in _tensors(output):
-                label = f"{name}.out" if i is None else f"{name}.out.{i}"
-                self._record(label, "forward", kind, t, self.examples)
+                site = items.get(i)
+                if site is None:
+                    site = items[i] = _Site(self, f"{name}.out.{i}", "forward", kind)
+                site.record(t)
         return hook
+
+    def _input_grad_hook(self, name):
+        """A forward pre-hook: each tensor input that will get a gradient is
+        replaced by a view of itself whose gradient hook records it."""
+        sites = {}
+
+        def record_for(i):
+            site = sites.get(i)
+            if site is None:
+                site = sites[i] = _Site(self, f"{name}.grad_in.{i}", "backward", "other")
+            return site.record
+
+        def pre_hook(module, inputs):
+            if not _torch.is_grad_enabled():
+                return None
+            wrapped, index, changed = [], 0, False
+            for x in inputs:
+                if isinstance(x, _torch.Tensor):
+                    if x.requires_grad:
+                        x = x.view_as(x)
+                        x.register_hook(record_for(index))
+                        changed = True
+                    index += 1
+                wrapped.append(x)
+            return tuple(wrapped) if changed else None
+        return pre_hook
 
     def _backward_hook(self, name):
         def hook(module, grad_input, grad_output):
@@ -859,23 +947,61 @@ class Instrumentation:
         optimizer.step = step
         self._restore_step = original
 
+    def _record_all(self, sites_and_tensors):
+        """Records (site, tensor) pairs in order with one call into the session."""
+        records = []
+        for site, t in sites_and_tensors:
+            b = site.boundary
+            if b is None:
+                b = site.boundary = self._boundary(site.name, site.phase, site.kind)
+            if b.recorded:
+                records.append((b, t if t.is_contiguous() else t.contiguous()))
+        if records:
+            first, count = self.examples
+            self.session.record_many(records, first, count)
+
+    def _sites_of_parameters(self, phase, suffix, kind):
+        key = (phase, suffix)
+        sites = self._param_sites.get(key)
+        if sites is None:
+            sites = self._param_sites[key] = [
+                (_Site(self, f"{name}{suffix}", phase, kind), p)
+                for name, p in self.model.named_parameters()]
+        return sites
+
     def record_gradients(self, phase="backward"):
         """Each parameter's gradient as the optimizer will see it (summed
         over the batch; a DataParallel records them after its all-reduce,
         phase collective)."""
         kind = "collective" if phase == "collective" else "other"
-        for name, p in self.model.named_parameters():
-            if p.grad is not None:
-                self._record(f"{name}.grad", phase, kind, p.grad, self.examples)
+        if not self.session.records(phase, kind):
+            return
+        self._record_all((site, p.grad) for site, p in self._sites_of_parameters(phase, ".grad", kind)
+                         if p.grad is not None)
 
     def record_update(self):
         """The parameters and the optimizer's state after its step."""
+        if not self.session.records("optimizer", "optimizer"):
+            return
         with _torch.no_grad():
-            for name, p in self.model.named_parameters():
-                self._record(name, "optimizer", "optimizer", p, self.examples)
+            pairs = list(self._sites_of_parameters("optimizer", "", "optimizer"))
             if self.optimizer is not None:
-                for pname, key, t in _optimizer_tensors(self.model, self.optimizer):
-                    self._record(f"{pname}.{key}", "optimizer", "optimizer", t, self.examples)
+                pairs += self._optimizer_state_sites()
+            self._record_all(pairs)
+
+    def _optimizer_state_sites(self):
+        """(site, tensor) of the optimizer's state, in parameter-group order,
+        built once and rebuilt when an entry is added or replaced (torch
+        creates the state in the first step unless
+        materialize_optimizer_state did; Adam then updates it in place)."""
+        state = self.optimizer.state
+        cached = self._optimizer_sites
+        if cached is None or len(cached) != sum(len(v) for v in state.values()) or any(
+                state[p].get(key) is not t for p, key, _, t in cached):
+            cached = self._optimizer_sites = [
+                (p, key, _Site(self, f"{pname}.{key}", "optimizer", "optimizer"), t)
+                for p, pname, key, t in _optimizer_entries(self.model, self.optimizer)]
+        return [(site, t) for _, _, site, t in cached]
 
     def record_loss(self, loss):
         """The loss tensor (a forward output of kind loss)."""
