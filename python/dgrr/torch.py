@@ -788,22 +788,24 @@ class _Site:
     """One boundary name a hook records under, declared on first use (its
     handle kept, so a hook call costs no lookup or string building)."""
 
-    __slots__ = ("inst", "name", "phase", "kind", "boundary")
+    __slots__ = ("inst", "name", "phase", "kind", "boundary", "recorded")
 
     def __init__(self, inst, name, phase, kind):
         self.inst, self.name, self.phase, self.kind = inst, name, phase, kind
-        self.boundary = None
+        self.boundary, self.recorded = None, True
 
     def record(self, tensor):
         b = self.boundary
         if b is None:
             b = self.boundary = self.inst._boundary(self.name, self.phase, self.kind)
-        if b.recorded:
+            self.recorded = b.recorded
+        if self.recorded:
             if not tensor.is_contiguous():
                 with _torch.no_grad():
                     tensor = tensor.contiguous()
-            first, count = self.inst.examples
-            self.inst.session.record(b, tensor, first, count)
+            inst = self.inst
+            first, count = inst.examples
+            inst.session.record(b, tensor, first, count)
 
 
 class Instrumentation:
@@ -829,8 +831,8 @@ class Instrumentation:
         # optimizer step then leaves them alone.
         self._gradients_recorded_by_all_reduce = False
         self._param_names = _parameter_names(model)
-        self._param_sites = {}        # phase -> [(site, parameter)]
-        self._optimizer_sites = None  # (state shape, [(site, tensor)])
+        self._param_boundaries = {}   # (phase, suffix) -> [(boundary, parameter)]
+        self._update_cache = None     # see _update_records
         records_backward = backward and session.records("backward", "other")
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
@@ -900,7 +902,17 @@ class Instrumentation:
                 site = sites[i] = _Site(self, f"{name}.grad_in.{i}", "backward", "other")
             return site.record
 
+        first = record_for(0)
+
         def pre_hook(module, inputs):
+            if len(inputs) == 1:   # the usual case, without the loop
+                x = inputs[0]
+                if (isinstance(x, _torch.Tensor) and x.requires_grad
+                        and _torch.is_grad_enabled()):
+                    x = x.view_as(x)
+                    x.register_hook(first)
+                    return (x,)
+                return None
             if not _torch.is_grad_enabled():
                 return None
             wrapped, index, changed = [], 0, False
@@ -947,61 +959,68 @@ class Instrumentation:
         optimizer.step = step
         self._restore_step = original
 
-    def _record_all(self, sites_and_tensors):
-        """Records (site, tensor) pairs in order with one call into the session."""
-        records = []
-        for site, t in sites_and_tensors:
-            b = site.boundary
-            if b is None:
-                b = site.boundary = self._boundary(site.name, site.phase, site.kind)
-            if b.recorded:
-                records.append((b, t if t.is_contiguous() else t.contiguous()))
+    def _parameter_boundaries(self, phase, suffix, kind):
+        """[(boundary, parameter)] for `<param><suffix>`, declared once."""
+        key = (phase, suffix)
+        entries = self._param_boundaries.get(key)
+        if entries is None:
+            entries = self._param_boundaries[key] = [
+                (self._boundary(f"{name}{suffix}", phase, kind), p)
+                for name, p in self.model.named_parameters()]
+        return entries
+
+    def _record_many(self, records):
         if records:
             first, count = self.examples
             self.session.record_many(records, first, count)
 
-    def _sites_of_parameters(self, phase, suffix, kind):
-        key = (phase, suffix)
-        sites = self._param_sites.get(key)
-        if sites is None:
-            sites = self._param_sites[key] = [
-                (_Site(self, f"{name}{suffix}", phase, kind), p)
-                for name, p in self.model.named_parameters()]
-        return sites
-
     def record_gradients(self, phase="backward"):
         """Each parameter's gradient as the optimizer will see it (summed
         over the batch; a DataParallel records them after its all-reduce,
-        phase collective)."""
+        phase collective), in one call into the session."""
         kind = "collective" if phase == "collective" else "other"
         if not self.session.records(phase, kind):
             return
-        self._record_all((site, p.grad) for site, p in self._sites_of_parameters(phase, ".grad", kind)
-                         if p.grad is not None)
+        records = []
+        with _torch.no_grad():
+            for b, p in self._parameter_boundaries(phase, ".grad", kind):
+                g = p.grad
+                if g is not None:
+                    records.append((b, g if g.is_contiguous() else g.contiguous()))
+        self._record_many(records)
 
     def record_update(self):
-        """The parameters and the optimizer's state after its step."""
+        """The parameters and the optimizer's state after its step, in one
+        call into the session."""
         if not self.session.records("optimizer", "optimizer"):
             return
-        with _torch.no_grad():
-            pairs = list(self._sites_of_parameters("optimizer", "", "optimizer"))
-            if self.optimizer is not None:
-                pairs += self._optimizer_state_sites()
-            self._record_all(pairs)
+        self._record_many(self._update_records())
 
-    def _optimizer_state_sites(self):
-        """(site, tensor) of the optimizer's state, in parameter-group order,
-        built once and rebuilt when an entry is added or replaced (torch
-        creates the state in the first step unless
-        materialize_optimizer_state did; Adam then updates it in place)."""
-        state = self.optimizer.state
-        cached = self._optimizer_sites
-        if cached is None or len(cached) != sum(len(v) for v in state.values()) or any(
-                state[p].get(key) is not t for p, key, _, t in cached):
-            cached = self._optimizer_sites = [
-                (p, key, _Site(self, f"{pname}.{key}", "optimizer", "optimizer"), t)
-                for p, pname, key, t in _optimizer_entries(self.model, self.optimizer)]
-        return [(site, t) for _, _, site, t in cached]
+    def _update_records(self):
+        """[(boundary, tensor)] of the parameters, then the optimizer's state
+        in parameter-group order. The list is kept while the state's entries
+        stay the same tensors (Adam updates them in place); rebuilt when an
+        entry is added or replaced (torch creates the state in the first step
+        unless materialize_optimizer_state did)."""
+        state = self.optimizer.state if self.optimizer is not None else {}
+        cached = self._update_cache
+        if cached is not None:
+            size, checks, records = cached
+            if size == sum(len(v) for v in state.values()) and all(
+                    d.get(k) is t for d, k, t in checks):
+                return records
+        entries = (_optimizer_entries(self.model, self.optimizer)
+                   if self.optimizer is not None else [])
+        records = list(self._parameter_boundaries("optimizer", "", "optimizer")) + [
+            (self._boundary(f"{pname}.{key}", "optimizer", "optimizer"), t)
+            for _, pname, key, t in entries]
+        if all(t.is_contiguous() for _, t in records):
+            checks = [(state[p], key, t) for p, _, key, t in entries]
+            self._update_cache = (len(entries), checks, records)
+            return records
+        self._update_cache = None
+        with _torch.no_grad():
+            return [(b, t if t.is_contiguous() else t.contiguous()) for b, t in records]
 
     def record_loss(self, loss):
         """The loss tensor (a forward output of kind loss)."""
