@@ -11,10 +11,15 @@ summed in dgrr's canonical tree).
 --flip-bit flips one bit of MODULE's output at STEP on rank R only (every
 micro-batch of that rank): the planted bug `dgrr compare` must name with its
 rank. --fail-at STEP raises on rank R before the all-reduce: the job must
-end (dgrr aborts it) rather than leave the other ranks waiting. --params-out: rank 0 writes the final parameters and Adam state.
+end (dgrr aborts it) rather than leave the other ranks waiting.
+DGRR_TEST_KILL_AFTER_STEP=K (environment, so the command line stays the
+recorded one) SIGKILLs rank R right after step K. --params-out: rank 0 writes the final parameters and Adam state.
 """
 
 import argparse
+import os
+import signal
+import sys
 
 import numpy as np
 import torch
@@ -50,6 +55,7 @@ def main():
     # are the same logical run.
     config = {"seed": SEED, "steps": args.steps, "lr": 1e-2, "batch": BATCH,
               "micro_batch": args.micro_batch, "data_parallel": True}
+    kill_after = os.environ.get("DGRR_TEST_KILL_AFTER_STEP")
     with dgrr.open(run_dir=args.run_dir, seed=SEED, checkpoint_every=args.ckpt_every,
                    total_steps=args.steps, config=config, program_info=info,
                    communicator=comm) as session:
@@ -57,7 +63,8 @@ def main():
         inst = dgrr.torch.instrument(session, model, optimizer)
         dp = dgrr.torch.DataParallel(inst, comm, BATCH, micro_batch=args.micro_batch)
         loss_fn = torch.nn.MSELoss()
-        for step in range(session.resume(), args.steps):
+        start = session.resume()
+        for step in range(start, args.steps):
             state["step"] = step
             inst.begin_step(step, (step * BATCH, BATCH))
             x, y = batch(step)         # every rank makes the whole batch, uses its part
@@ -70,6 +77,9 @@ def main():
             session.end_step(step, loss)
             if session.should_checkpoint(step):
                 session.checkpoint(step)
+            if kill_after is not None and step == int(kill_after) and comm.rank == args.flip_rank:
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
             if session.should_stop(step):
                 break
 
@@ -78,7 +88,7 @@ def main():
         for (pname, key, t) in dgrr.torch._optimizer_tensors(model, optimizer):
             arrays[f"opt.{pname}.{key}"] = t.detach().numpy().copy()
         np.savez(args.params_out, **arrays)
-    print(f"rank {comm.rank} of {comm.size}: done", flush=True)
+    print(f"rank {comm.rank} of {comm.size}: started at step {start}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """dgrr.torch data-parallel runs (dp_train.py: the tiny MLP, 4 steps of Adam,
 per-example gradients summed in dgrr's canonical tree): one process and two
 processes under mpirun end with the same bits and compare equal as logical
-runs; a bit flipped on rank 1 is named with its rank; a rank that fails ends
-the job instead of leaving the others waiting; bad use raises one clear
-dgrr.Error. Registered when the binding is built with MPI (DGRR_MPIRUN)."""
+runs; a bit flipped on rank 1 is named with its rank; a job whose rank 1 is
+killed after step 2 and started again ends as the one-process run; a rank
+that fails ends the job instead of leaving the others waiting; bad use
+raises one clear dgrr.Error. Registered when the binding is built with MPI
+(DGRR_MPIRUN)."""
 
 import os
 import re
@@ -22,8 +24,8 @@ MPIRUN = os.environ.get("DGRR_MPIRUN", "mpirun")
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dp_train.py")
 
 
-def train(processes, run_dir, *args):
-    env = dict(os.environ)
+def train(processes, run_dir, *args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
     # CI runs as root; Open MPI refuses root unless told both of these.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = [sys.executable, SCRIPT, str(run_dir), "--ckpt-every", "2", *args]
@@ -56,7 +58,7 @@ def one_process(tmp_path_factory):
 
 def test_two_processes_end_bitwise_as_one(one_process, tmp_path):
     r = train_ok(2, tmp_path / "run", "--params-out", str(tmp_path / "final.npz"))
-    assert "rank 1 of 2: done" in r.stdout, r.stdout
+    assert "rank 1 of 2: started at step 0" in r.stdout, r.stdout
     one, two = load(one_process / "final.npz"), load(tmp_path / "final.npz")
     # Six parameters, and Adam's step count and moments of each: every bit.
     assert len(one) == 24 and one.keys() == two.keys()
@@ -78,6 +80,18 @@ def test_a_bit_flipped_on_rank_1_is_named(one_process, tmp_path):
     # Rank 1 holds examples 8..15 of every batch of 16: step 2's first is 40.
     assert len(first) == 1 and "step 2 forward output fc2.out" in first[0], c.stdout
     assert "examples 40+1" in first[0] and first[0].endswith("rank 0 of 1 vs rank 1 of 2"), first[0]
+
+
+def test_a_killed_rank_and_the_same_command_again_end_as_one_process(one_process, tmp_path):
+    args = (tmp_path / "run", "--params-out", str(tmp_path / "final.npz"), "--flip-rank", "1")
+    killed = train(2, *args, env_extra={"DGRR_TEST_KILL_AFTER_STEP": "2"})
+    assert killed.returncode != 0 and not (tmp_path / "final.npz").exists(), killed.stdout
+    # Step 1's checkpoint is the newest both ranks committed: the rerun resumes there.
+    again = train_ok(2, *args)
+    assert "rank 1 of 2: started at step 2" in again.stdout, again.stdout
+    assert load(one_process / "final.npz") == load(tmp_path / "final.npz")
+    c = compare(one_process / "run", tmp_path / "run")
+    assert c.returncode == 0 and "certified prefix" in c.stdout, c.stdout + c.stderr
 
 
 def test_a_failing_rank_ends_the_job(tmp_path):
