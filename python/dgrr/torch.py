@@ -16,14 +16,18 @@
 What it records, without editing the model:
   <module>.out[.i]      forward output of each selected module   (forward, output)
   <module>.grad_in.i    gradient w.r.t. the module's inputs      (backward, output)
-  <param>.grad          each parameter's accumulated gradient    (backward, output)
+  <param>.grad          each parameter's accumulated gradient    (backward, output;
+                        after a DataParallel's all-reduce:        collective, output)
   <param>               each parameter after the optimizer step  (optimizer, output)
   <param>.<key>         the optimizer's state after the step     (optimizer, output)
   loss                  the loss tensor                          (forward, output)
 
 CPU tensors are fingerprinted in place from their storage (no copy unless
 a module's output is not contiguous). CUDA tensors are refused with a
-clear error: this slice has no device fingerprint path yet.
+clear error: this slice has no device fingerprint path yet. Only what the
+session's mode records is hooked. DataParallel sums per-micro-batch
+gradients across the processes of an `mpirun` job in dgrr's canonical tree,
+so the run has the bits of one process.
 """
 
 import os
