@@ -7,8 +7,9 @@
 // copy, keeping registered state buffers alive as long as the session, and
 // turning a non-OK Status into the exception class of its code.
 //
-// The GIL is released around the calls that read tensor memory or write
-// files (Record, Resume, Checkpoint, EndStep, Close). A Session is not
+// The GIL is released around the calls that read much tensor memory (a
+// record of 256 KiB or more) or write files (Resume, Checkpoint, EndStep,
+// Close) or wait for other ranks (collectives). A Session is not
 // thread-safe, and neither is this wrapper: one Python thread drives it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -30,9 +31,17 @@
 #include "model/corpus.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
+#include "runtime/canonical_reduce.h"
+#include "runtime/communicator.h"
 #include "runtime/determinism.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
+#include "runtime/rank_group.h"
+#include "runtime/recording_mode.h"
 #include "runtime/session.h"
+#if defined(DGRR_HAVE_MPI)
+#include "runtime/mpi_communicator.h"
+#endif
 
 namespace py = pybind11;
 
@@ -49,8 +58,19 @@ PyObject* g_error_base = nullptr;
 struct ErrorClass {
   StatusCode code;
   const char* name;
-  PyObject* extra_base;  // a builtin the class also derives from, or null
+  bool is_value_error;  // also derives from the builtin ValueError
   Status (*make)(std::string_view);
+};
+
+const ErrorClass kErrorClasses[] = {
+    {StatusCode::kInvalidArgument, "InvalidArgumentError", true, &Status::InvalidArgument},
+    {StatusCode::kNotFound, "NotFoundError", false, &Status::NotFound},
+    {StatusCode::kIOError, "IoError", false, &Status::IOError},
+    {StatusCode::kCorruption, "CorruptionError", false, &Status::Corruption},
+    {StatusCode::kDivergence, "DivergenceError", false, &Status::Divergence},
+    {StatusCode::kIntegrityFailure, "IntegrityFailureError", false, &Status::IntegrityFailure},
+    {StatusCode::kFailedPrecondition, "FailedPreconditionError", false, &Status::FailedPrecondition},
+    {StatusCode::kInternal, "InternalError", false, &Status::Internal},
 };
 
 [[noreturn]] void Throw(const Status& status) {
@@ -74,27 +94,25 @@ T Unwrap(StatusOr<T> result) {
   Throw(Status::InvalidArgument(message));
 }
 
+// The StatusCode names Python passes back (an exception class's `code`).
+Status StatusNamed(std::string_view code, std::string_view message) {
+  for (const ErrorClass& c : kErrorClasses) {
+    if (code == StatusCodeName(c.code)) return c.make(message);
+  }
+  return Status::Internal(message);
+}
+
 void RegisterErrors(py::module_& m) {
   g_error_base = PyErr_NewExceptionWithDoc(
       "dgrr._dgrr.Error", "Base class of every error dgrr raises; .code names the StatusCode.",
       PyExc_Exception, nullptr);
   if (g_error_base == nullptr) throw py::error_already_set();
   m.attr("Error") = py::handle(g_error_base);
-  const ErrorClass classes[] = {
-      {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError, &Status::InvalidArgument},
-      {StatusCode::kNotFound, "NotFoundError", nullptr, &Status::NotFound},
-      {StatusCode::kIOError, "IoError", nullptr, &Status::IOError},
-      {StatusCode::kCorruption, "CorruptionError", nullptr, &Status::Corruption},
-      {StatusCode::kDivergence, "DivergenceError", nullptr, &Status::Divergence},
-      {StatusCode::kIntegrityFailure, "IntegrityFailureError", nullptr, &Status::IntegrityFailure},
-      {StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr, &Status::FailedPrecondition},
-      {StatusCode::kInternal, "InternalError", nullptr, &Status::Internal},
-  };
-  for (const ErrorClass& c : classes) {
+  for (const ErrorClass& c : kErrorClasses) {
     std::string qualified = std::string("dgrr._dgrr.") + c.name;
-    py::object bases = c.extra_base ? py::object(py::make_tuple(py::handle(g_error_base),
-                                                                py::handle(c.extra_base)))
-                                    : py::reinterpret_borrow<py::object>(g_error_base);
+    py::object bases = c.is_value_error ? py::object(py::make_tuple(py::handle(g_error_base),
+                                                                    py::handle(PyExc_ValueError)))
+                                        : py::reinterpret_borrow<py::object>(g_error_base);
     PyObject* cls = PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr);
     if (cls == nullptr) throw py::error_already_set();
     py::handle(cls).attr("code") = StatusCodeName(c.code);
@@ -284,6 +302,95 @@ bool LooksLikeTorchTensor(const py::handle& obj) {
          py::hasattr(obj, "element_size") && py::hasattr(obj, "device");
 }
 
+// The fast path for the tensors dgrr.torch records in every hook: a dense,
+// contiguous CPU torch.Tensor of a known dtype, read with as few Python calls
+// as possible (the dtype and layout objects are compared by identity with
+// ones seen before, no strings are built). Anything else returns false and
+// goes the slow way, which names the problem.
+struct TorchFastPath {
+  PyObject* tensor_type = nullptr;  // torch.Tensor, once a torch tensor was seen
+  PyObject* strided = nullptr;      // torch.strided
+  std::vector<std::pair<PyObject*, DType>> dtypes;  // torch.float32 -> kF32, ...
+  PyObject *is_cpu = nullptr, *layout = nullptr, *dtype = nullptr, *shape = nullptr,
+           *is_contiguous = nullptr, *data_ptr = nullptr;
+};
+TorchFastPath g_torch;  // objects held for the life of the process (never released)
+
+PyObject* Interned(const char* name) { return PyUnicode_InternFromString(name); }
+
+// Called by the slow path once it accepted a torch tensor of this dtype and layout.
+void LearnTorchTensor(const py::handle& obj, DType dtype) {
+  if (g_torch.tensor_type == nullptr) {
+    py::object torch = py::module_::import("torch");
+    g_torch.tensor_type = py::object(torch.attr("Tensor")).release().ptr();
+    g_torch.strided = py::object(torch.attr("strided")).release().ptr();
+    g_torch.is_cpu = Interned("is_cpu");
+    g_torch.layout = Interned("layout");
+    g_torch.dtype = Interned("dtype");
+    g_torch.shape = Interned("shape");
+    g_torch.is_contiguous = Interned("is_contiguous");
+    g_torch.data_ptr = Interned("data_ptr");
+  }
+  py::object dtype_object = obj.attr("dtype");
+  for (const auto& [known, value] : g_torch.dtypes) {
+    if (known == dtype_object.ptr()) return;
+  }
+  g_torch.dtypes.emplace_back(dtype_object.release().ptr(), dtype);
+}
+
+bool FastViewTorch(const py::handle& obj, TensorView& view) {
+  if (g_torch.tensor_type == nullptr) return false;
+  const int is_tensor = PyObject_IsInstance(obj.ptr(), g_torch.tensor_type);
+  if (is_tensor != 1) {
+    if (is_tensor < 0) PyErr_Clear();
+    return false;
+  }
+  auto attr = [&](PyObject* name) { return py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name)); };
+  auto call = [&](PyObject* name) {
+    return py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj.ptr(), name));
+  };
+  py::object is_cpu = attr(g_torch.is_cpu), layout = attr(g_torch.layout), dtype_object = attr(g_torch.dtype);
+  if (!is_cpu || !layout || !dtype_object) {
+    PyErr_Clear();
+    return false;
+  }
+  if (is_cpu.ptr() != Py_True || layout.ptr() != g_torch.strided) return false;
+  std::optional<DType> dtype;
+  for (const auto& [known, value] : g_torch.dtypes) {
+    if (known == dtype_object.ptr()) dtype = value;
+  }
+  if (!dtype) return false;
+  py::object contiguous = call(g_torch.is_contiguous), shape = attr(g_torch.shape), data = call(g_torch.data_ptr);
+  if (!contiguous || !shape || !data || !PyTuple_Check(shape.ptr())) {
+    PyErr_Clear();
+    return false;
+  }
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (contiguous.ptr() != Py_True || ndim > kMaxTensorDims) return false;
+  uint64_t elements = 1;
+  view.ref.ndim = static_cast<int>(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    const long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    if (d < 0) {
+      PyErr_Clear();
+      return false;
+    }
+    view.ref.dims[i] = d;
+    elements *= static_cast<uint64_t>(d);
+  }
+  const unsigned long long address = PyLong_AsUnsignedLongLong(data.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  view.ref.dtype = *dtype;
+  view.ref.bytes = elements * DTypeSize(*dtype);
+  view.ref.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+  view.writable = true;
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+  return true;
+}
+
 // A torch.Tensor on the CPU, by its storage pointer (no NumPy involved, so
 // bfloat16 works and a tensor that requires grad needs no detach).
 void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view) {
@@ -311,6 +418,7 @@ void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view)
   view.ref.data = reinterpret_cast<const void*>(obj.attr("data_ptr")().cast<uintptr_t>());
   view.writable = true;
   view.owner = py::reinterpret_borrow<py::object>(obj);
+  LearnTorchTensor(obj, *dtype);
 }
 
 void ViewBuffer(const py::handle& obj, const std::string& what, bool need_writable,
@@ -404,8 +512,152 @@ TensorView ViewOf(const py::handle& obj, const std::string& what, bool need_writ
 py::tuple FingerprintTuple(const Fingerprint& fp) { return py::make_tuple(fp.xor64, fp.xxh3); }
 
 // ---------------------------------------------------------------------------
+// Communicators: the ranks of a data-parallel run (docs/python.md).
+// ---------------------------------------------------------------------------
+class PySession;
+
+// One process's communicator: Open MPI's when an MPI launcher started the
+// process (and this build has dgrr::mpi), else a world of one. One rank per
+// process: dgrr.torch keeps process-wide state (the default RandomContext,
+// torch's generators and thread pool), so ranks as Python threads are not
+// offered. The sessions opened over it are closed before it is, because
+// their RankGroup talks through it.
+class PyCommunicator {
+ public:
+  explicit PyCommunicator(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)) {
+    group_ = std::make_unique<CommunicatorRankGroup>(*owned_);
+  }
+  PyCommunicator() : alone_(std::make_unique<InProcessGroup>(1)) {
+    group_ = std::make_unique<CommunicatorRankGroup>(*alone_->ranks[0]);
+  }
+  ~PyCommunicator() { Close(); }
+
+  Communicator& Get() {
+    if (!group_) Throw(Status::FailedPrecondition("the dgrr communicator is closed"));
+    return group_->communicator();
+  }
+  CommunicatorRankGroup& group() {
+    Get();
+    return *group_;
+  }
+  bool closed() const { return group_ == nullptr; }
+
+  void AddUser(PySession* s) { users_.push_back(s); }
+  void RemoveUser(PySession* s) { std::erase(users_, s); }
+
+  // Closes the sessions still open over it, then the communicator itself
+  // (MPI_Finalize when it initialised MPI). Closing twice is harmless.
+  void Close();
+
+  // This rank failed: ends the whole job (MPI_Abort with the CLI's exit code
+  // for `code`), so no other rank waits for it in a collective.
+  void Abort(const std::string& message, const std::string& code) {
+    Communicator& comm = Get();
+    comm.Abort(StatusNamed(code, message));
+  }
+
+ private:
+  std::unique_ptr<InProcessGroup> alone_;
+  std::unique_ptr<Communicator> owned_;
+  std::unique_ptr<CommunicatorRankGroup> group_;
+  std::vector<PySession*> users_;
+};
+
+bool StartedByMpiLauncher() {
+  for (const char* launcher_variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(launcher_variable) != nullptr) return true;
+  }
+  return false;
+}
+
+// backend: "auto" (MPI when an MPI launcher started this process, else a
+// world of one), "mpi" (MPI or an error) or "single" (a world of one).
+std::unique_ptr<PyCommunicator> OpenCommunicator(const std::string& backend) {
+  if (backend != "auto" && backend != "mpi" && backend != "single") {
+    ThrowInvalid("unknown communicator backend '" + backend + "' (one of: auto, mpi, single)");
+  }
+  if (backend == "single" || (backend == "auto" && !StartedByMpiLauncher())) {
+    return std::make_unique<PyCommunicator>();
+  }
+#if defined(DGRR_HAVE_MPI)
+  StatusOr<std::unique_ptr<MpiCommunicator>> mpi = Status::Internal("unset");
+  {
+    py::gil_scoped_release release;
+    mpi = OpenMpiCommunicator();
+  }
+  return std::make_unique<PyCommunicator>(Unwrap(std::move(mpi)));
+#else
+  Throw(Status::FailedPrecondition(
+      std::string(backend == "mpi" ? "an MPI communicator was asked for"
+                                   : "this process was started by an MPI launcher") +
+      ", but this build of dgrr has no MPI support (dgrr::mpi was not built: install "
+      "libopenmpi-dev and reconfigure, or run one process without mpirun)"));
+#endif
+}
+
+// A float32 tensor's memory as `rows` x `cols` (rows: its first dimension).
+struct FloatMatrix {
+  TensorView view;
+  float* data = nullptr;
+  size_t rows = 0, cols = 0;
+};
+
+FloatMatrix FloatMatrixOf(const py::handle& obj, const std::string& what, int ndim) {
+  FloatMatrix m;
+  m.view = ViewOf(obj, what, /*need_writable=*/true);
+  if (m.view.ref.dtype != DType::kF32 || m.view.ref.ndim != ndim) {
+    ThrowInvalid(what + ": must be a " + std::to_string(ndim) + "-dimensional float32 tensor, not " +
+                 std::to_string(m.view.ref.ndim) + "-dimensional " + std::string(DTypeName(m.view.ref.dtype)));
+  }
+  m.data = static_cast<float*>(const_cast<void*>(m.view.ref.data));
+  m.rows = ndim == 2 ? static_cast<size_t>(m.view.ref.dims[0]) : 1;
+  m.cols = static_cast<size_t>(m.view.ref.dims[ndim - 1]);
+  return m;
+}
+
+// CanonicalAllReduce over the rows of `leaves` (this rank's leaves
+// [first, first + rows) of `total`; clobbered) into `out`: bitwise the
+// one-process canonical tree sum whatever the number of ranks.
+void CanonicalAllReducePy(PyCommunicator& c, const py::handle& leaves, uint64_t first, uint64_t total,
+                          const py::handle& out, int threads) {
+  Communicator& comm = c.Get();
+  FloatMatrix in = FloatMatrixOf(leaves, "canonical_all_reduce leaves", 2);
+  FloatMatrix result = FloatMatrixOf(out, "canonical_all_reduce out", 1);
+  if (in.rows > 0 && in.cols != result.cols) {
+    ThrowInvalid("canonical_all_reduce: leaves of " + std::to_string(in.cols) + " values, out of " +
+                 std::to_string(result.cols));
+  }
+  std::vector<float*> rows(in.rows);
+  for (size_t r = 0; r < in.rows; ++r) rows[r] = in.data + r * result.cols;
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = CanonicalAllReduce(comm, rows, first, total, result.cols, result.data, threads);
+  }
+  Check(status);
+}
+
+std::vector<float> GatherExampleScalarsPy(PyCommunicator& c, const std::vector<float>& mine, uint64_t first,
+                                          uint64_t total) {
+  Communicator& comm = c.Get();
+  std::vector<float> all;
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = GatherExampleScalars(comm, mine, first, total, &all);
+  }
+  Check(status);
+  return all;
+}
+
+// ---------------------------------------------------------------------------
 // The session.
 // ---------------------------------------------------------------------------
+// Below this many bytes a record is cheaper than handing the GIL to another
+// thread and taking it back (fingerprinting runs at several GB/s): small
+// tensors are recorded with the GIL held.
+constexpr uint64_t kReleaseGilBytes = 256 << 10;
+
 struct PyBoundary {
   BoundaryHandle handle;
   std::string name;
@@ -413,13 +665,15 @@ struct PyBoundary {
 
 class PySession {
  public:
-  explicit PySession(std::unique_ptr<Session> session) : session_(std::move(session)) {}
+  PySession(std::unique_ptr<Session> session, py::object communicator)
+      : session_(std::move(session)), communicator_(std::move(communicator)) {
+    if (PyCommunicator* c = Communicator()) c->AddUser(this);
+  }
   ~PySession() {
     // An unclosed session is closed by its destructor (trace flushed); the
     // state buffers are released after it, with the GIL held.
     session_.reset();
-    hooks_.clear();
-    state_.clear();
+    Release();
   }
 
   Session& Get() {
@@ -438,16 +692,51 @@ class PySession {
   py::object Record(const PyBoundary& boundary, const py::handle& array, uint64_t first_example,
                     uint32_t count, bool want_fingerprint) {
     Session& s = Get();
-    TensorView view = ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
+    TensorView view = RecordedView(boundary, array);
     Fingerprint fp;
     Status status;
     {
-      py::gil_scoped_release release;
+      std::optional<py::gil_scoped_release> release;
+      if (view.ref.bytes >= kReleaseGilBytes) release.emplace();
       status = s.Record(boundary.handle, view.ref, {first_example, count},
                         want_fingerprint ? &fp : nullptr);
     }
     Check(status);
     return want_fingerprint ? py::object(FingerprintTuple(fp)) : py::object(py::none());
+  }
+
+  // Several records in one call, in list order (the program order): one
+  // crossing into C++ and one GIL release for a whole optimizer step.
+  void RecordMany(const py::list& records, uint64_t first_example, uint32_t count) {
+    Session& s = Get();
+    std::vector<std::pair<const PyBoundary*, TensorView>> views;
+    views.reserve(records.size());
+    uint64_t bytes = 0;
+    for (const py::handle& item : records) {
+      auto pair = item.cast<py::tuple>();
+      if (pair.size() != 2) ThrowInvalid("record_many: each entry is a (boundary, tensor) pair");
+      const PyBoundary& boundary = pair[0].cast<const PyBoundary&>();
+      if (!boundary.handle.recorded) continue;
+      views.emplace_back(&boundary, RecordedView(boundary, pair[1]));
+      bytes += views.back().second.ref.bytes;
+    }
+    Status status;
+    {
+      std::optional<py::gil_scoped_release> release;
+      if (bytes >= kReleaseGilBytes) release.emplace();
+      for (const auto& [boundary, view] : views) {
+        status = s.Record(boundary->handle, view.ref, {first_example, count}, nullptr);
+        if (!status.ok()) break;
+      }
+    }
+    Check(status);
+  }
+
+  // Whether a boundary of this phase and kind is recorded in this session's
+  // mode; always true under a control file (a dump may ask for any name).
+  bool Records(const std::string& phase, const std::string& kind) {
+    Session& s = Get();
+    return s.control() != nullptr || ShouldRecordBoundary(s.options().mode, ParsePhase(phase), ParseKind(kind));
   }
 
   void RegisterState(const std::string& name, const py::handle& array, const std::string& role,
@@ -507,12 +796,27 @@ class PySession {
       status = session_->Close();
     }
     session_.reset();
-    hooks_.clear();
-    state_.clear();
+    Release();
     Check(status);
   }
 
  private:
+  static TensorView RecordedView(const PyBoundary& boundary, const py::handle& array) {
+    TensorView view;
+    if (FastViewTorch(array, view)) return view;
+    return ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
+  }
+
+  PyCommunicator* Communicator() {
+    return communicator_.is_none() ? nullptr : communicator_.cast<PyCommunicator*>();
+  }
+  void Release() {
+    hooks_.clear();
+    state_.clear();
+    if (PyCommunicator* c = Communicator()) c->RemoveUser(this);
+    communicator_ = py::none();
+  }
+
   void CaptureHooks() {
     for (auto& [capture, restore] : hooks_) capture();
   }
@@ -529,6 +833,7 @@ class PySession {
   }
 
   std::unique_ptr<Session> session_;
+  py::object communicator_;  // the PyCommunicator its RankGroup uses, or None
   std::vector<TensorView> state_;
   std::vector<std::pair<py::function, py::function>> hooks_;
 };
@@ -555,12 +860,23 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
                                        const std::string& config_json,
                                        const std::string& program_info_json,
                                        const std::vector<std::string>& argv,
-                                       const std::string& script, bool reexecutable) {
+                                       const std::string& script, bool reexecutable,
+                                       py::object communicator) {
   SessionOptions o;
   o.run_dir = run_dir;
   o.seed = seed;
   o.rank = rank;
   o.world_size = world_size;
+  if (!communicator.is_none()) {
+    PyCommunicator& c = communicator.cast<PyCommunicator&>();
+    Communicator& comm = c.Get();
+    if (rank != comm.rank() || world_size != comm.size()) {
+      ThrowInvalid("rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                   " given, but the communicator is rank " + std::to_string(comm.rank()) + " of " +
+                   std::to_string(comm.size()));
+    }
+    o.group = &c.group();
+  }
   o.threads = threads;
   o.mode = ParseMode(mode);
   o.open_mode = ParseOpenMode(open_mode);
@@ -576,7 +892,25 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
     py::gil_scoped_release release;
     session = dgrr::Open(o);
   }
-  return std::make_unique<PySession>(Unwrap(std::move(session)));
+  return std::make_unique<PySession>(Unwrap(std::move(session)), std::move(communicator));
+}
+
+void PyCommunicator::Close() {
+  // Closing a session removes it from users_.
+  while (!users_.empty()) {
+    PySession* s = users_.back();
+    try {
+      s->Close();
+    } catch (py::error_already_set&) {
+      // Its error was raised in Python before; the communicator still closes.
+    }
+    RemoveUser(s);
+  }
+  if (!group_) return;
+  py::gil_scoped_release release;  // MPI_Finalize waits for the other ranks
+  group_.reset();
+  owned_.reset();
+  alone_.reset();
 }
 
 // ---------------------------------------------------------------------------
@@ -649,6 +983,10 @@ PYBIND11_MODULE(_dgrr, m) {
            py::arg("phase") = "forward", py::arg("direction") = "output", py::arg("kind") = "other")
       .def("record", &PySession::Record, py::arg("boundary"), py::arg("array"),
            py::arg("first_example") = 0, py::arg("count") = 1, py::arg("fingerprint") = false)
+      .def("record_many", &PySession::RecordMany, py::arg("records"), py::arg("first_example") = 0,
+           py::arg("count") = 1, "record() of each (boundary, tensor) pair, in order, in one call.")
+      .def("records", &PySession::Records, py::arg("phase"), py::arg("kind"),
+           "Whether this session records boundaries of this phase and kind (its mode decides).")
       .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),
            py::arg("role") = "other", py::arg("replicated") = false)
       .def("resume", &PySession::Resume)
@@ -692,7 +1030,42 @@ PYBIND11_MODULE(_dgrr, m) {
         py::arg("world_size"), py::arg("threads"), py::arg("mode"), py::arg("open_mode"),
         py::arg("checkpoint_every"), py::arg("total_steps"), py::arg("resume_fallback"),
         py::arg("config_json"), py::arg("program_info_json"), py::arg("argv"), py::arg("script"),
-        py::arg("reexecutable"));
+        py::arg("reexecutable"), py::arg("communicator") = py::none());
+
+  py::class_<PyCommunicator>(m, "Communicator",
+                             "This process's rank of a data-parallel run (dgrr.communicator()).")
+      .def_property_readonly("rank", [](PyCommunicator& c) { return c.Get().rank(); })
+      .def_property_readonly("size", [](PyCommunicator& c) { return c.Get().size(); })
+      .def_property_readonly("backend",
+                             [](PyCommunicator& c) { return std::string(c.Get().name()); })
+      .def_property_readonly("closed", &PyCommunicator::closed)
+      .def("barrier",
+           [](PyCommunicator& c) {
+             Communicator& comm = c.Get();
+             Status status;
+             {
+               py::gil_scoped_release release;
+               status = comm.Barrier();
+             }
+             Check(status);
+           })
+      .def("canonical_all_reduce", &CanonicalAllReducePy, py::arg("leaves"), py::arg("first"),
+           py::arg("total"), py::arg("out"), py::arg("threads") = 1,
+           "out = the canonical tree sum of all ranks' leaves (float32 rows; this rank's are "
+           "leaves [first, first + rows) of total, and are clobbered): bitwise the one-process "
+           "sum whatever the number of ranks.")
+      .def("gather_example_scalars", &GatherExampleScalarsPy, py::arg("mine"), py::arg("first"),
+           py::arg("total"), "Every leaf's scalar (float32), in leaf order, on every rank.")
+      .def("abort", &PyCommunicator::Abort, py::arg("message"), py::arg("code") = "Internal error",
+           "Ends the whole job (MPI_Abort with the CLI's exit code for `code`).")
+      .def("close", &PyCommunicator::Close);
+  m.def("_open_communicator", &OpenCommunicator, py::arg("backend") = "auto");
+  m.attr("have_mpi") =
+#if defined(DGRR_HAVE_MPI)
+      true;
+#else
+      false;
+#endif
 
   m.def(
       "fingerprint",

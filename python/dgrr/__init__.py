@@ -24,6 +24,7 @@ The traces, checkpoints and run files are the C++ runtime's own, so every
 dgrr.torch instruments a torch.nn.Module and its optimizer.
 """
 
+import atexit
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ import sys
 from . import _dgrr
 from ._dgrr import (  # noqa: F401  (re-exported)
     Boundary,
+    Communicator,
     CorruptionError,
     DivergenceError,
     Error,
@@ -49,8 +51,11 @@ __all__ = [
     "open", "Session", "Boundary", "fingerprint", "file_digest", "Error",
     "InvalidArgumentError", "NotFoundError", "IoError", "CorruptionError",
     "DivergenceError", "IntegrityFailureError", "FailedPreconditionError",
-    "InternalError", "launch_argv", "launch_script",
+    "InternalError", "launch_argv", "launch_script", "communicator", "Communicator",
+    "have_mpi",
 ]
+
+have_mpi = _dgrr.have_mpi   # whether this build can open an MPI communicator
 
 # For the exception classes' repr and pickling: they live in dgrr.
 for _name in __all__:
@@ -110,9 +115,54 @@ def _program_info(extra):
     return info
 
 
-def open(run_dir, seed, rank=0, world_size=1, threads=1, mode="full", resume=True,
+_communicator = None
+
+
+def communicator(backend="auto"):
+    """This process's rank of a data-parallel run: Open MPI's communicator
+    when `mpirun` (or another MPI launcher) started the process, otherwise a
+    world of one ("auto"); "mpi" insists on MPI, "single" never uses it.
+    One per process (MPI cannot be opened twice): later calls return the
+    same one. Pass it to dgrr.open(communicator=...).
+
+    Under MPI, an exception that would end this rank's script ends the whole
+    job instead (MPI_Abort, with the exit code of a dgrr.Error, else 2), so no
+    other rank waits for it in a collective; at exit the communicator is
+    closed (MPI_Finalize) after the sessions still open over it. A build
+    without MPI raises FailedPreconditionError when MPI is asked for or the
+    process was started by an MPI launcher."""
+    global _communicator
+    if _communicator is not None and not _communicator.closed:
+        if backend == "single" and _communicator.backend != "in-process":
+            raise FailedPreconditionError(
+                "dgrr.communicator: this process already has an MPI communicator")
+        if backend == "mpi" and _communicator.backend != "mpi":
+            raise FailedPreconditionError(
+                "dgrr.communicator: this process already has a communicator for a world of one; "
+                "MPI must be asked for first")
+        return _communicator
+    _communicator = _dgrr._open_communicator(str(backend))
+    atexit.register(_communicator.close)
+    if _communicator.size > 1:
+        _abort_job_on_uncaught_exception(_communicator)
+    return _communicator
+
+
+def _abort_job_on_uncaught_exception(comm):
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        code = getattr(kind, "code", "Internal error")
+        comm.abort(f"rank {comm.rank}: uncaught {kind.__name__}: {value}", code)
+
+    sys.excepthook = hook
+
+
+def open(run_dir, seed, rank=None, world_size=None, threads=1, mode="full", resume=True,
          overwrite=False, checkpoint_every=0, total_steps=0, resume_fallback=False,
-         config=None, program_info=None, reexecutable=True):
+         config=None, program_info=None, reexecutable=True, communicator=None):
     """Opens this rank's session (dgrr::Open: checkpoints on HDF5).
 
     resume=True (OpenMode::kContinue): re-running the same command continues
@@ -122,8 +172,18 @@ def open(run_dir, seed, rank=0, world_size=1, threads=1, mode="full", resume=Tru
     config: a dict (stored as JSON, sorted keys) of what defines the run; its
     digest guards resumes. program_info: a dict recorded in the environment
     fingerprint under "program" (the interpreter's and NumPy's versions are
-    added). Raises a dgrr.Error subclass on failure.
+    added). communicator: this process's dgrr.communicator(), for a
+    data-parallel run: rank and world_size come from it (given as well, they
+    must agree) and the session checks the ranks' parameters agree after
+    every step and writes sharded checkpoints over it. Without one, rank
+    and world_size default to 0 and 1. Raises a dgrr.Error subclass on
+    failure.
     """
+    if communicator is not None:
+        rank = communicator.rank if rank is None else rank
+        world_size = communicator.size if world_size is None else world_size
+    rank = 0 if rank is None else rank
+    world_size = 1 if world_size is None else world_size
     if resume and overwrite:
         raise InvalidArgumentError("resume=True and overwrite=True contradict each other")
     open_mode = "continue" if resume else ("overwrite" if overwrite else "create")
@@ -133,4 +193,5 @@ def open(run_dir, seed, rank=0, world_size=1, threads=1, mode="full", resume=Tru
         checkpoint_every=int(checkpoint_every), total_steps=int(total_steps),
         resume_fallback=bool(resume_fallback), config_json=_json_text(config, "config"),
         program_info_json=_json_text(_program_info(program_info), "program_info"),
-        argv=launch_argv(), script=launch_script(), reexecutable=bool(reexecutable))
+        argv=launch_argv(), script=launch_script(), reexecutable=bool(reexecutable),
+        communicator=communicator)

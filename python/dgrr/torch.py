@@ -16,14 +16,18 @@
 What it records, without editing the model:
   <module>.out[.i]      forward output of each selected module   (forward, output)
   <module>.grad_in.i    gradient w.r.t. the module's inputs      (backward, output)
-  <param>.grad          each parameter's accumulated gradient    (backward, output)
+  <param>.grad          each parameter's accumulated gradient    (backward, output;
+                        after a DataParallel's all-reduce:        collective, output)
   <param>               each parameter after the optimizer step  (optimizer, output)
   <param>.<key>         the optimizer's state after the step     (optimizer, output)
   loss                  the loss tensor                          (forward, output)
 
 CPU tensors are fingerprinted in place from their storage (no copy unless
 a module's output is not contiguous). CUDA tensors are refused with a
-clear error: this slice has no device fingerprint path yet.
+clear error: this slice has no device fingerprint path yet. Only what the
+session's mode records is hooked. DataParallel sums per-micro-batch
+gradients across the processes of an `mpirun` job in dgrr's canonical tree,
+so the run has the bits of one process.
 """
 
 import os
@@ -37,7 +41,8 @@ from . import FailedPreconditionError, InvalidArgumentError, _dgrr
 __all__ = ["instrument", "register_torch_state", "determinism", "deterministic", "Instrumentation",
            "materialize_optimizer_state", "register_generators", "register_object_state",
            "Dropout", "RandomContext", "random_context", "replace_dropout", "PermutationSampler",
-           "NondeterminismWarning", "torch_info", "current_controls"]
+           "NondeterminismWarning", "torch_info", "current_controls", "DataParallel",
+           "EndlessBatches"]
 
 _INSTRUMENTED = "_dgrr_instrumentation"
 
@@ -287,9 +292,9 @@ def _parameter_names(model):
     return {id(p): name for name, p in model.named_parameters()}
 
 
-def _optimizer_tensors(model, optimizer):
-    """(name, key, tensor) for every tensor in the optimizer's state, in
-    parameter-group order (a stable order: the registration order)."""
+def _optimizer_entries(model, optimizer):
+    """(parameter, name, key, tensor) for every tensor in the optimizer's
+    state, in parameter-group order (a stable order: the registration order)."""
     names = _parameter_names(model)
     out = []
     for gi, group in enumerate(optimizer.param_groups):
@@ -297,12 +302,17 @@ def _optimizer_tensors(model, optimizer):
             pname = names.get(id(p), f"group{gi}.param{pi}")
             for key, value in optimizer.state.get(p, {}).items():
                 if isinstance(value, _torch.Tensor):
-                    out.append((pname, key, value))
+                    out.append((p, pname, key, value))
                 else:
                     raise InvalidArgumentError(
                         f"dgrr.torch: optimizer state {pname}.{key} is a {type(value).__name__}, "
                         "not a tensor; dgrr restores tensors only")
     return out
+
+
+def _optimizer_tensors(model, optimizer):
+    """(name, key, tensor) for every tensor in the optimizer's state."""
+    return [(pname, key, t) for _, pname, key, t in _optimizer_entries(model, optimizer)]
 
 
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
@@ -760,8 +770,55 @@ def _select_modules(model, modules):
     return [(n, by_name[n]) for n in wanted]
 
 
+# Leaf modules whose forward takes a single tensor. For them the gradient
+# w.r.t. that input is caught by a tensor hook on a view of it, made in a
+# forward pre-hook: the module alone uses the view, so the view's gradient is
+# exactly the gradient the module passes back, the same tensor that
+# register_full_backward_hook hands over, at the same point of the backward
+# pass. It costs one view and one Python call a step instead of the full
+# hook's two autograd Functions and their Python calls. Other modules (several
+# inputs, unknown types) keep the full backward hook, whose grad_input tuple
+# fixes the order of their records.
+_SINGLE_INPUT = (
+    _torch.nn.Linear, _torch.nn.LayerNorm, _torch.nn.GroupNorm,
+    _torch.nn.modules.batchnorm._BatchNorm, _torch.nn.Embedding, _torch.nn.ReLU,
+    _torch.nn.GELU, _torch.nn.Tanh, _torch.nn.Sigmoid, _torch.nn.SiLU, _torch.nn.Softmax,
+    _torch.nn.LogSoftmax, _torch.nn.Dropout, _torch.nn.Identity,
+    _torch.nn.modules.conv._ConvNd, Dropout,
+)
+
+
+class _Site:
+    """One boundary name a hook records under, declared on first use (its
+    handle kept, so a hook call costs no lookup or string building)."""
+
+    __slots__ = ("inst", "name", "phase", "kind", "boundary", "recorded")
+
+    def __init__(self, inst, name, phase, kind):
+        self.inst, self.name, self.phase, self.kind = inst, name, phase, kind
+        self.boundary, self.recorded = None, True
+
+    def record(self, tensor):
+        b = self.boundary
+        if b is None:
+            b = self.boundary = self.inst._boundary(self.name, self.phase, self.kind)
+            self.recorded = b.recorded
+        if self.recorded:
+            if not tensor.is_contiguous():
+                with _torch.no_grad():
+                    tensor = tensor.contiguous()
+            inst = self.inst
+            first, count = inst.examples
+            inst.session.record(b, tensor, first, count)
+
+
 class Instrumentation:
-    """The hooks instrument() placed; remove() takes them all off."""
+    """The hooks instrument() placed; remove() takes them all off.
+
+    Only what the session's recording mode records is hooked (`off` and
+    `sdc` leave the model without hooks, `trusted` skips the forward outputs
+    of matmul and elementwise modules), unless a control file is in force (a
+    dump may name any boundary)."""
 
     def __init__(self, session, model, optimizer, modules, backward):
         self.session = session
@@ -774,11 +831,22 @@ class Instrumentation:
         self._boundaries = {}
         self._handles = []
         self._restore_step = None
+        # A DataParallel records the gradients after its all-reduce; the
+        # optimizer step then leaves them alone.
+        self._gradients_recorded_by_all_reduce = False
         self._param_names = _parameter_names(model)
+        self._param_boundaries = {}   # (phase, suffix) -> [(boundary, parameter)]
+        self._update_cache = None     # see _update_records
+        records_backward = backward and session.records("backward", "other")
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
-            self._handles.append(module.register_forward_hook(self._forward_hook(name, kind)))
-            if backward:
+            if session.records("forward", kind):
+                self._handles.append(module.register_forward_hook(self._forward_hook(name, kind)))
+            if not records_backward:
+                continue
+            if isinstance(module, _SINGLE_INPUT):
+                self._handles.append(module.register_forward_pre_hook(self._input_grad_hook(name)))
+            else:
                 self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
         if optimizer is not None:
             self._hook_optimizer(optimizer)
@@ -807,21 +875,61 @@ class Instrumentation:
         b = self._boundary(name, phase, kind)
         if not b.recorded:
             return
-        if tensor.device.type != "cpu":
-            raise InvalidArgumentError(
-                f"dgrr.torch: {name}: a tensor on {tensor.device}; this build records CPU "
-                "tensors only (CUDA fingerprinting from Python is not implemented yet)")
         if not tensor.is_contiguous():
             with _torch.no_grad():
                 tensor = tensor.contiguous()
         self.session.record(b, tensor, examples[0], examples[1])
 
     def _forward_hook(self, name, kind):
+        out = _Site(self, f"{name}.out", "forward", kind)
+        items = {}   # output index -> its _Site, for modules that return tuples
+
         def hook(module, inputs, output):
+            if isinstance(output, _torch.Tensor):
+                out.record(output)
+                return
             for i, t in _tensors(output):
-                label = f"{name}.out" if i is None else f"{name}.out.{i}"
-                self._record(label, "forward", kind, t, self.examples)
+                site = items.get(i)
+                if site is None:
+                    site = items[i] = _Site(self, f"{name}.out.{i}", "forward", kind)
+                site.record(t)
         return hook
+
+    def _input_grad_hook(self, name):
+        """A forward pre-hook: each tensor input that will get a gradient is
+        replaced by a view of itself whose gradient hook records it."""
+        sites = {}
+
+        def record_for(i):
+            site = sites.get(i)
+            if site is None:
+                site = sites[i] = _Site(self, f"{name}.grad_in.{i}", "backward", "other")
+            return site.record
+
+        first = record_for(0)
+
+        def pre_hook(module, inputs):
+            if len(inputs) == 1:   # the usual case, without the loop
+                x = inputs[0]
+                if (isinstance(x, _torch.Tensor) and x.requires_grad
+                        and _torch.is_grad_enabled()):
+                    x = x.view_as(x)
+                    x.register_hook(first)
+                    return (x,)
+                return None
+            if not _torch.is_grad_enabled():
+                return None
+            wrapped, index, changed = [], 0, False
+            for x in inputs:
+                if isinstance(x, _torch.Tensor):
+                    if x.requires_grad:
+                        x = x.view_as(x)
+                        x.register_hook(record_for(index))
+                        changed = True
+                    index += 1
+                wrapped.append(x)
+            return tuple(wrapped) if changed else None
+        return pre_hook
 
     def _backward_hook(self, name):
         def hook(module, grad_input, grad_output):
@@ -833,7 +941,8 @@ class Instrumentation:
     def _hook_optimizer(self, optimizer):
         if hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0
             self._handles.append(optimizer.register_step_pre_hook(
-                lambda opt, args, kwargs: self.record_gradients()))
+                lambda opt, args, kwargs: None if self._gradients_recorded_by_all_reduce
+                else self.record_gradients()))
             self._handles.append(optimizer.register_step_post_hook(
                 lambda opt, args, kwargs: self.record_update()))
             return
@@ -841,7 +950,8 @@ class Instrumentation:
         original = optimizer.step
 
         def step(*args, **kwargs):
-            self.record_gradients()
+            if not self._gradients_recorded_by_all_reduce:
+                self.record_gradients()
             result = original(*args, **kwargs)
             self.record_update()
             return result
@@ -853,21 +963,68 @@ class Instrumentation:
         optimizer.step = step
         self._restore_step = original
 
-    def record_gradients(self):
+    def _parameter_boundaries(self, phase, suffix, kind):
+        """[(boundary, parameter)] for `<param><suffix>`, declared once."""
+        key = (phase, suffix)
+        entries = self._param_boundaries.get(key)
+        if entries is None:
+            entries = self._param_boundaries[key] = [
+                (self._boundary(f"{name}{suffix}", phase, kind), p)
+                for name, p in self.model.named_parameters()]
+        return entries
+
+    def _record_many(self, records):
+        if records:
+            first, count = self.examples
+            self.session.record_many(records, first, count)
+
+    def record_gradients(self, phase="backward"):
         """Each parameter's gradient as the optimizer will see it (summed
-        over the batch; after an all-reduce, where the loop has one)."""
-        for name, p in self.model.named_parameters():
-            if p.grad is not None:
-                self._record(f"{name}.grad", "backward", "other", p.grad, self.examples)
+        over the batch; a DataParallel records them after its all-reduce,
+        phase collective), in one call into the session."""
+        kind = "collective" if phase == "collective" else "other"
+        if not self.session.records(phase, kind):
+            return
+        records = []
+        with _torch.no_grad():
+            for b, p in self._parameter_boundaries(phase, ".grad", kind):
+                g = p.grad
+                if g is not None:
+                    records.append((b, g if g.is_contiguous() else g.contiguous()))
+        self._record_many(records)
 
     def record_update(self):
-        """The parameters and the optimizer's state after its step."""
+        """The parameters and the optimizer's state after its step, in one
+        call into the session."""
+        if not self.session.records("optimizer", "optimizer"):
+            return
+        self._record_many(self._update_records())
+
+    def _update_records(self):
+        """[(boundary, tensor)] of the parameters, then the optimizer's state
+        in parameter-group order. The list is kept while the state's entries
+        stay the same tensors (Adam updates them in place); rebuilt when an
+        entry is added or replaced (torch creates the state in the first step
+        unless materialize_optimizer_state did)."""
+        state = self.optimizer.state if self.optimizer is not None else {}
+        cached = self._update_cache
+        if cached is not None:
+            size, checks, records = cached
+            if size == sum(len(v) for v in state.values()) and all(
+                    d.get(k) is t for d, k, t in checks):
+                return records
+        entries = (_optimizer_entries(self.model, self.optimizer)
+                   if self.optimizer is not None else [])
+        records = list(self._parameter_boundaries("optimizer", "", "optimizer")) + [
+            (self._boundary(f"{pname}.{key}", "optimizer", "optimizer"), t)
+            for _, pname, key, t in entries]
+        if all(t.is_contiguous() for _, t in records):
+            checks = [(state[p], key, t) for p, _, key, t in entries]
+            self._update_cache = (len(entries), checks, records)
+            return records
+        self._update_cache = None
         with _torch.no_grad():
-            for name, p in self.model.named_parameters():
-                self._record(name, "optimizer", "optimizer", p, self.examples)
-            if self.optimizer is not None:
-                for pname, key, t in _optimizer_tensors(self.model, self.optimizer):
-                    self._record(f"{pname}.{key}", "optimizer", "optimizer", t, self.examples)
+            return [(b, t if t.is_contiguous() else t.contiguous()) for b, t in records]
 
     def record_loss(self, loss):
         """The loss tensor (a forward output of kind loss)."""
@@ -906,3 +1063,139 @@ def instrument(session, model, optimizer=None, modules=None, backward=True):
     inst = Instrumentation(session, model, optimizer, modules, backward)
     setattr(model, _INSTRUMENTED, inst)
     return inst
+
+
+# ---------------------------------------------------------------------------
+# Data parallelism: gradients summed in dgrr's canonical tree across ranks
+# ---------------------------------------------------------------------------
+class DataParallel:
+    """Data-parallel gradients that are bitwise those of one process.
+
+    The step's batch of `batch` examples is cut into micro-batches of
+    `micro_batch` examples, the leaves of dgrr's canonical reduction tree
+    (runtime/canonical_reduce.h). The ranks split the micro-batches into
+    contiguous shards in rank order; each rank runs one forward and backward
+    per micro-batch of its shard and keeps that micro-batch's gradient as
+    one leaf, and all_reduce() sums the leaves of all ranks in the tree's
+    fixed order (dgrr adds, MPI only moves bytes). A micro-batch's gradient
+    is computed alike whichever rank holds it, so the sum, the optimizer
+    step and the parameters have the same bits for any number of processes
+    (that divides nothing: empty shards are allowed).
+
+        dp = dgrr.torch.DataParallel(inst, comm, batch=16)   # micro_batch=1
+        for step in ...:
+            inst.begin_step(step, (step * 16, 16))
+            x, y = the step's whole batch (every rank reads it, or its part)
+            for lo, hi in dp.micro_batches():
+                dp.backward(loss_fn(model(x[lo:hi]), y[lo:hi]))
+            loss = dp.all_reduce()       # p.grad = the mean over micro-batches
+            optimizer.step()
+            session.end_step(step, loss)
+
+    Records: each micro-batch's forward, backward and loss with its own
+    example range (micro_batch=1: per example, which `dgrr compare` pairs
+    across world sizes), the reduced gradients as `<param>.grad` (phase
+    collective) and the optimizer's update with the whole batch's range.
+
+    Cost: one forward and backward per micro-batch instead of one per rank
+    (micro_batch=1: per example, the price of exact per-example leaves), and
+    a (micro-batches of this rank) x (parameters) float32 buffer of leaves.
+    Parameters must be float32 CPU tensors (the canonical sum is float32)."""
+
+    def __init__(self, inst, communicator, batch, micro_batch=1, threads=1):
+        batch, micro_batch = int(batch), int(micro_batch)
+        if micro_batch < 1 or batch < 1 or batch % micro_batch != 0:
+            raise InvalidArgumentError(
+                f"dgrr.torch.DataParallel: a batch of {batch} does not split into micro-batches "
+                f"of {micro_batch}")
+        self.inst, self.communicator = inst, communicator
+        self.batch, self.micro_batch, self.threads = batch, micro_batch, int(threads)
+        self.params = [(n, p) for n, p in inst.model.named_parameters() if p.requires_grad]
+        for name, p in self.params:
+            if p.dtype != _torch.float32 or p.device.type != "cpu":
+                raise InvalidArgumentError(
+                    f"dgrr.torch.DataParallel: parameter {name} is {p.dtype} on {p.device}; the "
+                    "canonical reduction sums float32 CPU tensors")
+        self.leaves_total = batch // micro_batch
+        rank, size = communicator.rank, communicator.size
+        self.first_leaf = self.leaves_total * rank // size
+        self.end_leaf = self.leaves_total * (rank + 1) // size
+        numel = sum(p.numel() for _, p in self.params)
+        self._leaves = _torch.zeros((self.end_leaf - self.first_leaf, numel), dtype=_torch.float32)
+        self._sum = _torch.zeros((numel,), dtype=_torch.float32)
+        self._losses = []
+        self._batch_examples = None
+        inst._gradients_recorded_by_all_reduce = True
+
+    def micro_batches(self):
+        """This rank's micro-batches of the step's batch as (lo, hi) offsets
+        into it. Each sets the records' example range and dgrr Dropout's
+        examples to the micro-batch's global examples, and clears the
+        parameters' gradients (a leaf is one micro-batch's gradient alone)."""
+        first, count = self.inst.examples
+        if count != self.batch:
+            raise FailedPreconditionError(
+                f"dgrr.torch.DataParallel: the step's batch has {count} examples, not {self.batch}; "
+                "call Instrumentation.begin_step(step, (first, batch)) first")
+        self._batch_examples = (first, count)
+        self._losses = []
+        for leaf in range(self.first_leaf, self.end_leaf):
+            lo = leaf * self.micro_batch
+            self._set_examples((first + lo, self.micro_batch))
+            for _, p in self.params:
+                p.grad = None
+            yield lo, lo + self.micro_batch
+
+    def backward(self, loss):
+        """Records the micro-batch's loss, runs its backward and keeps its
+        gradient as this micro-batch's leaf."""
+        row = len(self._losses)
+        if self._batch_examples is None or row >= self._leaves.shape[0]:
+            raise FailedPreconditionError(
+                "dgrr.torch.DataParallel: backward() outside a micro-batch of micro_batches()")
+        self.inst.record_loss(loss)
+        loss.backward()
+        leaf, offset = self._leaves[row], 0
+        with _torch.no_grad():
+            for _, p in self.params:
+                n = p.numel()
+                if p.grad is None:
+                    leaf[offset:offset + n].zero_()     # not in this micro-batch's graph
+                else:
+                    leaf[offset:offset + n].copy_(p.grad.reshape(-1))
+                offset += n
+        self._losses.append(float(loss.detach()))
+
+    def all_reduce(self, mean=True):
+        """Sums every rank's micro-batch gradients in the canonical tree
+        (bitwise the one-process sum), times 1/(micro-batches) when mean,
+        into each parameter's .grad, and records them (phase collective,
+        the whole batch's examples). Returns the batch's loss: the mean of
+        the micro-batch losses, summed in micro-batch order on every rank."""
+        if self._batch_examples is None or len(self._losses) != self._leaves.shape[0]:
+            raise FailedPreconditionError(
+                f"dgrr.torch.DataParallel: {len(self._losses)} of this rank's "
+                f"{self._leaves.shape[0]} micro-batches had backward() before all_reduce()")
+        self.communicator.canonical_all_reduce(self._leaves, self.first_leaf, self.leaves_total,
+                                               self._sum, self.threads)
+        losses = self.communicator.gather_example_scalars(self._losses, self.first_leaf,
+                                                          self.leaves_total)
+        with _torch.no_grad():
+            if mean:
+                self._sum.mul_(1.0 / self.leaves_total)
+            offset = 0
+            for _, p in self.params:
+                n = p.numel()
+                p.grad = self._sum[offset:offset + n].view_as(p)
+                offset += n
+        self._set_examples(self._batch_examples)
+        self._batch_examples = None
+        self.inst.record_gradients(phase="collective")
+        total = 0.0
+        for value in losses:
+            total += value
+        return total / len(losses) if mean else total
+
+    def _set_examples(self, examples):
+        self.inst.examples = examples
+        random_context.set(examples=examples)

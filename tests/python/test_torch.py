@@ -170,6 +170,41 @@ def test_unsupported_tensors_are_refused(session):
     session.end_step(0, 0.0)
 
 
+def test_the_fast_path_reads_what_the_general_one_reads(session):
+    """record() reads CPU tensors through a fast path; dgrr.fingerprint()
+    through the general one: the same bytes, dtypes, shapes and offsets."""
+    b = session.declare_boundary("x", "forward", "output", "other")
+    session.resume()
+    session.begin_step(0)
+    base = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) - 7.5
+    tensors = [base.to(d) for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                    torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool)]
+    tensors += [torch.nn.Parameter(base.clone()), base[1], base.reshape(-1)[5:], base[0, 0, 0],
+                torch.zeros(0, 3)]
+    for t in tensors:
+        for _ in range(2):   # the first of a dtype may take the general path
+            assert session.record(b, t, fingerprint=True) == dgrr.fingerprint(t), t
+    # A different tensor of the same shape differs: the fingerprint reads the data.
+    assert session.record(b, base + 1, fingerprint=True) != dgrr.fingerprint(base)
+    session.end_step(0, 0.0)
+
+
+@pytest.mark.parametrize("mode, forward_hooked, backward_hooked", [
+    ("full", True, True), ("trusted", False, True), ("sdc", False, False), ("off", False, False)])
+def test_only_what_the_mode_records_is_hooked(tmp_path, mode, forward_hooked, backward_hooked):
+    """Hooks cost time on every call: a Linear's output is not recorded in
+    trusted mode, nothing forward or backward in sdc and off."""
+    model = Tiny()
+    with dgrr.open(run_dir=tmp_path / "r", seed=1, mode=mode) as s:
+        inst = dgrr.torch.instrument(s, model)
+        assert bool(model.fc._forward_hooks) == forward_hooked
+        # The input gradient: a pre-hook that wraps the input in a view.
+        assert bool(model.fc._forward_pre_hooks) == backward_hooked
+        assert not model.fc._backward_hooks
+        inst.remove()
+        assert not model.fc._forward_hooks and not model.fc._forward_pre_hooks
+
+
 def test_an_unsupported_module_name_or_optimizer_is_refused(session):
     model = Tiny()
     with pytest.raises(dgrr.InvalidArgumentError, match="no module named 'fc9'"):
