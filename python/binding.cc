@@ -391,14 +391,35 @@ bool FastViewTorch(const py::handle& obj, TensorView& view) {
   return true;
 }
 
-// A torch.Tensor on the CPU, by its storage pointer (no NumPy involved, so
-// bfloat16 works and a tensor that requires grad needs no detach).
-void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view) {
+// Where a CUDA tensor is recorded: its device, on the stream torch runs that
+// device's work on now, so the fingerprint kernel queues behind the operator
+// that produced the tensor (runtime/session.h: the host does not wait).
+Placement CurrentStreamOf(const py::handle& obj, const std::string& what) {
+#if DGRR_FINGERPRINT_HAVE_CUDA
+  (void)what;
+  py::object device = obj.attr("device");
+  const int index = device.attr("index").cast<int>();
+  py::object stream = py::module_::import("torch.cuda").attr("current_stream")(device);
+  return Placement::Cuda(index, reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>()));
+#else
+  (void)obj;
+  ThrowInvalid(what + ": a CUDA tensor, and this dgrr was built without CUDA; move it with .cpu() or leave it out");
+#endif
+}
+
+// A torch.Tensor by its storage pointer (no NumPy involved, so bfloat16 works
+// and a tensor that requires grad needs no detach). On the CPU for anything;
+// on a CUDA device only for recording (`for_recording`): registered state and
+// dgrr.fingerprint read the bytes on the host.
+void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view, bool for_recording = false) {
   std::string device = py::str(obj.attr("device").attr("type")).cast<std::string>();
-  if (device != "cpu") {
-    ThrowInvalid(what + ": a tensor on device '" + device +
-                 "': this build of the Python binding fingerprints CPU tensors only "
-                 "(CUDA tensors are not supported yet); move it with .cpu() or leave it out");
+  const bool cuda = device == "cuda" && for_recording;
+  if (device != "cpu" && !cuda) {
+    ThrowInvalid(what + ": a tensor on device '" + device + "': " +
+                 (device == "cuda" ? "CUDA tensors can be recorded (Session.record), not registered as state or "
+                                     "fingerprinted on the host"
+                                   : "dgrr reads CPU tensors and records CUDA ones") +
+                 "; move it with .cpu() or leave it out");
   }
   std::string layout = py::str(obj.attr("layout")).cast<std::string>();
   if (layout != "torch.strided") ThrowInvalid(what + ": a " + layout + " tensor; only dense tensors");
@@ -416,8 +437,12 @@ void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view)
   view.ref.dtype = *dtype;
   view.ref.bytes = ElementCount(shape) * obj.attr("element_size")().cast<uint64_t>();
   view.ref.data = reinterpret_cast<const void*>(obj.attr("data_ptr")().cast<uintptr_t>());
-  view.writable = true;
+  view.writable = !cuda;
   view.owner = py::reinterpret_borrow<py::object>(obj);
+  if (cuda) {
+    view.ref.where = CurrentStreamOf(obj, what);
+    return;  // the fast path knows CPU tensors only
+  }
   LearnTorchTensor(obj, *dtype);
 }
 
@@ -804,6 +829,10 @@ class PySession {
   static TensorView RecordedView(const PyBoundary& boundary, const py::handle& array) {
     TensorView view;
     if (FastViewTorch(array, view)) return view;
+    if (LooksLikeTorchTensor(array)) {
+      ViewTorch(array, "record '" + boundary.name + "'", view, /*for_recording=*/true);
+      return view;
+    }
     return ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
   }
 

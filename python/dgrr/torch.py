@@ -23,8 +23,9 @@ What it records, without editing the model:
   loss                  the loss tensor                          (forward, output)
 
 CPU tensors are fingerprinted in place from their storage (no copy unless
-a module's output is not contiguous). CUDA tensors are refused with a
-clear error: this slice has no device fingerprint path yet. Only what the
+a module's output is not contiguous); CUDA tensors on their device, on
+torch's current stream, without the host waiting (registered state and
+DataParallel are CPU-only so far). Only what the
 session's mode records is hooked. DataParallel sums per-micro-batch
 gradients across the processes of an `mpirun` job in dgrr's canonical tree,
 so the run has the bits of one process.

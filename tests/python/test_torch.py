@@ -150,6 +150,37 @@ def test_instrumenting_twice_is_refused(session):
     dgrr.torch.instrument(session, model).remove()
 
 
+class _CudaLookalike:
+    """What the binding sees of a CUDA tensor, without a GPU: a torch-like
+    object whose device is cuda:0 (its pointer is never read on the host)."""
+
+    class device:  # noqa: N801 (mirrors torch.Tensor.device)
+        type = "cuda"
+        index = 0
+
+    layout = "torch.strided"
+    dtype = torch.float32
+    shape = (4,)
+
+    def data_ptr(self):
+        return 0x1000
+
+    def is_contiguous(self):
+        return True
+
+    def element_size(self):
+        return 4
+
+
+def test_cuda_tensors_are_recorded_not_registered(session):
+    # State and dgrr.fingerprint read the bytes on the host: a CUDA tensor is
+    # refused by name there, and never dereferenced.
+    with pytest.raises(dgrr.InvalidArgumentError, match="CUDA tensors can be recorded"):
+        session.register_state("w", _CudaLookalike())
+    with pytest.raises(dgrr.InvalidArgumentError, match="CUDA tensors can be recorded"):
+        dgrr.fingerprint(_CudaLookalike())
+
+
 def test_unsupported_tensors_are_refused(session):
     b = session.declare_boundary("x", "forward", "output", "other")
     session.resume()
