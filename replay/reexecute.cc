@@ -301,6 +301,13 @@ Status CollectResults(int world_size, ReexecuteResult& result) {
   // A rank that stops at a mismatch takes its peers down with it: the
   // mismatch is the finding, their failures its consequence.
   if (result.mismatch || problems.empty()) return Status::OK();
+  // The program's own divergence check, or a request it refused: said as such.
+  for (const ControlResult& r : result.ranks) {
+    if (r.outcome != ControlOutcome::kFailed || !r.failure_code) continue;
+    const std::string where = "the replayed program, rank " + std::to_string(r.rank) + ": " + r.message;
+    if (*r.failure_code == StatusCode::kDivergence) return Status::Divergence(where);
+    if (*r.failure_code == StatusCode::kInvalidArgument) return Status::InvalidArgument(where);
+  }
   return Status::IntegrityFailure("the replayed program did not complete: " + problems.front() +
                                   (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
                                                              " more rank" + (problems.size() > 2 ? "s" : "") + ")"
@@ -322,7 +329,11 @@ StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
 StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
                                     ControlFile control, const ReexecuteOptions& options) {
   ReexecuteResult result;
-  DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
+  if (options.launch) {
+    result.launch = *options.launch;
+  } else {
+    DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
+  }
   DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
   const LaunchRecord& launch = result.launch;
   if (const auto* mpi = MpiLauncherVariable(launch)) {
