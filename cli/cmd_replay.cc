@@ -115,7 +115,7 @@ void WarnIfProgramChanged(const std::string& run_dir) {
 // train run that kept none), and a control file tells its session to restore
 // the checkpoint, verify every record against the recorded traces and stop
 // after --to (replay/reexecute.h).
-int RunLaunchedReplay(ReplayRequest q) {
+int Replay(ReplayRequest q) {
   const std::string& run_dir = q.run_dir;
   auto launch = model::LaunchOfRun(run_dir);
   if (!launch.ok()) return ReportError("replay", launch.status());
@@ -257,17 +257,17 @@ int RunLaunchedReplay(ReplayRequest q) {
 }
 
 int RunReplay(const std::vector<std::string>& args) {
-  std::string run_dir, dump_dir = ".";
+  ReplayRequest q;
+  q.dump_dir = ".";
   std::vector<std::string> dump_texts;
-  int64_t from = 0, to = -1;
   po::options_description options("Options");
-  options.add_options()("run", po::value(&run_dir)->required(), "run directory (positional)")(
-      "from", po::value(&from)->default_value(0), "first step to check")(
-      "to", po::value(&to), "last step to check (default: the last step every rank's trace completed)")(
+  options.add_options()("run", po::value(&q.run_dir)->required(), "run directory (positional)")(
+      "from", po::value(&q.from)->default_value(0), "first step to check")(
+      "to", po::value(&q.to), "last step to check (default: the last step every rank's trace completed)")(
       "dump", po::value(&dump_texts)->composing(),
       "NAME@STEP[:RANK]: write the full tensor(s) of boundary NAME at STEP on RANK (default: every "
       "rank) to DUMP_DIR/NAME@STEP.rankR.h5; repeatable")(
-      "dump-dir", po::value(&dump_dir), "directory for --dump files (default: the current one)")(
+      "dump-dir", po::value(&q.dump_dir), "directory for --dump files (default: the current one)")(
       "json", "print the result as JSON (schema dgrr.replay/1)")(
       "quiet,q", "print nothing on success: the exit code says (errors and warnings still go to stderr; "
                  "--json still prints its object)")(
@@ -300,18 +300,11 @@ int RunReplay(const std::vector<std::string>& args) {
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
-  std::vector<DumpSpec> specs;
   for (const std::string& text : dump_texts) {
     auto spec = ParseDumpSpec(text);
     if (!spec.ok()) return ReportError("replay", spec.status());
-    specs.push_back(*spec);
+    q.specs.push_back(*spec);
   }
-  ReplayRequest q;
-  q.run_dir = run_dir;
-  q.dump_dir = dump_dir;
-  q.specs = specs;
-  q.from = from;
-  q.to = to;
   q.from_given = !vm["from"].defaulted();
   q.to_given = vm.count("to") > 0;
   if (vm.count("checkpoint")) q.checkpoint = vm["checkpoint"].as<uint64_t>();
@@ -319,7 +312,7 @@ int RunReplay(const std::vector<std::string>& args) {
   q.json = vm.count("json") > 0;
   q.quiet = vm.count("quiet") > 0;
   q.allow_changed_program = vm.count("allow-changed-program") > 0;
-  return RunLaunchedReplay(std::move(q));
+  return Replay(std::move(q));
 }
 
 }  // namespace
