@@ -42,10 +42,7 @@ StatusOr<LaunchRecord> TrainLaunch(const std::string& run_dir) {
   record.script.clear();
   record.script_xxh3 = 0;
   // One rank process of an MPI job is re-launched as the whole run, in threads.
-  while (const auto* mpi = MpiLauncherVariable(record)) {
-    const std::string name = mpi->first;
-    std::erase_if(record.environment, [&](const auto& v) { return v.first == name; });
-  }
+  std::erase_if(record.environment, [](const auto& v) { return IsMpiJobVariable(v.first); });
   return record;
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -314,6 +315,49 @@ Status CollectResults(int world_size, ReexecuteResult& result) {
                                                        : ""));
 }
 
+// `name` found in a directory of PATH, as an absolute path; NotFound otherwise.
+StatusOr<std::string> FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (size_t begin = 0; begin <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::string dir = dirs.substr(begin, end - begin);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return Absolute(candidate);
+    begin = end + 1;
+  }
+  return Status::NotFound(name + " is not on PATH");
+}
+
+// What to start for `launch`: the program itself, or, when an MPI launcher
+// started it (one rank of a job), Open MPI's mpirun with the recorded number
+// of processes, the recorded executable and its arguments. The variables the
+// launcher set for the recorded job are left out (mpirun sets its own for
+// the new one: IsMpiJobVariable); as root, Open
+// MPI is told that this is meant (as the tests and CI run it); on a machine
+// with fewer cores than ranks the job is oversubscribed, which changes no bit.
+StatusOr<LaunchRecord> MpiJobOf(const std::string& run_dir, const LaunchRecord& launch, int world_size) {
+  const auto* mpi = MpiLauncherVariable(launch);
+  if (mpi == nullptr) return launch;
+  auto mpirun = FindOnPath("mpirun");
+  if (!mpirun.ok()) {
+    return Status::FailedPrecondition(run_dir + ": the program ran as " + std::to_string(world_size) +
+                                      " rank(s) started by an MPI launcher (" + mpi->first + "=" + mpi->second +
+                                      " in launch.json), and " + mpirun.status().message() +
+                                      " to start the job again");
+  }
+  LaunchRecord job = launch;
+  job.executable = *mpirun;
+  job.argv = {*mpirun, "--oversubscribe", "-np", std::to_string(world_size), launch.executable};
+  job.argv.insert(job.argv.end(), launch.argv.begin() + (launch.argv.empty() ? 0 : 1), launch.argv.end());
+  std::erase_if(job.environment, [](const auto& v) { return IsMpiJobVariable(v.first); });
+  if (::geteuid() == 0) {
+    job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  }
+  return job;
+}
+
 }  // namespace
 
 StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
@@ -336,12 +380,8 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   }
   DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
   const LaunchRecord& launch = result.launch;
-  if (const auto* mpi = MpiLauncherVariable(launch)) {
-    return Status::FailedPrecondition(
-        run_dir + ": the program ran as " + std::to_string(world_size) + " rank(s) started by an MPI launcher (" +
-        mpi->first + "=" + mpi->second +
-        " in launch.json); dgrr re-executes a program as one process and does not start MPI jobs yet");
-  }
+  // One rank of an MPI job: the job is started again, under mpirun.
+  DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, launch, world_size));
   DGRR_RETURN_IF_ERROR(
       CheckDigest("executable", launch.executable, launch.executable_xxh3, options.allow_changed_program));
   if (!launch.script.empty()) {
@@ -365,7 +405,7 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   result.log_path = result.out_dir + "/program.log";
   DGRR_ASSIGN_OR_RETURN(auto log, OpenWritableFile(result.log_path, /*truncate=*/true));
   SignalForwarding forwarding;
-  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(launch, ChildEnvironment(launch, control.path)));
+  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(start, ChildEnvironment(start, control.path)));
   forwarding.Attach(child.pid);
   OutputSink sink(log.get(), options.output);
   auto exit_code = CollectAndWait(child, sink);

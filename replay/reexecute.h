@@ -54,7 +54,11 @@ struct ReexecuteResult {
 StatusOr<int> RecordedWorldSize(const std::string& run_dir);
 
 // Runs `run_dir`'s program under `control` (its run_dir is set to
-// `out_dir`, which must not exist yet and is created). Errors:
+// `out_dir`, which must not exist yet and is created). A program that ran as
+// the ranks of an MPI job (its launch record holds the launcher's variables)
+// is started again as such a job: `mpirun --oversubscribe -np N` (N the
+// recorded world size, mpirun from PATH; FailedPrecondition when there is
+// none) with the recorded executable and arguments. Errors:
 // NotFound/IOError when the run has no launch record or the program cannot
 // be started (exit 2); IntegrityFailure when the executable or script
 // changed since the recording (exit 5) unless allowed; IntegrityFailure
