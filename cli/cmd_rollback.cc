@@ -1,7 +1,6 @@
 // dgrr rollback: leave a run directory as if training had stopped right after
-// a given step, so `dgrr train --resume` continues from there (model/rollback.h).
-#include <unistd.h>
-
+// a given step, so resuming it continues from there (replay/rollback.h; the
+// program re-launched from its launch record, model/launch.h).
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -97,8 +96,9 @@ int RunRollback(const std::vector<std::string>& args) {
       "rollback", "dgrr rollback RUN_DIR --step S [--fallback] [--quiet] [--json]",
       "Leaves RUN_DIR as if training had stopped right after step S (0-based), so that resuming it\n"
       "('dgrr train --out RUN_DIR --resume', or re-running a program's own command) continues from\n"
-      "step S+1 and ends with the traces and parameters of the uninterrupted run. Any program\n"
-      "whose run has a launch.json is re-executed from it under a control file (docs/control-file.md). The state after S comes from RUN_DIR's checkpoint of\n"
+      "step S+1 and ends with the traces and parameters of the uninterrupted run. The run's program\n"
+      "(dgrr train's too) is re-executed from RUN_DIR/launch.json under a control file\n"
+      "(docs/control-file.md), as an MPI job when it ran as one. The state after S comes from RUN_DIR's checkpoint of\n"
       "S, or is re-executed from the newest good checkpoint before S (or from the start) in a\n"
       "scratch directory, checking every record against RUN_DIR's traces (a mismatch: exit 5,\n"
       "RUN_DIR untouched). Then, in this order: the checkpoint of S is written to RUN_DIR/ckpt,\n"
