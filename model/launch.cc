@@ -62,6 +62,14 @@ StatusOr<LaunchRecord> LaunchOfRun(const std::string& run_dir) {
     DGRR_RETURN_IF_ERROR(Trainer::Create(o).status());
   }
   auto recorded = ReadLaunchRecord(run_dir);
+  if (recorded.ok() && train_run) {
+    // The settings are those of the run where it is now: a run directory
+    // moved or copied since the recording names its old place in --out.
+    std::error_code ec;
+    const std::filesystem::path here = std::filesystem::absolute(run_dir, ec);
+    recorded->argv = {recorded->executable, "train", "--out", ec ? run_dir : here.lexically_normal().string(),
+                      "--resume"};
+  }
   if (recorded.ok() || !recorded.status().IsNotFound()) return recorded;
   if (!train_run) {
     return Status::Corruption(run_dir + ": no " + kLaunchFileName +

@@ -66,6 +66,16 @@ TEST_F(TrainReexecTest, ARunWithoutALaunchRecordIsReexecutedFromItsConfig) {
   ASSERT_EQ(RunCommand({"bisect", "--good", run, "--bad", run, "--quiet"}), 0) << err_;
 }
 
+TEST_F(TrainReexecTest, AMovedRunIsReexecutedWhereItIsNow) {
+  // launch.json names the run's old place; its settings are read where it is.
+  Train(Path("before"), {"--quiet"});
+  fs::rename(Path("before"), Path("after"));
+  ASSERT_EQ(RunCommand({"replay", Path("after"), "--from", "3", "--json"}), 0) << err_;
+  EXPECT_EQ(nlohmann::json::parse(out_).at("result"), "verified");
+  ASSERT_EQ(RunCommand({"rollback", Path("after"), "--step", "4", "--quiet"}), 0) << err_;
+  EXPECT_FALSE(fs::exists(Path("before")));
+}
+
 TEST_F(TrainReexecTest, TheTrainersOwnSdcCheckAndARefusedDumpKeepTheirExitCodes) {
   // A flipped parameter on rank 1 stops the run at the SDC check after step 2
   // (exit 4); the re-execution stops there the same way: exit 4, not 5.
