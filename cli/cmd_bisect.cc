@@ -2,12 +2,12 @@
 // long runs recorded cheaply, by replaying only the interval where they part
 // (docs/bisect.md; JSON schema dgrr.bisect/1, docs/json/bisect.md).
 #include <iostream>
+#include <map>
 
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
 #include "cli/deleted_paths.h"
-#include "cli/run_kind.h"
-#include "model/trainer.h"
+#include "model/launch.h"
 #include "replay/bisect.h"
 #include "replay/reexecute.h"
 
@@ -16,41 +16,14 @@ namespace {
 
 constexpr const char* kName = "bisect";
 
-// Re-executes a run of the reference workload from its own config.json:
-// the same model, data, ranks and injected faults, every boundary recorded.
-class TrainerReplayer : public replay::IntervalReplayer {
- public:
-  Status Replay(const std::string& run_dir, std::optional<uint64_t> checkpoint_step, uint64_t last_step,
-                const std::string& out_dir) override {
-    DGRR_ASSIGN_OR_RETURN(model::TrainOptions o, model::TrainOptionsFromRun(run_dir));
-    if (static_cast<int64_t>(last_step) >= o.steps) {
-      return Status::InvalidArgument("step " + std::to_string(last_step) + " is beyond the run's " +
-                                     std::to_string(o.steps) + " steps");
-    }
-    o.out_dir = out_dir;
-    o.mode = RecordMode::kFull;
-    o.last_step = static_cast<int64_t>(last_step);
-    o.write_checkpoints = false;
-    if (checkpoint_step) o.restore_checkpoint = checkpoint::CheckpointPath(run_dir, *checkpoint_step);
-    DGRR_ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(o));
-    model::TrainResult result;
-    Status s = trainer->Run(nullptr, &result);
-    // A run its SDC check stopped (a rank's copy of the state was corrupted)
-    // stops the same way when replayed, after recording the step where the
-    // ranks parted: the replay holds what bisect compares, and whether it
-    // matches the recording is checked from its STEP records.
-    if (s.code() == StatusCode::kDivergence) return Status::OK();
-    return s;
-  }
-};
-
-// Re-executes a run of any program that links libdgrr from its launch.json,
-// under a control file: the program's own loop, every boundary recorded,
+// Re-executes a run of any program that links libdgrr (dgrr train's too)
+// from its launch record, under a control file: the program's own loop, every boundary recorded,
 // stopped after the interval (replay/reexecute.h). Nothing is verified: the
 // replays are what bisect compares.
 class LaunchedReplayer : public replay::IntervalReplayer {
  public:
-  explicit LaunchedReplayer(bool allow_changed_program) : allow_changed_program_(allow_changed_program) {}
+  LaunchedReplayer(bool allow_changed_program, std::map<std::string, LaunchRecord> launches)
+      : allow_changed_program_(allow_changed_program), launches_(std::move(launches)) {}
   Status Replay(const std::string& run_dir, std::optional<uint64_t> checkpoint_step, uint64_t last_step,
                 const std::string& out_dir) override {
     ControlFile control;
@@ -59,7 +32,14 @@ class LaunchedReplayer : public replay::IntervalReplayer {
     control.stop_after_step = last_step;
     replay::ReexecuteOptions options;
     options.allow_changed_program = allow_changed_program_;
-    DGRR_ASSIGN_OR_RETURN(replay::ReexecuteResult result, replay::Reexecute(run_dir, out_dir, control, options));
+    options.launch = launches_.at(run_dir);
+    auto reexecuted = replay::Reexecute(run_dir, out_dir, control, options);
+    // A run its SDC check stopped (a rank's copy of the state was corrupted)
+    // stops the same way when replayed, after recording the step where the
+    // ranks parted: the replay holds what bisect compares, and whether it
+    // matches the recording is checked from its STEP records.
+    if (reexecuted.status().code() == StatusCode::kDivergence) return Status::OK();
+    DGRR_ASSIGN_OR_RETURN(replay::ReexecuteResult result, std::move(reexecuted));
     for (const ControlResult& r : result.ranks) {
       if (!r.last_step || *r.last_step < last_step) {
         return Status::IntegrityFailure(run_dir + ": the replay of rank " + std::to_string(r.rank) + " stopped " +
@@ -73,6 +53,7 @@ class LaunchedReplayer : public replay::IntervalReplayer {
 
  private:
   bool allow_changed_program_;
+  std::map<std::string, LaunchRecord> launches_;  // by run directory
 };
 
 // The replays' scratch directory is gone by the time the report is printed
@@ -115,7 +96,7 @@ int RunBisect(const std::vector<std::string>& args) {
        "drop boundaries whose name matches GLOB from both replays (repeatable)")
       ("quiet,q", po::bool_switch(), "no progress lines on stderr")
       ("allow-changed-program", po::bool_switch(),
-       "runs with a launch.json: re-execute even when a program's executable changed since its recording");
+       "re-execute even when a program's executable changed since its recording");
   po::positional_options_description positional;
   po::variables_map vm;
   int parsed = ParseCommandLine(
@@ -128,8 +109,8 @@ int RunBisect(const std::vector<std::string>& args) {
       "3. The two replays are compared as by dgrr compare, naming the first divergent boundary,\n"
       "step and rank. Exit 0 when the runs agree, 4 when the replays name a divergence, 5 when\n"
       "the recordings differ but the replays do not (the difference did not reproduce).\n"
-      "Runs of dgrr train are re-executed in-process; runs of any other program that links libdgrr\n"
-      "are started again from their launch.json, under a control file (docs/bisect.md).",
+      "Both runs' programs are started again from their launch.json (dgrr train's runs that kept\n"
+      "none: 'dgrr train' with their config.json), under a control file (docs/bisect.md).",
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
@@ -141,19 +122,15 @@ int RunBisect(const std::vector<std::string>& args) {
     bisect.progress = [](const std::string& line) { std::cerr << "dgrr bisect: " << line << "\n"; };
   }
   const std::string good = vm["good"].as<std::string>(), bad = vm["bad"].as<std::string>();
-  const RunKind good_kind = ClassifyRun(good), bad_kind = ClassifyRun(bad);
-  for (const auto& [dir, kind] : {std::pair{good, good_kind}, std::pair{bad, bad_kind}}) {
-    if (kind == RunKind::kNeither) return ReportError(kName, NotReexecutable(dir));
+  // How to start each run's program again, before anything is bisected: a
+  // run that cannot be re-executed is refused in one line.
+  std::map<std::string, LaunchRecord> launches;
+  for (const std::string& dir : {good, bad}) {
+    auto launch = model::LaunchOfRun(dir);
+    if (!launch.ok()) return ReportError(kName, launch.status());
+    launches[dir] = std::move(launch).value();
   }
-  if ((good_kind == RunKind::kLaunched) != (bad_kind == RunKind::kLaunched)) {
-    return ReportError(kName, Status::InvalidArgument(
-                                  "one run is dgrr train's and the other a launched program's: bisect compares "
-                                  "two runs of the same training"));
-  }
-  TrainerReplayer trainer_replayer;
-  LaunchedReplayer launched_replayer(vm["allow-changed-program"].as<bool>());
-  replay::IntervalReplayer& replayer =
-      good_kind == RunKind::kLaunched ? static_cast<replay::IntervalReplayer&>(launched_replayer) : trainer_replayer;
+  LaunchedReplayer replayer(vm["allow-changed-program"].as<bool>(), std::move(launches));
   auto result = replay::Bisect(good, bad, replayer, bisect);
   if (!result.ok()) return ReportError(kName, result.status());
   if (vm["json"].as<bool>()) {

@@ -13,10 +13,10 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/tensor_file.h"
 #include "cli/command.h"
-#include "cli/run_kind.h"
-#include "model/trainer.h"
+#include "model/launch.h"
 #include "replay/reexecute.h"
 #include "runtime/trace_check.h"
+#include "runtime/session.h"
 
 namespace dgrr::cli {
 namespace {
@@ -110,12 +110,15 @@ void WarnIfProgramChanged(const std::string& run_dir) {
   }
 }
 
-// Replays a run of any program that links libdgrr: its launch.json says how
-// to start it again, and a control file tells its session to restore the
-// checkpoint, verify every record against the recorded traces and stop
+// Replays a run of any program that links libdgrr, dgrr train's included:
+// its launch.json says how to start it again (model/launch.h for a dgrr
+// train run that kept none), and a control file tells its session to restore
+// the checkpoint, verify every record against the recorded traces and stop
 // after --to (replay/reexecute.h).
-int RunLaunchedReplay(ReplayRequest q) {
+int Replay(ReplayRequest q) {
   const std::string& run_dir = q.run_dir;
+  auto launch = model::LaunchOfRun(run_dir);
+  if (!launch.ok()) return ReportError("replay", launch.status());
   auto world = replay::RecordedWorldSize(run_dir);
   if (!world.ok()) return ReportError("replay", world.status());
   auto recorded = LastStepCompletedByEveryRank(run_dir, *world);
@@ -137,7 +140,8 @@ int RunLaunchedReplay(ReplayRequest q) {
   if (q.from < 0 || q.to < q.from || q.to > last_recorded) {
     return ReportError("replay", Status::InvalidArgument(
                                      "need 0 <= --from <= --to <= " + std::to_string(last_recorded) +
-                                     " (the last step every rank's trace completed)"));
+                                     " (the last step every rank's trace completed; a run that stopped early, "
+                                     "was killed or rolled back replays what it recorded)"));
   }
   auto ckpt = q.checkpoint ? NamedCheckpoint(run_dir, *q.checkpoint)
                            : CheckpointBefore(run_dir, static_cast<uint64_t>(q.from));
@@ -172,6 +176,7 @@ int RunLaunchedReplay(ReplayRequest q) {
   if (q.allow_changed_program) WarnIfProgramChanged(run_dir);
   replay::ReexecuteOptions options;
   options.allow_changed_program = q.allow_changed_program;
+  options.launch = std::move(launch).value();
   auto result = replay::Reexecute(run_dir, out_dir, control, options);
   if (!result.ok()) {
     Status s = result.status();
@@ -252,27 +257,27 @@ int RunLaunchedReplay(ReplayRequest q) {
 }
 
 int RunReplay(const std::vector<std::string>& args) {
-  std::string run_dir, dump_dir = ".";
+  ReplayRequest q;
+  q.dump_dir = ".";
   std::vector<std::string> dump_texts;
-  int64_t from = 0, to = -1;
   po::options_description options("Options");
-  options.add_options()("run", po::value(&run_dir)->required(), "run directory (positional)")(
-      "from", po::value(&from)->default_value(0), "first step to check")(
-      "to", po::value(&to), "last step to check (default: the last step every rank's trace completed)")(
+  options.add_options()("run", po::value(&q.run_dir)->required(), "run directory (positional)")(
+      "from", po::value(&q.from)->default_value(0), "first step to check")(
+      "to", po::value(&q.to), "last step to check (default: the last step every rank's trace completed)")(
       "dump", po::value(&dump_texts)->composing(),
       "NAME@STEP[:RANK]: write the full tensor(s) of boundary NAME at STEP on RANK (default: every "
       "rank) to DUMP_DIR/NAME@STEP.rankR.h5; repeatable")(
-      "dump-dir", po::value(&dump_dir), "directory for --dump files (default: the current one)")(
+      "dump-dir", po::value(&q.dump_dir), "directory for --dump files (default: the current one)")(
       "json", "print the result as JSON (schema dgrr.replay/1)")(
       "quiet,q", "print nothing on success: the exit code says (errors and warnings still go to stderr; "
                  "--json still prints its object)")(
       "checkpoint", po::value<uint64_t>(),
-      "programs with a launch.json: restore exactly the checkpoint of this step (it must exist) instead of "
+      "restore exactly the checkpoint of this step (it must exist) instead of "
       "the newest one before --from")(
       "keep", po::value<std::string>(),
-      "programs with a launch.json: re-execute into DIR (which must not exist) and keep it")(
+      "re-execute into DIR (which must not exist) and keep it")(
       "allow-changed-program",
-      "programs with a launch.json: replay even when the executable's digest differs from the recording");
+      "replay even when the executable's digest differs from the recording");
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
@@ -284,144 +289,30 @@ int RunReplay(const std::vector<std::string>& args) {
       "the start) through --to, in a scratch directory, comparing every boundary and step end with\n"
       "the recorded traces as it goes. At the first difference it stops and names the step, rank,\n"
       "boundary and both fingerprints (exit 5); otherwise it reports how many records it verified.\n"
-      "The run's own config (RUN_DIR/config.json) drives the re-execution, faults included.\n"
+      "The recorded program is started again from RUN_DIR/launch.json (a run of dgrr train that kept\n"
+      "none: 'dgrr train' with its config.json, faults included) under a control file that tells its\n"
+      "session to restore the checkpoint, verify every record and stop after --to; it is refused\n"
+      "(exit 5) when its executable changed since the recording, unless --allow-changed-program.\n"
       "--dump writes the tensors recorded at a boundary (per-example boundaries: one dataset per\n"
       "example of the rank's shard) to an HDF5 file (docs/tensor-dump.md) once that step is done;\n"
       "compare two runs' dumps with 'dgrr diff-tensor'. With --dump and neither --from nor --to,\n"
-      "only the steps from the first to the last dump step are checked.\n"
-      "A run of any other program that links libdgrr is re-executed from RUN_DIR/launch.json: the\n"
-      "recorded program is started again (refused, exit 5, when its executable changed since the\n"
-      "recording, unless --allow-changed-program) with a control file that tells its session to\n"
-      "restore the checkpoint, verify every record and stop after --to.",
+      "only the steps from the first to the last dump step are checked.",
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
-  std::vector<DumpSpec> specs;
   for (const std::string& text : dump_texts) {
     auto spec = ParseDumpSpec(text);
     if (!spec.ok()) return ReportError("replay", spec.status());
-    specs.push_back(*spec);
+    q.specs.push_back(*spec);
   }
-  const RunKind kind = ClassifyRun(run_dir);
-  if (kind == RunKind::kNeither) return ReportError("replay", NotReexecutable(run_dir));
-  if (kind == RunKind::kLaunched) {
-    ReplayRequest q;
-    q.run_dir = run_dir;
-    q.dump_dir = dump_dir;
-    q.specs = specs;
-    q.from = from;
-    q.to = to;
-    q.from_given = !vm["from"].defaulted();
-    q.to_given = vm.count("to") > 0;
-    if (vm.count("checkpoint")) q.checkpoint = vm["checkpoint"].as<uint64_t>();
-    if (vm.count("keep")) q.keep_dir = vm["keep"].as<std::string>();
-    q.json = vm.count("json") > 0;
-    q.quiet = vm.count("quiet") > 0;
-    q.allow_changed_program = vm.count("allow-changed-program") > 0;
-    return RunLaunchedReplay(std::move(q));
-  }
-  if (vm.count("checkpoint") || vm.count("keep") || vm.count("allow-changed-program")) {
-    return ReportError("replay", Status::InvalidArgument(
-                                     "--checkpoint, --keep and --allow-changed-program are for runs with a "
-                                     "launch.json; " +
-                                     run_dir + " is a run of dgrr train"));
-  }
-  auto opts = model::TrainOptionsFromRun(run_dir);
-  if (!opts.ok()) return ReportError("replay", opts.status());
-  // A run stopped early (killed, or rolled back) has recorded fewer steps
-  // than its config names: replay what every rank recorded, not past it.
-  auto recorded = LastStepCompletedByEveryRank(run_dir, opts->ranks);
-  if (!recorded.ok()) return ReportError("replay", recorded.status());
-  const int64_t last_recorded = std::min<int64_t>(*recorded, opts->steps - 1);
-  if (last_recorded < 0) {
-    return ReportError("replay", Status::FailedPrecondition(
-                                     run_dir + " has no completed step on every rank: nothing to replay"));
-  }
-  if (!vm.count("to")) to = last_recorded;
-  if (!specs.empty() && vm["from"].defaulted() && !vm.count("to")) {
-    // Just the steps the dumps need.
-    from = to = specs[0].step;
-    for (const DumpSpec& d : specs) {
-      from = std::min(from, d.step);
-      to = std::max(to, d.step);
-    }
-  }
-  if (from < 0 || to < from || to > last_recorded) {
-    return ReportError("replay", Status::InvalidArgument(
-                                     "need 0 <= --from <= --to <= " + std::to_string(last_recorded) +
-                                     (last_recorded < opts->steps - 1
-                                          ? " (the last step every rank's trace completed; the run stopped early)"
-                                          : " (the run's last step)")));
-  }
-  auto ckpt = CheckpointBefore(run_dir, static_cast<uint64_t>(from));
-  if (!ckpt.ok()) return ReportError("replay", ckpt.status());
-
-  auto scratch = ScratchDirectory::Create("dgrr-replay");
-  if (!scratch.ok()) return ReportError("replay", scratch.status());
-  model::TrainOptions o = *opts;
-  o.out_dir = scratch->path() + "/run";
-  o.verify_against = run_dir;
-  o.last_step = to;
-  o.write_checkpoints = false;
-  if (*ckpt) o.restore_checkpoint = (*ckpt)->second;
-  // One request per rank, so every file's path is known up front.
-  for (const DumpSpec& d : specs) {
-    const int first_rank = d.rank.value_or(0), last_rank = d.rank.value_or(opts->ranks - 1);
-    for (int rank = first_rank; rank <= last_rank; ++rank) {
-      o.dumps.push_back({d.boundary, d.step, rank,
-                         checkpoint::TensorDumpPath(dump_dir, d.boundary, static_cast<uint64_t>(d.step), rank)});
-    }
-  }
-
-  model::TrainResult result;
-  Status s;
-  auto trainer = model::Trainer::Create(o);
-  s = trainer.ok() ? (*trainer)->Run(nullptr, &result) : trainer.status();
-  const std::vector<std::string> written =
-      trainer.ok() ? (*trainer)->dumps_written() : std::vector<std::string>{};
-  auto was_written = [&](const std::string& path) {
-    return std::find(written.begin(), written.end(), path) != written.end();
-  };
-  std::string not_written;
-  for (const model::DumpRequest& d : o.dumps) {
-    if (!was_written(d.path)) not_written += (not_written.empty() ? "" : ", ") + d.path;
-  }
-  if (s.code() == StatusCode::kIntegrityFailure && !not_written.empty()) {
-    ReportWarning("replay", "not written (the replay stopped first): " + not_written);
-  }
-  if (!s.ok() && s.code() != StatusCode::kIntegrityFailure) return ReportError("replay", s);
-
-  const int64_t first = *ckpt ? static_cast<int64_t>((*ckpt)->first) + 1 : 0;
-  if (vm.count("json")) {
-    nlohmann::ordered_json j = {{"schema", "dgrr.replay/1"},
-                                {"run", run_dir},
-                                {"from_checkpoint", *ckpt ? nlohmann::ordered_json((*ckpt)->first)
-                                                         : nlohmann::ordered_json(nullptr)},
-                                {"first_step", first},
-                                {"last_step", to},
-                                {"result", s.ok() ? "verified" : "diverged"},
-                                {"boundaries_verified", result.boundaries_verified},
-                                {"steps_verified", result.steps_verified}};
-    nlohmann::ordered_json dumps = nlohmann::ordered_json::array();
-    for (const model::DumpRequest& d : o.dumps) {
-      dumps.push_back({{"boundary", d.boundary},
-                       {"step", d.step},
-                       {"rank", *d.rank},
-                       {"path", d.path},
-                       {"written", was_written(d.path)}});
-    }
-    j["dumps"] = dumps;
-    if (!s.ok()) j["message"] = s.message();
-    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else if (s.ok() && vm.count("quiet") == 0) {
-    std::cout << "replayed steps " << first << ".." << to << " of " << run_dir
-              << (*ckpt ? " from the checkpoint of step " + std::to_string((*ckpt)->first) : " from the start")
-              << ": " << result.boundaries_verified << " boundaries and " << result.steps_verified
-              << " step ends match the recorded traces\n";
-    for (const std::string& path : written) std::cout << "wrote " << path << "\n";
-  }
-  if (!s.ok()) return ReportError("replay", s);
-  return kExitOk;
+  q.from_given = !vm["from"].defaulted();
+  q.to_given = vm.count("to") > 0;
+  if (vm.count("checkpoint")) q.checkpoint = vm["checkpoint"].as<uint64_t>();
+  if (vm.count("keep")) q.keep_dir = vm["keep"].as<std::string>();
+  q.json = vm.count("json") > 0;
+  q.quiet = vm.count("quiet") > 0;
+  q.allow_changed_program = vm.count("allow-changed-program") > 0;
+  return Replay(std::move(q));
 }
 
 }  // namespace

@@ -1,15 +1,13 @@
 // dgrr rollback: leave a run directory as if training had stopped right after
-// a given step, so `dgrr train --resume` continues from there (model/rollback.h).
-#include <unistd.h>
-
-#include <chrono>
+// a given step, so resuming it continues from there (replay/rollback.h; the
+// program re-launched from its launch record, model/launch.h).
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
 #include "cli/command.h"
-#include "cli/run_kind.h"
+#include "model/launch.h"
 #include "model/rollback.h"
 
 namespace dgrr::cli {
@@ -98,8 +96,9 @@ int RunRollback(const std::vector<std::string>& args) {
       "rollback", "dgrr rollback RUN_DIR --step S [--fallback] [--quiet] [--json]",
       "Leaves RUN_DIR as if training had stopped right after step S (0-based), so that resuming it\n"
       "('dgrr train --out RUN_DIR --resume', or re-running a program's own command) continues from\n"
-      "step S+1 and ends with the traces and parameters of the uninterrupted run. Any program\n"
-      "whose run has a launch.json is re-executed from it under a control file (docs/control-file.md). The state after S comes from RUN_DIR's checkpoint of\n"
+      "step S+1 and ends with the traces and parameters of the uninterrupted run. The run's program\n"
+      "(dgrr train's too) is re-executed from RUN_DIR/launch.json under a control file\n"
+      "(docs/control-file.md), as an MPI job when it ran as one. The state after S comes from RUN_DIR's checkpoint of\n"
       "S, or is re-executed from the newest good checkpoint before S (or from the start) in a\n"
       "scratch directory, checking every record against RUN_DIR's traces (a mismatch: exit 5,\n"
       "RUN_DIR untouched). Then, in this order: the checkpoint of S is written to RUN_DIR/ckpt,\n"
@@ -110,28 +109,27 @@ int RunRollback(const std::vector<std::string>& args) {
   if (rc >= 0) return rc;
   o.fallback = vm.count("fallback") > 0;
   const bool quiet = vm.count("quiet") > 0;
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  auto last_print = std::chrono::steady_clock::now();
-  bool announced = false;
+  replay::ReexecuteOptions reexecute;
+  reexecute.allow_changed_program = vm.count("allow-changed-program") > 0;
   if (!quiet) {
-    o.progress = [&](const model::TrainProgress& p) {
-      // Re-execution can take a while: a line at the first step, then every few seconds.
-      const auto now = std::chrono::steady_clock::now();
-      const bool last = p.step == o.step;
-      if (announced && !last && now - last_print < std::chrono::seconds(tty ? 1 : 3)) return;
-      announced = true;
-      last_print = now;
-      std::fprintf(stderr, "dgrr rollback: re-executed step %lld, verified against the traces (rolling back to step %lld)\n",
-                   static_cast<long long>(p.step), static_cast<long long>(o.step));
+    // The re-executed program's progress (dgrr train under a control file
+    // says "re-executed step N"), said as this rollback's.
+    reexecute.output = [&](const std::string& line) {
+      const std::string prefix = "dgrr train: ";
+      if (line.rfind(prefix + "re-executed step ", 0) != 0) return;
+      std::fprintf(stderr, "dgrr rollback: %s (rolling back to step %lld)\n", line.substr(prefix.size()).c_str(),
+                   static_cast<long long>(o.step));
     };
   }
-  // Programs that record how to run them again are re-launched; the
-  // reference trainer's runs are re-executed in this process.
-  const RunKind kind = ClassifyRun(o.run_dir);
-  if (kind == RunKind::kNeither) return ReportError("rollback", NotReexecutable(o.run_dir));
-  auto result = kind == RunKind::kLaunched
-                    ? replay::RollbackLaunchedRun(o, vm.count("allow-changed-program") > 0)
-                    : model::Rollback(o);
+  // One path for every run: its program is launched again from its launch
+  // record (model/launch.h gives dgrr train's runs that kept none).
+  if (o.step < 0) {
+    return ReportError("rollback", Status::InvalidArgument("--step must not be negative, got " + std::to_string(o.step)));
+  }
+  auto launch = model::LaunchOfRun(o.run_dir);
+  if (!launch.ok()) return ReportError("rollback", launch.status());
+  reexecute.launch = std::move(launch).value();
+  auto result = replay::RollbackLaunchedRun(o, reexecute);
   if (!result.ok()) return ReportError("rollback", result.status());
   if (!quiet) {
     for (const auto& skipped : result->skipped_checkpoints) {

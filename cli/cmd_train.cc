@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <chrono>
 #include <cstdio>
@@ -170,6 +172,23 @@ class ProgressPrinter {
   bool live_ = false;
   std::chrono::steady_clock::time_point last_print_{};
 };
+
+// Progress under a control file: "dgrr train: re-executed step S" at the
+// first step, every few seconds and at the control's last step (dgrr
+// rollback shows these as its own progress).
+std::function<void(const TrainProgress&)> ReexecutionProgress(const ControlFile& control, bool quiet) {
+  if (quiet) return nullptr;
+  const std::string verified = control.verify_run_dir.empty() ? "" : ", verified against the traces";
+  const std::optional<uint64_t> last = control.stop_after_step;
+  auto last_print = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+  return [verified, last, last_print](const TrainProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool final = last && static_cast<uint64_t>(p.step) == *last;
+    if (*last_print && !final && now - **last_print < std::chrono::seconds(3)) return;
+    *last_print = now;
+    std::fprintf(stderr, "dgrr train: re-executed step %lld%s\n", static_cast<long long>(p.step), verified.c_str());
+  };
+}
 
 bool Given(const po::variables_map& vm, const char* flag) {
   return vm.count(flag) > 0 && !vm[flag].defaulted();
@@ -430,8 +449,14 @@ int RunTrain(const std::vector<std::string>& args) {
                  audit_every > 0 ? (", audit every " + std::to_string(audit_every) + " step(s)").c_str() : "");
   }
   ProgressPrinter progress(quiet);
+  std::function<void(const TrainProgress&)> report = [&](const TrainProgress& p) { progress(p); };
+  if (const auto& control = (*trainer)->control()) {
+    // Re-executed by dgrr replay, rollback or bisect: one line now and then
+    // (the re-executor passes them on), the run's own summary stays in its log.
+    report = ReexecutionProgress(*control, quiet);
+  }
   model::TrainResult result;
-  Status s = RunTrainer(**trainer, as_mpi_rank, [&](const TrainProgress& p) { progress(p); }, &result);
+  Status s = RunTrainer(**trainer, as_mpi_rank, report, &result);
   progress.Break();
   if (!s.ok()) return ReportError("train", s);
   if (launched.rank != 0) return kExitOk;  // rank 0 reports the run

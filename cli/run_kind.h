@@ -1,7 +1,9 @@
-// Which re-execution path a run directory takes: `dgrr train`'s reference
-// runs (config.json of schema dgrr.run-config/1) keep the in-process
-// trainer; any other program's run is launched again from its launch.json
-// (replay/reexecute.h).
+// Which plan a run directory shows (dgrr plan): a run of `dgrr train`
+// (config.json of schema dgrr.run-config/1) shows the trainer's program and
+// its fast-forward plan even before its first checkpoint; any other
+// program's run (it has launch.json) shows what its newest checkpoint saved.
+// The commands that re-execute (replay, rollback, bisect) take one path for
+// every run instead (model/launch.h, replay/reexecute.h).
 #pragma once
 
 #include <string>
@@ -16,24 +18,21 @@ namespace dgrr::cli {
 
 enum class RunKind {
   kReference,  // dgrr train's, or not recognisably anything: the reference path reports it
-  kLaunched,   // has launch.json
+  kLaunched,   // another program's, with launch.json
   kNeither,    // a directory with neither a reference config nor launch.json
 };
 
 inline RunKind ClassifyRun(const std::string& run_dir) {
   const std::string config_path = ConfigPathFor(run_dir);
-  bool config_readable = false;
   if (PathExists(config_path)) {
     auto config = ReadJsonFile(config_path);
-    if (config.ok() && config->is_object() && config->contains("schema") &&
-        (*config)["schema"] == model::kRunConfigSchema) {
-      return RunKind::kReference;
-    }
-    config_readable = config.ok() && config->is_object();
+    // A damaged config.json is reported by the reference path, naming it.
+    if (!config.ok() || !config->is_object()) return RunKind::kReference;
+    if (config->contains("schema") && (*config)["schema"] == model::kRunConfigSchema) return RunKind::kReference;
   }
   if (PathExists(LaunchPathFor(run_dir))) return RunKind::kLaunched;
-  // A missing directory, or a damaged config.json, is reported as before.
-  if (!IsDirectory(run_dir) || (PathExists(config_path) && !config_readable)) return RunKind::kReference;
+  // A missing directory is reported as before.
+  if (!IsDirectory(run_dir)) return RunKind::kReference;
   return RunKind::kNeither;
 }
 
@@ -41,7 +40,7 @@ inline RunKind ClassifyRun(const std::string& run_dir) {
 inline Status NotReexecutable(const std::string& run_dir) {
   return Status::Corruption(run_dir + ": no " + kLaunchFileName +
                             ": the run does not say how to run it again (not a run of dgrr train, and "
-                            "its program did not record a launch; was it written by an older dgrr?)");
+                            "its program did not record a launch)");
 }
 
 }  // namespace dgrr::cli

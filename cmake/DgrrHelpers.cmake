@@ -80,6 +80,13 @@ function(dgrr_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  # Runs of dgrr train made in-process name the built dgrr as their program
+  # (model/launch.h); replays launch it.
+  if(TARGET dgrr)
+    target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support/dgrr_executable.cc)
+    target_compile_definitions(${name} PRIVATE DGRR_EXECUTABLE_FOR_TESTS="$<TARGET_FILE:dgrr>")
+    add_dependencies(${name} dgrr)
+  endif()
   _dgrr_test_common_flags(${name})
   if(TARGET dgrr_test_pch)
     target_precompile_headers(${name} REUSE_FROM dgrr_test_pch)

@@ -24,17 +24,17 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/kill_point.h"
-#include "checkpoint/tensor_file.h"
+#include "checkpoint/session_store.h"
 #include "model/adamw.h"
 #include "model/audit.h"
 #include "model/batch.h"
 #include "model/data_order.h"
 #include "model/gpt.h"
+#include "model/launch.h"
 #include "model/rollback.h"
 #include "model/schedule.h"
 #include "model/train_state.h"
 #include "model/training_program.h"
-#include "runtime/trace_check.h"
 #include "trace_format/reader.h"
 #include "runtime/canonical_reduce.h"
 #include "runtime/tree_reduce.h"
@@ -213,11 +213,6 @@ struct RankAudit {
   std::vector<uint8_t> tokens;
 };
 
-std::string ExpandRank(std::string path, int rank) {
-  for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(rank));
-  return path;
-}
-
 }  // namespace
 
 namespace {
@@ -257,6 +252,7 @@ struct Trainer::Impl {
   explicit Impl(Trainer& t);
   Status RunRank(Rank& rank);
   Status RunRankBody(Rank& rank);
+  Status RunSession(Rank& rank);
   Status AgreeOnRun(Rank& rank);
   Status AllReduceGradients(Rank& rank, int64_t step);
   Status Step(Rank& rank, int64_t step, bool* stop);
@@ -272,10 +268,6 @@ struct Trainer::Impl {
   StatusOr<checkpoint::ShardRecord> WriteCheckpointShard(Rank& rank, int64_t step);
   Status CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards);
   void PrepareDumps(Rank& rank, int64_t step);
-  void Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
-               std::span<const int64_t> dims, std::vector<uint8_t> bytes, const Fingerprint& fp,
-               ExampleRange examples);
-  Status WriteDumps(Rank& rank);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
   Trainer& t;
@@ -290,8 +282,6 @@ struct Trainer::Impl {
   Clock::time_point start;
   Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
-  std::mutex dumps_mu;
-  std::vector<std::string> dumps_written;  // guarded by dumps_mu
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
 };
 
@@ -375,14 +365,9 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       elements *= static_cast<uint64_t>(dims[i]);
     }
     t.bytes = elements * sizeof(float);
-    const bool dump = it->second.recorded && dumps_due.find(name) != dumps_due.end();
-    Fingerprint fp;
-    Status s = session->Record(it->second, t, {first_example, example_count}, dump ? &fp : nullptr);
+    // A control file's dump of this boundary is captured by the session.
+    Status s = session->Record(it->second, t, {first_example, example_count});
     if (!s.ok()) session->DeferError(s);
-    if (s.ok() && dump) {
-      impl.Capture(*this, name, it->second.phase, DType::kF32, dims, CopyBytes(data, t.bytes), fp,
-                   {first_example, example_count});
-    }
   }
 
   // TensorMutator: the per-example bitflip fault, applied to the real tensor.
@@ -510,21 +495,17 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   std::unique_ptr<DataOrder> data_order;
-  std::unique_ptr<TraceCheck> check;  // replay: the recorded trace to match
   float loss = 0;
   RunId run_id{};  // rank 0's
   // Set when a stop request ended the run after step `stopped_after`
   // (rank 0 samples the request and broadcasts it: every rank stops there).
   int64_t stopped_after = -1;
   bool checkpoint_at_stop = false;
-  uint64_t boundaries_verified = 0, steps_verified = 0;  // replay: over all ranks
-  // Dumps due on this rank at the current step, by boundary name: set before
-  // the workers start (they only look names up), filled on the rank thread.
-  struct PendingDump {
-    std::string path;
-    checkpoint::TensorDump dump;
-  };
-  std::map<std::string, PendingDump, std::less<>> dumps_due;
+  int64_t end_step = 0;  // one past the last step this rank finished
+  // The boundaries a control file dumps on this rank at the current step: set
+  // before the workers start (they only look names up), so that a worker
+  // keeps the bytes it fingerprints for the session to capture.
+  std::set<std::string, std::less<>> dumps_due;
   std::unique_ptr<RankAudit> audit;  // --audit-every: made at the first audited step
 };
 
@@ -600,20 +581,33 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   o.mode = t.options_.mode;
   // The directory was checked and cleared (or the traces cut) up front.
   o.open_mode = t.options_.resume && t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
-  if (!t.options_.verify_against.empty()) {
-    const uint64_t first_record = t.resume_from_ ? t.resume_from_->ranks[r].trace_position : 0;
-    DGRR_ASSIGN_OR_RETURN(rank.check, TraceCheck::Open(
-                                          TracePathFor(t.options_.verify_against, r), first_record));
-    o.check = rank.check.get();
-  }
   o.run_id = rank.run_id;
   o.config_json = t.config_.dump();
+  // Checkpoints restore across recording modes and thread counts (bisect
+  // re-executes an `sdc` run in `full`).
+  o.state_config_json = t.StateConfigJson();
   o.group = &rank.group;
-  // dgrr's own commands still re-execute the reference trainer in process
-  // (TrainOptions' replay fields), not through a control file.
-  o.reexecutable = false;
+  // Like any program: launch.json says how to start the run again, and a
+  // control file (dgrr replay, rollback, bisect) is obeyed by the session.
+  o.reexecutable = t.launch_.has_value();
+  o.launch = t.launch_;
+  if (t.control_) o.checkpoints = checkpoint::DefaultCheckpointStore();  // restores and dumps
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
+  Status status = RunSession(rank);
+  // A failure the session did not see itself (this rank's SDC check, a peer
+  // that failed) is the session's outcome too, for a control file's result.
+  if (!status.ok()) s.DeferError(status);
+  Status closed = s.Close();
+  DGRR_RETURN_IF_ERROR(status.ok() ? closed : status);
+  // Every trace closed before any rank reports.
+  return rank.comm.Barrier();
+}
+
+Status Trainer::Impl::RunSession(Rank& rank) {
+  const int r = rank.r;
+  Session& s = *rank.session;
+  if (t.control_) DGRR_RETURN_IF_ERROR(t.ValidateControlDumps());
 
   // Initialisation: every rank draws the same parameters from (init, tensor).
   DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(model));
@@ -629,7 +623,16 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
       *t.plan_, s.state()));
 
   int64_t first_step = 0;
-  if (t.resume_from_) {
+  if (t.control_) {
+    // The control's checkpoint (or none: step 0), and verification from it.
+    DGRR_ASSIGN_OR_RETURN(const uint64_t start, s.Resume());
+    first_step = static_cast<int64_t>(start);
+    if (first_step > 0) {
+      rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
+      rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
+    }
+    if (r == 0) t.first_step_ = first_step;
+  } else if (t.resume_from_) {
     const checkpoint::Checkpoint& ckpt = *t.resume_from_;
     std::set<std::string> skip;
     for (const auto& f : t.options_.faults) {
@@ -666,23 +669,13 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
     rank.allreduce_handles.push_back(h);
   }
 
-  Status status;
-  const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
-  for (int64_t step = first_step; step < end && status.ok(); ++step) {
+  rank.end_step = first_step;
+  for (int64_t step = first_step; step < t.options_.steps; ++step) {
     bool stop = false;
-    status = Step(rank, step, &stop);
-    if (stop) break;
-  }
-  Status closed = s.Close();
-  DGRR_RETURN_IF_ERROR(status.ok() ? closed : status);
-  // Totals over all ranks, and every trace closed before any rank reports.
-  const uint64_t mine[2] = {rank.check ? rank.check->boundaries_verified() : 0,
-                            rank.check ? rank.check->steps_verified() : 0};
-  std::vector<uint64_t> all(2 * static_cast<size_t>(rank.comm.size()));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine, sizeof(mine), all.data()));
-  for (size_t i = 0; i < all.size(); i += 2) {
-    rank.boundaries_verified += all[i];
-    rank.steps_verified += all[i + 1];
+    DGRR_RETURN_IF_ERROR(Step(rank, step, &stop));
+    rank.end_step = step + 1;
+    // A control file's last step (every rank reads the same file).
+    if (stop || s.ShouldStop(static_cast<uint64_t>(step))) break;
   }
   return Status::OK();
 }
@@ -772,7 +765,6 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   DGRR_RETURN_IF_ERROR(s.deferred_error());
   DGRR_RETURN_IF_ERROR(s.EndStep(static_cast<uint64_t>(step), rank.loss));
   KillPoint("step", step, rank.r);
-  DGRR_RETURN_IF_ERROR(WriteDumps(rank));
   const auto now = Clock::now();
   // The line goes before the step's checkpoint, which syncs it: a checkpoint
   // of step S always has its metrics line on disk.
@@ -788,10 +780,12 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_RETURN_IF_ERROR(metrics->Append(row));
   }
   if (rank.r == 0) step_start = now;
-  const bool periodic = t.options_.write_checkpoints && t.options_.ckpt_every > 0 &&
-                        (step + 1) % t.options_.ckpt_every == 0;
-  const bool last = t.options_.checkpoint_last_step && step == t.options_.last_step;
-  if (periodic || last) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+  // The run's own schedule (which a control file keeps only when it says
+  // so), and the steps a control file asks for (Session::ShouldCheckpoint).
+  const bool own_schedule = !t.control_ || t.control_->periodic_checkpoints;
+  const bool periodic = own_schedule && t.options_.ckpt_every > 0 && (step + 1) % t.options_.ckpt_every == 0;
+  const bool requested = s.ShouldCheckpoint(static_cast<uint64_t>(step));
+  if (periodic || requested) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
   if (rank.r == 0 && progress_) {
     TrainProgress p;
     p.step = step;
@@ -811,14 +805,13 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     // same step. Rank 0 writes it again only past the next step's barriers.
     uint8_t stop_sampled = rank.r == 0 && t.options_.stop->load() != 0 ? 1 : 0;
     DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&stop_sampled, 1, 0));
-    const int64_t end = t.options_.last_step >= 0 ? t.options_.last_step + 1 : t.options_.steps;
-    *stop = stop_sampled != 0 && step + 1 < end;
+    *stop = stop_sampled != 0 && step + 1 < t.options_.steps;
     if (!*stop) return Status::OK();
     // The checkpoint a resume continues from, when the run keeps checkpoints.
-    const bool at_stop = !periodic && !last && t.options_.write_checkpoints && t.options_.ckpt_every > 0;
+    const bool at_stop = !periodic && !requested && own_schedule && t.options_.ckpt_every > 0;
     if (at_stop) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
     rank.stopped_after = step;
-    rank.checkpoint_at_stop = periodic || last || at_stop;
+    rank.checkpoint_at_stop = periodic || requested || at_stop;
   }
   return Status::OK();
 }
@@ -920,59 +913,16 @@ Status Trainer::Impl::CommitCheckpoint(Rank& rank, int64_t step, std::vector<che
   return Status::OK();
 }
 
-// The dump requests due on this rank at `step`, each with an empty dump.
+// The boundaries a control file dumps on this rank at `step` (the session
+// writes the files; the workers keep the bytes of these for it).
 void Trainer::Impl::PrepareDumps(Rank& rank, int64_t step) {
   rank.dumps_due.clear();
-  for (const DumpRequest& d : t.options_.dumps) {
-    if (d.step != step || (d.rank && *d.rank != rank.r)) continue;
-    Rank::PendingDump& pending = rank.dumps_due[d.boundary];
-    pending.path = ExpandRank(d.path, rank.r);
-    pending.dump.run_dir = t.options_.verify_against.empty() ? t.options_.out_dir : t.options_.verify_against;
-    pending.dump.boundary = d.boundary;
-    pending.dump.step = static_cast<uint64_t>(step);
-    pending.dump.rank = rank.r;
+  const ControlFile* control = rank.session->control();
+  if (control == nullptr) return;
+  for (const ControlDump& d : control->dumps) {
+    if (d.step != static_cast<uint64_t>(step) || (d.rank && *d.rank != rank.r)) continue;
+    rank.dumps_due.insert(d.boundary);
   }
-}
-
-// On the rank thread, in recording order: one occurrence of a dumped boundary.
-void Trainer::Impl::Capture(Rank& rank, std::string_view name, trace::Phase phase, DType dtype,
-                            std::span<const int64_t> dims, std::vector<uint8_t> bytes,
-                            const Fingerprint& fp, ExampleRange examples) {
-  auto it = rank.dumps_due.find(name);
-  if (it == rank.dumps_due.end()) return;
-  checkpoint::TensorDump& dump = it->second.dump;
-  checkpoint::DumpedTensor tensor;
-  tensor.name = checkpoint::TensorDatasetName(examples.first, examples.count);
-  // A boundary met twice for the same examples (none is, today) keeps both.
-  for (int k = 1; dump.Find(tensor.name) != nullptr; ++k) {
-    tensor.name = checkpoint::TensorDatasetName(examples.first, examples.count) + "." + std::to_string(k);
-  }
-  tensor.dtype = dtype;
-  tensor.shape.assign(dims.begin(), dims.end());
-  tensor.example_first = examples.first;
-  tensor.example_count = examples.count;
-  tensor.phase = std::string(trace::PhaseName(phase));
-  tensor.recorded = fp;
-  tensor.data = std::move(bytes);
-  dump.tensors.push_back(std::move(tensor));
-}
-
-// After the step's records are complete: every due dump is written, or the
-// boundary was not recorded at that step, which is an error, not silence.
-Status Trainer::Impl::WriteDumps(Rank& rank) {
-  for (auto& [name, pending] : rank.dumps_due) {
-    if (pending.dump.tensors.empty()) {
-      return Status::FailedPrecondition(
-          "--dump " + name + "@" + std::to_string(pending.dump.step) + ": rank " +
-          std::to_string(rank.r) + " recorded no boundary '" + name + "' at that step (mode '" +
-          std::string(RecordModeName(t.options_.mode)) + "' may skip it)");
-    }
-    DGRR_RETURN_IF_ERROR(checkpoint::WriteTensorDump(pending.path, pending.dump));
-    std::lock_guard<std::mutex> lock(dumps_mu);
-    dumps_written.push_back(pending.path);
-  }
-  rank.dumps_due.clear();
-  return Status::OK();
 }
 
 Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
@@ -987,34 +937,24 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
     tok.dtype = DType::kU8;
     tok.ndim = 1;
     tok.dims[0] = static_cast<int64_t>(window);
-    const bool dump_tokens =
-        rank.tokens_handle.recorded && rank.dumps_due.find(kTokensBoundary) != rank.dumps_due.end();
     if (rank.FlipsAt(FlipSite::kTokens) && rank.flip_example == one.first) {
       DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, rank.FiredText()));
     }
-    Fingerprint tokens_fp;
-    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one, dump_tokens ? &tokens_fp : nullptr));
-    if (dump_tokens) {
-      Capture(rank, kTokensBoundary, trace::Phase::kData, DType::kU8, std::span(tok.dims, 1),
-              CopyBytes(tok.data, tok.bytes), tokens_fp, one);
-    }
+    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
     for (Slot& slot : rank.slots[i]) {
       if (slot.boundary < 0) {
         DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, slot.event));
         continue;
       }
       TensorRef meta;
+      // The bytes a worker kept for a dump: exactly those it fingerprinted.
+      if (slot.captured) meta.data = slot.bytes_captured.data();
       meta.bytes = slot.bytes;
       meta.dtype = DType::kF32;
       meta.ndim = slot.ndim;
       std::copy(slot.dims, slot.dims + slot.ndim, meta.dims);
       const BoundaryHandle& handle = rank.example_handles[static_cast<size_t>(slot.boundary)];
       DGRR_RETURN_IF_ERROR(s.RecordFingerprint(handle, meta, slot.fp, one));
-      if (slot.captured && handle.recorded) {
-        Capture(rank, t.per_example_names_[static_cast<size_t>(slot.boundary)], handle.phase,
-                DType::kF32, std::span(slot.dims, static_cast<size_t>(slot.ndim)),
-                std::move(slot.bytes_captured), slot.fp, one);
-      }
     }
   }
   return Status::OK();
@@ -1095,14 +1035,7 @@ Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
     const std::string name = "allreduce." + GradientName(tensors[i].name);
     rank.FlipBatchTensor(name, rank.grad.data() + tensors[i].offset);
     DGRR_RETURN_IF_ERROR(rank.session->deferred_error());
-    const bool dump = handle.recorded && rank.dumps_due.find(name) != rank.dumps_due.end();
-    const ExampleRange batch{first, static_cast<uint32_t>(t.batch_)};
-    Fingerprint fp;
-    DGRR_RETURN_IF_ERROR(rank.session->Record(handle, g, batch, dump ? &fp : nullptr));
-    if (dump) {
-      Capture(rank, name, handle.phase, DType::kF32, std::span(g.dims, static_cast<size_t>(g.ndim)),
-              CopyBytes(g.data, g.bytes), fp, batch);
-    }
+    DGRR_RETURN_IF_ERROR(rank.session->Record(handle, g, {first, static_cast<uint32_t>(t.batch_)}));
   }
   return Status::OK();
 }
@@ -1225,16 +1158,38 @@ size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).t
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
-  if (options.resume && !PathExists(ConfigPathFor(options.out_dir))) {
+  // Re-executable only when this process knows how to start dgrr again: then
+  // launch.json records `dgrr train --out RUN --resume` (model/launch.h), and
+  // a control file, if any, is obeyed.
+  const bool reexecutable = !DgrrExecutable().empty();
+  if (reexecutable) {
+    DGRR_ASSIGN_OR_RETURN(t->control_, ReadActiveControl());
+  }
+  if (options.resume && !t->control_ && !PathExists(ConfigPathFor(options.out_dir))) {
     // Nothing to continue (no run yet, or one killed before its config was
     // written): the same command line starts it.
     t->options_.resume = false;
     t->options_.fallback = false;
     t->options_.resumed_fresh = true;
   }
+  // Under a control file too, --resume takes the settings from the recorded
+  // run's config.json.
   if (t->options_.resume) DGRR_RETURN_IF_ERROR(t->LoadConfigForResume());
+  if (t->control_) t->ApplyControl();
   DGRR_RETURN_IF_ERROR(t->Validate());
+  if (reexecutable) {
+    DGRR_ASSIGN_OR_RETURN(t->launch_, TrainLaunch(options.out_dir));
+  }
   return t;
+}
+
+// Started by dgrr replay, rollback or bisect (DGRR_CONTROL): the run is
+// re-executed into the control's directory, in the control's mode, from its
+// checkpoint (Session::Resume); the recorded run named by --out is only read.
+void Trainer::ApplyControl() {
+  options_.out_dir = control_->run_dir;
+  if (control_->mode) options_.mode = *control_->mode;
+  options_.resume = options_.fallback = options_.force = options_.resumed_fresh = false;
 }
 
 Status Trainer::Validate() {
@@ -1318,7 +1273,6 @@ Status Trainer::Validate() {
                                      " (one per step and rank)");
     }
   }
-  DGRR_RETURN_IF_ERROR(ValidateDumps());
   DGRR_ASSIGN_OR_RETURN(auto plan, TrainingPlan());
   plan_ = std::make_unique<checkpoint::FastForwardPlan>(plan);
   plan_json_ = checkpoint::PlansToJson({plan});
@@ -1372,45 +1326,30 @@ Status Trainer::Validate() {
   return Status::OK();
 }
 
-// Every boundary name a run of this model records, for checking dump requests.
-Status Trainer::ValidateDumps() const {
-  const TrainOptions& o = options_;
-  if (o.dumps.empty()) return Status::OK();
+// A control file's dumps, checked against what this run records: a name the
+// model does not have (with similar ones), a step the re-execution does not
+// run, a rank the run does not have. InvalidArgument, which the session
+// reports and dgrr replay turns into a usage error.
+Status Trainer::ValidateControlDumps() const {
   const std::vector<std::string> names = fault_targets_->Names();
-  const int64_t last = o.last_step >= 0 ? o.last_step : o.steps - 1;
-  std::set<std::tuple<std::string, int64_t, int>> seen;
-  for (const DumpRequest& d : o.dumps) {
-    const std::string what = "--dump " + d.boundary + "@" + std::to_string(d.step) +
-                             (d.rank ? ":" + std::to_string(*d.rank) : "");
+  const int64_t last = control_->stop_after_step ? static_cast<int64_t>(*control_->stop_after_step) : options_.steps - 1;
+  for (const ControlDump& d : control_->dumps) {
+    std::string what = "dump " + d.boundary + "@" + std::to_string(d.step);
+    if (d.rank) what += std::string(1, ':') + std::to_string(*d.rank);
     if (std::find(names.begin(), names.end(), d.boundary) == names.end()) {
       return Status::InvalidArgument(what + ": the model has no boundary '" + d.boundary +
                                      "'; similar names: " + ClosestNames(d.boundary, names));
     }
-    if (d.step < 0 || d.step > last) {
-      return Status::InvalidArgument(what + ": step " + std::to_string(d.step) +
-                                     " is not run (steps 0.." + std::to_string(last) + ")");
+    if (static_cast<int64_t>(d.step) > last || static_cast<int64_t>(d.step) >= options_.steps) {
+      return Status::InvalidArgument(what + ": step " + std::to_string(d.step) + " is not run (steps 0.." +
+                                     std::to_string(last) + ")");
     }
-    if (d.rank && (*d.rank < 0 || *d.rank >= o.ranks)) {
+    if (d.rank && *d.rank >= options_.ranks) {
       return Status::InvalidArgument(what + ": rank " + std::to_string(*d.rank) +
-                                     " does not exist (ranks: " + std::to_string(o.ranks) + ")");
-    }
-    if (d.path.empty() || (!d.rank && o.ranks > 1 && d.path.find("{rank}") == std::string::npos)) {
-      return Status::InvalidArgument(what + ": needs an output path (with {rank} for several ranks)");
-    }
-    for (int r = 0; r < o.ranks; ++r) {
-      if (d.rank && *d.rank != r) continue;
-      if (!seen.emplace(d.boundary, d.step, r).second) {
-        return Status::InvalidArgument(what + ": requested twice for rank " + std::to_string(r));
-      }
+                                     " does not exist (ranks: " + std::to_string(options_.ranks) + ")");
     }
   }
   return Status::OK();
-}
-
-std::vector<std::string> Trainer::dumps_written() const {
-  if (!impl_) return {};
-  std::lock_guard<std::mutex> lock(impl_->dumps_mu);
-  return impl_->dumps_written;
 }
 
 // The checks Trainer::Validate makes across fields, phrased for the file.
@@ -1532,7 +1471,7 @@ Status Trainer::LoadConfigForResume() {
   DGRR_ASSIGN_OR_RETURN(TrainOptions o, TrainOptionsFromRun(options_.out_dir));
   o.resume = true;
   o.fallback = options_.fallback;
-  o.dumps = options_.dumps;
+  o.stop = options_.stop;  // a front end's stop request holds for the resumed run too
   for (const auto& f : options_.faults) {
     if (f.kind != FaultKind::kSkipRestore) {
       return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +
@@ -1559,10 +1498,15 @@ Status Trainer::LoadConfigForResume() {
 // recorded or scheduled (mode, threads, checkpoint interval): the state after
 // a step does not depend on them, so a checkpoint of an `sdc` run with 4
 // threads restores into a `full` replay with 1 (bisect does exactly that).
-uint64_t Trainer::StateConfigDigest() const {
+std::string Trainer::StateConfigJson() const {
   nlohmann::json state_config = config_;
   for (const char* key : {"mode", "threads", "ckpt_every", "audit_every"}) state_config.erase(key);
-  const std::string canonical = nlohmann::json::parse(state_config.dump()).dump();
+  return state_config.dump();
+}
+
+// The same digest a Session computes from SessionOptions::state_config_json.
+uint64_t Trainer::StateConfigDigest() const {
+  const std::string canonical = nlohmann::json::parse(StateConfigJson()).dump();
   return Xxh3(canonical.data(), canonical.size());
 }
 
@@ -1577,16 +1521,6 @@ Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const
     return Status::FailedPrecondition(ckpt.path + ": belongs to a different configuration than " +
                                       ConfigPathFor(options_.out_dir));
   }
-  return Status::OK();
-}
-
-// Replay: the state of a given checkpoint, into fresh traces.
-Status Trainer::PrepareRestore() {
-  DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
-                        checkpoint::ReadCheckpoint(options_.restore_checkpoint));
-  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
-  first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
-  resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
   return Status::OK();
 }
 
@@ -1699,7 +1633,8 @@ Status Trainer::PrepareResume() {
 }
 
 Status Trainer::LockRunDirectory() {
-  if (lock_) return Status::OK();
+  // Under a control file the session locks the control's directory.
+  if (lock_ || control_) return Status::OK();
   const std::string& dir = options_.out_dir;
   if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
   DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
@@ -1769,21 +1704,9 @@ Status Trainer::PrepareRunDirectory() const {
 // The run directory made ready for the run's ranks: locked, cleared or cut
 // back to the checkpoint a resume continues from.
 Status Trainer::PrepareRun() {
+  if (control_) return Status::OK();  // the re-executor made the directory; the sessions restore
   DGRR_RETURN_IF_ERROR(LockRunDirectory());
-  DGRR_RETURN_IF_ERROR(options_.resume ? PrepareResume() : PrepareRunDirectory());
-  if (!options_.restore_checkpoint.empty()) DGRR_RETURN_IF_ERROR(PrepareRestore());
-  return CheckDumpsAfterStart();
-}
-
-Status Trainer::CheckDumpsAfterStart() const {
-  for (const DumpRequest& d : options_.dumps) {
-    if (d.step < first_step_) {
-      return Status::InvalidArgument("--dump " + d.boundary + "@" + std::to_string(d.step) +
-                                     ": the run starts at step " + std::to_string(first_step_) +
-                                     ", after it");
-    }
-  }
-  return Status::OK();
+  return options_.resume ? PrepareResume() : PrepareRunDirectory();
 }
 
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
@@ -1862,7 +1785,7 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   }
   if (comm.rank() != 0) {
     Status s = Status::OK();
-    if (prepared.resume_step >= 0 && options_.restore_checkpoint.empty()) {
+    if (prepared.resume_step >= 0) {
       auto ckpt = checkpoint::ReadCheckpoint(
           checkpoint::CheckpointPath(options_.out_dir, static_cast<uint64_t>(prepared.resume_step)));
       s = ckpt.status();
@@ -1871,10 +1794,7 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
         first_step_ = prepared.resume_step + 1;
         resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt).value());
       }
-    } else if (!options_.restore_checkpoint.empty()) {
-      s = PrepareRestore();
     }
-    if (s.ok()) s = CheckDumpsAfterStart();
     if (!s.ok()) {
       comm.Abort(s);
       return s;
@@ -1891,9 +1811,9 @@ Status Trainer::RunRanks(std::span<Communicator* const> comms,
   impl.progress_ = progress;
   for (Communicator* comm : comms) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, *comm));
   const bool has_rank0 = impl.ranks[0]->r == 0;
-  // Only a recording run keeps a metrics log (rank 0's); a replay checks,
-  // and a rollback's re-execution happens in scratch space.
-  if (options_.verify_against.empty() && has_rank0) {
+  // Only a recording run keeps a metrics log (rank 0's); a re-execution
+  // under a control file checks or feeds bisect, in scratch space.
+  if (!control_ && has_rank0) {
     DGRR_ASSIGN_OR_RETURN(impl.metrics,
                           MetricsLog::Open(MetricsPathFor(options_.out_dir), /*fresh=*/first_step_ == 0));
   }
@@ -1925,11 +1845,10 @@ Status Trainer::RunRanks(std::span<Communicator* const> comms,
 
   if (result != nullptr) {
     const Impl::Rank& rank = *impl.ranks[0];
-    // A replay or rollback stops after last_step, not at the run's end.
-    int64_t end = options_.last_step >= 0 ? options_.last_step + 1 : options_.steps;
+    // A stop request, or a control file's last step, ends the run early.
+    const int64_t end = rank.end_step;
     result->stopped = rank.stopped_after >= 0;
     result->checkpoint_at_stop = rank.checkpoint_at_stop;
-    if (result->stopped) end = rank.stopped_after + 1;
     result->first_step = first_step_;
     result->steps = end;
     result->final_loss = rank.loss;
@@ -1937,8 +1856,6 @@ Status Trainer::RunRanks(std::span<Communicator* const> comms,
     result->tokens_per_second = static_cast<double>(end - first_step_) * batch_ *
                                 preset_.model.seq_len / std::max(result->seconds, 1e-9);
     result->params = FingerprintBytes(rank.params.data(), impl.num_params * sizeof(float));
-    result->boundaries_verified = rank.boundaries_verified;
-    result->steps_verified = rank.steps_verified;
     // Every rank closed its trace before the last collective.
     result->trace_bytes.clear();
     for (int r = 0; r < options_.ranks; ++r) {

@@ -37,6 +37,8 @@
 #include "checkpoint/fast_forward.h"
 #include "model/faults.h"
 #include "runtime/communicator.h"
+#include "runtime/control_file.h"
+#include "runtime/launch_record.h"
 #include "runtime/recording_mode.h"
 
 namespace dgrr::model {
@@ -54,18 +56,6 @@ inline constexpr int kMaxThreads = 256;
 inline constexpr int kMaxBatch = 1 << 16;
 inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
 inline constexpr double kMaxLearningRate = 1000;
-
-// A request to capture the full tensor at one boundary (dgrr replay --dump):
-// every occurrence of `boundary` recorded at `step` on the rank(s) is written
-// to one tensor dump file (docs/tensor-dump.md) once that step is done.
-struct DumpRequest {
-  std::string boundary;
-  int64_t step = 0;
-  std::optional<int> rank;  // nullopt: every rank
-  // The file to write; "{rank}" in it is replaced by the rank (required when
-  // the request covers several ranks).
-  std::string path;
-};
 
 struct TrainOptions {
   std::string out_dir;
@@ -106,19 +96,6 @@ struct TrainOptions {
   // (ckpt_every > 0) a checkpoint of that step is written first.
   const std::atomic<int>* stop = nullptr;
 
-  // Replay (dgrr replay): start from the state in this checkpoint file, into
-  // fresh traces in out_dir, checking every record against the recorded run
-  // `verify_against` as it goes, and stop after step `last_step`.
-  std::string restore_checkpoint;
-  std::string verify_against;
-  int64_t last_step = -1;          // -1: run to `steps`
-  bool write_checkpoints = true;   // the periodic ones (ckpt_every)
-  bool checkpoint_last_step = false;  // also write one after `last_step` (rollback)
-  // Tensors to dump. Create refuses unknown boundaries (naming similar ones),
-  // steps outside the run and ranks it does not have; Run fails when a
-  // requested boundary was not recorded at its step (the mode skipped it).
-  // Dumping never changes what is recorded.
-  std::vector<DumpRequest> dumps;
 };
 
 // The options of the run in `run_dir`, from its config.json.
@@ -147,9 +124,6 @@ struct TrainResult {
   double seconds = 0;
   Fingerprint params;           // rank 0's parameters after the last step
   std::vector<uint64_t> trace_bytes;  // per rank
-  // With verify_against: records checked against the recorded run, all ranks.
-  uint64_t boundaries_verified = 0;
-  uint64_t steps_verified = 0;
 };
 
 class Trainer {
@@ -188,16 +162,18 @@ class Trainer {
   const Preset& preset() const { return preset_; }
   size_t num_parameters() const;
   int batch_size() const { return batch_; }
-  // The dump files written so far, in the order written (after a failed Run:
-  // those written before the failure).
-  std::vector<std::string> dumps_written() const;
+  // Whether this process runs under a control file (DGRR_CONTROL: `dgrr
+  // replay`, `rollback` or `bisect` started it; docs/control-file.md): then
+  // the run directory is the control's, and the recorded run it names in
+  // --out is never touched.
+  const std::optional<ControlFile>& control() const { return control_; }
 
  private:
   struct Impl;
   Trainer() = default;
   Status Validate();
   Status PrepareRun();
-  Status CheckDumpsAfterStart() const;
+  void ApplyControl();
   Status RunRanks(std::span<Communicator* const> comms,
                   const std::function<void(const TrainProgress&)>& progress, TrainResult* result);
   Status LoadConfigForResume();
@@ -207,9 +183,9 @@ class Trainer {
   Status CheckRunDirectoryFree() const;
   Status PrepareResume();
   StatusOr<checkpoint::Checkpoint> FindResumeCheckpoint() const;
-  Status PrepareRestore();
   Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
-  Status ValidateDumps() const;
+  Status ValidateControlDumps() const;
+  std::string StateConfigJson() const;
   uint64_t StateConfigDigest() const;
 
   TrainOptions options_;
@@ -226,6 +202,8 @@ class Trainer {
   int64_t first_step_ = 0;
   std::unique_ptr<Impl> impl_;
   std::optional<RunLock> lock_;  // from LockRunDirectory (or Run) until destroyed
+  std::optional<ControlFile> control_;  // the control this process obeys (DGRR_CONTROL)
+  std::optional<LaunchRecord> launch_;  // what launch.json records; nullopt: not re-executable
 };
 
 // The names of every per-example boundary of `config`, in the order one

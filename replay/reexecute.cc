@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -301,10 +302,60 @@ Status CollectResults(int world_size, ReexecuteResult& result) {
   // A rank that stops at a mismatch takes its peers down with it: the
   // mismatch is the finding, their failures its consequence.
   if (result.mismatch || problems.empty()) return Status::OK();
+  // The program's own divergence check, or a request it refused: said as such.
+  for (const ControlResult& r : result.ranks) {
+    if (r.outcome != ControlOutcome::kFailed || !r.failure_code) continue;
+    const std::string where = "the replayed program, rank " + std::to_string(r.rank) + ": " + r.message;
+    if (*r.failure_code == StatusCode::kDivergence) return Status::Divergence(where);
+    if (*r.failure_code == StatusCode::kInvalidArgument) return Status::InvalidArgument(where);
+  }
   return Status::IntegrityFailure("the replayed program did not complete: " + problems.front() +
                                   (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
                                                              " more rank" + (problems.size() > 2 ? "s" : "") + ")"
                                                        : ""));
+}
+
+// `name` found in a directory of PATH, as an absolute path; NotFound otherwise.
+StatusOr<std::string> FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (size_t begin = 0; begin <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::string dir = dirs.substr(begin, end - begin);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return Absolute(candidate);
+    begin = end + 1;
+  }
+  return Status::NotFound(name + " is not on PATH");
+}
+
+// What to start for `launch`: the program itself, or, when an MPI launcher
+// started it (one rank of a job), Open MPI's mpirun with the recorded number
+// of processes, the recorded executable and its arguments. The variables the
+// launcher set for the recorded job are left out (mpirun sets its own for
+// the new one: IsMpiJobVariable); as root, Open
+// MPI is told that this is meant (as the tests and CI run it); on a machine
+// with fewer cores than ranks the job is oversubscribed, which changes no bit.
+StatusOr<LaunchRecord> MpiJobOf(const std::string& run_dir, const LaunchRecord& launch, int world_size) {
+  const auto* mpi = MpiLauncherVariable(launch);
+  if (mpi == nullptr) return launch;
+  auto mpirun = FindOnPath("mpirun");
+  if (!mpirun.ok()) {
+    return Status::FailedPrecondition(run_dir + ": the program ran as " + std::to_string(world_size) +
+                                      " rank(s) started by an MPI launcher (" + mpi->first + "=" + mpi->second +
+                                      " in launch.json), and " + mpirun.status().message() +
+                                      " to start the job again");
+  }
+  LaunchRecord job = launch;
+  job.executable = *mpirun;
+  job.argv = {*mpirun, "--oversubscribe", "-np", std::to_string(world_size), launch.executable};
+  job.argv.insert(job.argv.end(), launch.argv.begin() + (launch.argv.empty() ? 0 : 1), launch.argv.end());
+  std::erase_if(job.environment, [](const auto& v) { return IsMpiJobVariable(v.first); });
+  if (::geteuid() == 0) {
+    job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  }
+  return job;
 }
 
 }  // namespace
@@ -322,15 +373,15 @@ StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
 StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
                                     ControlFile control, const ReexecuteOptions& options) {
   ReexecuteResult result;
-  DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
+  if (options.launch) {
+    result.launch = *options.launch;
+  } else {
+    DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
+  }
   DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
   const LaunchRecord& launch = result.launch;
-  if (const auto* mpi = MpiLauncherVariable(launch)) {
-    return Status::FailedPrecondition(
-        run_dir + ": the program ran as " + std::to_string(world_size) + " rank(s) started by an MPI launcher (" +
-        mpi->first + "=" + mpi->second +
-        " in launch.json); dgrr re-executes a program as one process and does not start MPI jobs yet");
-  }
+  // One rank of an MPI job: the job is started again, under mpirun.
+  DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, launch, world_size));
   DGRR_RETURN_IF_ERROR(
       CheckDigest("executable", launch.executable, launch.executable_xxh3, options.allow_changed_program));
   if (!launch.script.empty()) {
@@ -354,7 +405,7 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   result.log_path = result.out_dir + "/program.log";
   DGRR_ASSIGN_OR_RETURN(auto log, OpenWritableFile(result.log_path, /*truncate=*/true));
   SignalForwarding forwarding;
-  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(launch, ChildEnvironment(launch, control.path)));
+  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(start, ChildEnvironment(start, control.path)));
   forwarding.Attach(child.pid);
   OutputSink sink(log.get(), options.output);
   auto exit_code = CollectAndWait(child, sink);

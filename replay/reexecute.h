@@ -32,6 +32,10 @@ struct ReexecuteOptions {
   // Called with each line the program writes to stderr (progress); null: the
   // program's output only goes to OUT_DIR/program.log.
   std::function<void(const std::string&)> output;
+  // How to start the program; nullopt: RUN_DIR/launch.json. A caller that
+  // knows a run's program without a record (dgrr train's older runs,
+  // model/launch.h) supplies it.
+  std::optional<LaunchRecord> launch;
 };
 
 struct ReexecuteResult {
@@ -50,13 +54,19 @@ struct ReexecuteResult {
 StatusOr<int> RecordedWorldSize(const std::string& run_dir);
 
 // Runs `run_dir`'s program under `control` (its run_dir is set to
-// `out_dir`, which must not exist yet and is created). Errors:
+// `out_dir`, which must not exist yet and is created). A program that ran as
+// the ranks of an MPI job (its launch record holds the launcher's variables)
+// is started again as such a job: `mpirun --oversubscribe -np N` (N the
+// recorded world size, mpirun from PATH; FailedPrecondition when there is
+// none) with the recorded executable and arguments. Errors:
 // NotFound/IOError when the run has no launch record or the program cannot
 // be started (exit 2); IntegrityFailure when the executable or script
 // changed since the recording (exit 5) unless allowed; IntegrityFailure
 // when the program failed or ended without its session reporting back
-// (exit 5), with the program's last output line. A verification mismatch is
-// not an error: it is in the result.
+// (exit 5), with the program's last output line; but a rank that failed with
+// Divergence (the program's own cross-rank check, exit 4) or InvalidArgument
+// (it refused what the control asked, exit 1) is reported with that code. A
+// verification mismatch is not an error: it is in the result.
 StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
                                     ControlFile control, const ReexecuteOptions& options);
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "replay/reexecute.h"
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/session.h"
 
@@ -116,19 +117,19 @@ StatusOr<RollbackResult> RollBackRun(const RollbackOptions& options, int world_s
 // Re-executes with the launch record (replay/reexecute.h).
 class LaunchRollbackReexecutor final : public RollbackReexecutor {
  public:
-  explicit LaunchRollbackReexecutor(bool allow_changed_program = false)
-      : allow_changed_program_(allow_changed_program) {}
+  explicit LaunchRollbackReexecutor(ReexecuteOptions options = {}) : options_(std::move(options)) {}
   StatusOr<checkpoint::Checkpoint> StateAfter(const RollbackOptions& options,
                                               const std::optional<checkpoint::Checkpoint>& from,
                                               RollbackResult* result) override;
 
  private:
-  bool allow_changed_program_;
+  ReexecuteOptions options_;
 };
 
-// Rollback of a run recorded by any program with a launch record: takes the
-// writer lock, learns the world size from the traces, and re-executes with
-// LaunchRollbackReexecutor when it must.
-StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, bool allow_changed_program);
+// Rollback of a run recorded by any program with a launch record (or the
+// one `reexecute.launch` gives): takes the writer lock, learns the world
+// size from the traces, and re-executes with LaunchRollbackReexecutor when
+// it must.
+StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, const ReexecuteOptions& reexecute);
 
 }  // namespace dgrr::replay

@@ -22,9 +22,7 @@ StatusOr<checkpoint::Checkpoint> LaunchRollbackReexecutor::StateAfter(
   control.verify_run_dir = options.run_dir;
   control.stop_after_step = step;
   control.checkpoint_steps = {step};
-  ReexecuteOptions reexecute;
-  reexecute.allow_changed_program = allow_changed_program_;
-  DGRR_ASSIGN_OR_RETURN(ReexecuteResult run, Reexecute(options.run_dir, out_dir, control, reexecute));
+  DGRR_ASSIGN_OR_RETURN(ReexecuteResult run, Reexecute(options.run_dir, out_dir, control, options_));
   if (run.mismatch) {
     return Status::IntegrityFailure("re-executing to step " + std::to_string(step) + " did not reproduce " +
                                     options.run_dir + " (left untouched): " + MismatchText(*run.mismatch));
@@ -36,7 +34,7 @@ StatusOr<checkpoint::Checkpoint> LaunchRollbackReexecutor::StateAfter(
   return checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(out_dir, step));
 }
 
-StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, bool allow_changed_program) {
+StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, const ReexecuteOptions& reexecute) {
   // Before anything else: a second writer must change nothing.
   std::optional<RunLock> lock;
   if (!options.run_dir_locked) {
@@ -44,7 +42,7 @@ StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, boo
     lock.emplace(std::move(held));
   }
   DGRR_ASSIGN_OR_RETURN(int world_size, RecordedWorldSize(options.run_dir));
-  LaunchRollbackReexecutor reexecutor(allow_changed_program);
+  LaunchRollbackReexecutor reexecutor(reexecute);
   return RollBackRun(options, world_size, reexecutor);
 }
 

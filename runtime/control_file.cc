@@ -1,6 +1,8 @@
 #include "runtime/control_file.h"
 
+#include <cstdlib>
 #include <set>
+#include <utility>
 
 #include "base/coding.h"
 #include "base/file.h"
@@ -49,7 +51,26 @@ StatusOr<std::vector<uint64_t>> ReadSteps(const JsonObjectReader& r, std::string
   return steps;
 }
 
+// The result's "status" values: one stable lower-case word per StatusCode.
+constexpr std::pair<StatusCode, const char*> kStatusWords[] = {
+    {StatusCode::kInvalidArgument, "invalid_argument"},
+    {StatusCode::kNotFound, "not_found"},
+    {StatusCode::kIOError, "io_error"},
+    {StatusCode::kCorruption, "corruption"},
+    {StatusCode::kDivergence, "divergence"},
+    {StatusCode::kIntegrityFailure, "integrity_failure"},
+    {StatusCode::kFailedPrecondition, "failed_precondition"},
+    {StatusCode::kInternal, "internal"},
+};
+
 }  // namespace
+
+StatusOr<std::optional<ControlFile>> ReadActiveControl() {
+  const char* path = std::getenv(kControlEnvVar);
+  if (path == nullptr || *path == '\0') return std::optional<ControlFile>();
+  DGRR_ASSIGN_OR_RETURN(ControlFile control, ReadControlFile(path));
+  return std::optional<ControlFile>(std::move(control));
+}
 
 StatusOr<ControlFile> ReadControlFile(const std::string& path) {
   DGRR_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxControlBytes));
@@ -145,6 +166,10 @@ Status WriteControlResult(const std::string& path, const ControlResult& result) 
   j["rank"] = result.rank;
   j["outcome"] = ControlOutcomeName(result.outcome);
   j["message"] = result.message;
+  j["status"] = nullptr;
+  for (const auto& [code, word] : kStatusWords) {
+    if (result.failure_code == code) j["status"] = word;
+  }
   j["restored_step"] = result.restored_step ? nlohmann::ordered_json(*result.restored_step) : nullptr;
   j["last_step"] = result.last_step ? nlohmann::ordered_json(*result.last_step) : nullptr;
   j["boundaries_verified"] = result.boundaries_verified;
@@ -186,6 +211,13 @@ StatusOr<ControlResult> ReadControlResult(const std::string& path) {
   }
   if (!known) return r.Error("outcome", "'" + outcome + "' is not an outcome");
   DGRR_ASSIGN_OR_RETURN(out.message, r.String("message"));
+  if (doc.contains("status") && !doc["status"].is_null()) {
+    DGRR_ASSIGN_OR_RETURN(std::string word, r.String("status"));
+    for (const auto& [code, known] : kStatusWords) {
+      if (word == known) out.failure_code = code;
+    }
+    if (!out.failure_code) return r.Error("status", "'" + word + "' is not a status");
+  }
   if (doc.contains("restored_step") && !doc["restored_step"].is_null()) {
     DGRR_ASSIGN_OR_RETURN(uint64_t s, r.Uint64("restored_step"));
     out.restored_step = s;

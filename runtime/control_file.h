@@ -48,6 +48,12 @@ struct ControlFile {
 // anything it does not understand (an unknown key included: a newer dgrr's
 // instruction must not be silently ignored).
 StatusOr<ControlFile> ReadControlFile(const std::string& path);
+// The control file this process runs under: the one DGRR_CONTROL names, read
+// and checked; nullopt when the variable is unset or empty. A program that
+// prepares its own run directory before opening its sessions (dgrr train
+// does) asks first: under a control file it must leave that directory alone
+// and write where the control says.
+StatusOr<std::optional<ControlFile>> ReadActiveControl();
 // The dgrr.control/1 document for `control` (what ReadControlFile reads).
 nlohmann::ordered_json ControlFileJson(const ControlFile& control);
 
@@ -77,6 +83,10 @@ struct ControlResult {
   uint64_t boundaries_verified = 0;
   uint64_t steps_verified = 0;
   std::optional<ControlMismatch> mismatch;
+  // For kFailed: the code of the failing Status, so that the re-executor can
+  // report a program's own divergence check (exit 4) or a request it refused
+  // (exit 1) as such; nullopt when unknown.
+  std::optional<StatusCode> failure_code;
   std::vector<uint64_t> checkpoints_written;
   std::vector<std::string> dumps_written;
 };

@@ -36,6 +36,20 @@ const std::pair<std::string, std::string>* MpiLauncherVariable(const LaunchRecor
   return nullptr;
 }
 
+bool IsMpiJobVariable(const std::string& name) {
+  static const char* const kPrefixes[] = {"OMPI_COMM_WORLD_", "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix",
+                                          "PMIX_", "PMI_"};
+  static const char* const kNames[] = {"OMPI_MCA_initial_wdir", "OMPI_MCA_mpi_oversubscribe",
+                                       "OMPI_MCA_rmaps_base_oversubscribe", "OMPI_MCA_shmem_RUNTIME_QUERY_hint"};
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
 bool LaunchVariableMatters(const std::string& name) {
   static const char* const kPrefixes[] = {"DGRR_", "OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_",
                                           "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_",

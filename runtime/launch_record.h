@@ -40,6 +40,13 @@ struct LaunchRecord {
 // be re-executed on its own.
 const std::pair<std::string, std::string>* MpiLauncherVariable(const LaunchRecord& launch);
 
+// Whether environment variable `name` is one an MPI launcher sets for one
+// job (the launcher variables above, Open MPI's per-job OMPI_MCA_orte_*,
+// OMPI_MCA_ess*, OMPI_MCA_pmix*, its oversubscription and working-directory
+// settings, PMIX_* and PMI_*): a re-execution leaves them out, as a new job
+// gets its own. A user's MCA tuning (OMPI_MCA_btl, ...) is kept.
+bool IsMpiJobVariable(const std::string& name);
+
 // Whether environment variable `name` is one the launch record keeps.
 bool LaunchVariableMatters(const std::string& name);
 

@@ -146,9 +146,9 @@ StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) 
 
 Status Session::LoadControl() {
   if (!options_.reexecutable) return Status::OK();
-  const char* path = std::getenv(kControlEnvVar);
-  if (path == nullptr || *path == '\0') return Status::OK();
-  DGRR_ASSIGN_OR_RETURN(ControlFile control, ReadControlFile(path));
+  DGRR_ASSIGN_OR_RETURN(std::optional<ControlFile> active, ReadActiveControl());
+  if (!active) return Status::OK();
+  ControlFile control = std::move(*active);
   // The control decides where and how this execution records; the program's
   // own choices describe the recorded run, not this one.
   options_.run_dir = control.run_dir;
@@ -189,6 +189,13 @@ Status Session::Init() {
   const nlohmann::json config = std::move(parsed).value();
   const std::string canonical_config = config.dump();
   config_digest_ = Xxh3(canonical_config.data(), canonical_config.size());
+  state_config_digest_ = config_digest_;
+  if (!options_.state_config_json.empty()) {
+    auto state_config = ParseJson(options_.state_config_json, "session state config");
+    if (!state_config.ok()) return Status::InvalidArgument(state_config.status().message());
+    const std::string canonical_state = state_config->dump();
+    state_config_digest_ = Xxh3(canonical_state.data(), canonical_state.size());
+  }
 
   DGRR_RETURN_IF_ERROR(CheckWritableDirectory(options_.run_dir));
   // One writer per run: rank 0 holds the directory's lock for the session's
@@ -351,6 +358,7 @@ Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRe
   TensorRef meta = tensor;
   if (meta.data == nullptr) meta.data = &meta;  // only the metadata is checked, never read
   DGRR_RETURN_IF_ERROR(meta.Validate());
+  if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(CaptureDump(boundary, tensor, fingerprint, examples));
   return AppendBoundary(boundary, tensor, fingerprint, examples);
 }
 
@@ -589,6 +597,7 @@ Status Session::Close() {
     }
     result_.outcome = s.ok() ? ControlOutcome::kCompleted : ControlOutcome::kFailed;
     result_.message = s.ok() ? "" : s.ToString();
+    if (!s.ok()) result_.failure_code = s.code();
     if (trace_check_) {
       result_.boundaries_verified = trace_check_->boundaries_verified();
       result_.steps_verified = trace_check_->steps_verified();
@@ -623,14 +632,14 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
     return Status::FailedPrecondition(ckpt->path() + ": written by " + std::to_string(ckpt->world_size()) +
                                       " ranks, this run has " + std::to_string(options_.world_size));
   }
-  if (ckpt->config_digest() != config_digest_) {
+  if (ckpt->config_digest() != state_config_digest_) {
     // The checkpoint's run: RUN/ckpt/step-N.h5 beside RUN/config.json.
     const std::string diff = ConfigDifference(
         (std::filesystem::path(ckpt->path()).parent_path().parent_path() / "config.json").string(), config_text_);
     return Status::FailedPrecondition(
         ckpt->path() + ": written by a run with another configuration" +
         (diff.empty() ? std::string() : " (" + diff + ")") + " (config digest " +
-        Hex64(ckpt->config_digest()) + ", this run's " + Hex64(config_digest_) +
+        Hex64(ckpt->config_digest()) + ", this run's " + Hex64(state_config_digest_) +
         "): run it with the recorded settings, or start a new run directory");
   }
   return ckpt;
@@ -762,7 +771,7 @@ Status Session::Checkpoint(uint64_t step) {
   CheckpointRequest request;
   request.run_dir = options_.run_dir;
   request.step = step;
-  request.config_digest = config_digest_;
+  request.config_digest = state_config_digest_;
   request.run_id_hex = RunIdHex(options_.run_id);
   request.world_size = options_.world_size;
   request.plan_json = options_.plan_json;
@@ -855,6 +864,7 @@ Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vecto
 Status Session::Report(Status status) {
   if (!control_ || status.ok() || result_.outcome != ControlOutcome::kRunning) return status;
   result_.outcome = ControlOutcome::kFailed;
+  result_.failure_code = status.code();
   if (status.code() == StatusCode::kIntegrityFailure && trace_check_ && trace_check_->mismatch()) {
     const ReplayMismatch& m = *trace_check_->mismatch();
     result_.outcome = ControlOutcome::kMismatch;

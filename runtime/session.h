@@ -95,6 +95,13 @@ struct SessionOptions {
   // The run's configuration as JSON text: everything needed to run it again.
   // Its digest goes into the trace header; rank 0 writes it as config.json.
   std::string config_json = "{}";
+  // The part of the configuration that decides the state after a step, as
+  // JSON text: checkpoints carry its digest and restore only into a session
+  // whose digest is the same. Leave it "" (then config_json is used) unless
+  // the configuration also holds settings that only say how the run is
+  // recorded or scheduled (recording mode, threads, checkpoint interval), so
+  // that a checkpoint of an `sdc` run restores into a `full` re-execution.
+  std::string state_config_json;
   // Cross-rank fingerprint exchange for the per-step SDC check; null: no check.
   RankGroup* group = nullptr;
   // Apply the GPU controls (NCCL, cuBLAS). Default: when built with CUDA.
@@ -194,8 +201,10 @@ class Session {
                 Fingerprint* out = nullptr);
   // Appends a BOUNDARY record for a tensor fingerprinted elsewhere (on a
   // worker thread, say, so the cost is spread over the workers while the
-  // rank's thread keeps the trace in program order). `tensor.data` is not
-  // read and may be null; dtype, shape and bytes are recorded.
+  // rank's thread keeps the trace in program order). `tensor.data` may be
+  // null; dtype, shape and bytes are recorded. Under a control file that
+  // dumps this boundary, the bytes are read from `tensor.data` (the very
+  // bytes fingerprinted): a program that dumps passes them.
   Status RecordFingerprint(const BoundaryHandle& boundary, const TensorRef& tensor,
                            const Fingerprint& fingerprint, ExampleRange examples);
   // Convenience: DeclareBoundary + Record (interns on every call).
@@ -313,6 +322,7 @@ class Session {
   std::string trace_path_;
   uint64_t env_digest_ = 0;
   uint64_t config_digest_ = 0;
+  uint64_t state_config_digest_ = 0;  // what checkpoints carry (state_config_json)
   std::string env_text_, config_text_;  // rank<R>.env.json and config.json, written with the trace
   uint64_t step_ = 0;
   uint64_t next_seq_ = 0;

@@ -71,7 +71,7 @@ TEST_F(ReplayCommandTest, AForgottenRestoreIsCaughtAtTheFirstBoundaryThatNeedsIt
   ASSERT_EQ(rc, 0);
   auto [out, err] = Quiet([&] { rc = RunDgrr({"replay", run_, "--from", "4"}); });
   EXPECT_EQ(rc, kExitReplayIntegrity);
-  EXPECT_NE(err.find("at step 4, rank 0, wte"), std::string::npos) << err;
+  EXPECT_NE(err.find("step 4, rank 0, boundary wte"), std::string::npos) << err;
   EXPECT_NE(err.find("recorded xor64"), std::string::npos) << err;
 }
 
@@ -219,52 +219,41 @@ std::vector<trace::Record> TimelessRecords(const std::string& run_dir, int rank)
 }
 
 TEST_F(DumpTest, DumpingChangesNothingRecordedAndBadRequestsAreRefused) {
-  auto options = [&](const std::string& name) {
-    model::TrainOptions o;
-    o.out_dir = Path(name);
-    o.steps = 2;
-    o.ranks = 2;
-    o.threads = 2;
-    auto flip = model::ParseFaultSpec("bitflip:step=1,rank=0,at=block0.attn.out,index=3,bit=22");
-    EXPECT_TRUE(flip.ok());
-    o.faults.push_back(*flip);
-    return o;
-  };
-  model::TrainOptions with = options("with");
+  // Dumps are taken by a re-execution (dgrr train under a control file): it
+  // verifies every record against the recording, and records exactly what a
+  // re-execution without dumps records.
+  ASSERT_EQ(RunCommand({"train", "--out", Path("run"), "--steps", "2", "--ranks", "2", "--threads", "2", "--inject",
+                        "bitflip:step=1,rank=0,at=block0.attn.out,index=3,bit=22", "--quiet"}),
+            0)
+      << err_;
+  std::vector<std::string> with = {"replay", Path("run"), "--to", "1", "--dump-dir", Path("d"), "--keep", Path("with")};
   for (const char* name : {"block0.attn.out", "data.tokens", "loss", "allreduce.dwpe", "adamw.m.wte"}) {
-    with.dumps.push_back({name, 1, std::nullopt, Path("d") + "/" + name + ".rank{rank}.h5"});
+    with.insert(with.end(), {"--dump", std::string(name) + "@1"});
   }
-  with.dumps.push_back({"lnf.out", 0, 1, Path("d") + "/lnf.h5"});
-  for (const model::TrainOptions& o : {with, options("without")}) {
-    auto t = model::Trainer::Create(o);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    ASSERT_TRUE((*t)->Run(nullptr, nullptr).ok());
-    if (!o.dumps.empty()) {
-      EXPECT_EQ((*t)->dumps_written().size(), 11u);
-    }
-  }
+  with.insert(with.end(), {"--dump", "lnf.out@0:1"});
+  ASSERT_EQ(RunCommand(with), 0) << err_;
+  size_t written = 0;
+  for (size_t at = 0; (at = out_.find("\nwrote ", at)) != std::string::npos; ++at) ++written;
+  EXPECT_EQ(written, 11u) << out_;
+  ASSERT_EQ(RunCommand({"replay", Path("run"), "--to", "1", "--keep", Path("without")}), 0) << err_;
   for (int r = 0; r < 2; ++r) {
     const auto a = TimelessRecords(Path("with"), r), b = TimelessRecords(Path("without"), r);
     ASSERT_EQ(a.size(), b.size());
     ASSERT_GT(a.size(), 100u);
     for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].body == b[i].body) << "rank " << r << " record " << i;
   }
-  auto dump = checkpoint::ReadTensorDump(Path("d") + "/block0.attn.out.rank0.h5");
-  ASSERT_TRUE(dump.ok());
+  auto dump = checkpoint::ReadTensorDump(Path("d") + "/block0.attn.out@1.rank0.h5");
+  ASSERT_TRUE(dump.ok()) << dump.status().ToString();
   EXPECT_EQ(dump->tensors.size(), 4u);
 
-  auto refused = [&](model::DumpRequest request, const std::string& expect) {
-    model::TrainOptions o = options("bad");
-    o.dumps = {request};
-    auto t = model::Trainer::Create(o);
-    ASSERT_FALSE(t.ok()) << request.boundary;
-    EXPECT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
-    EXPECT_NE(t.status().message().find(expect), std::string::npos) << t.status().ToString();
+  auto refused = [&](const std::string& request, const std::string& expect) {
+    EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", request, "--dump-dir", Path("bad")}), kExitUsage)
+        << request << ": " << err_;
+    EXPECT_NE(err_.find(expect), std::string::npos) << err_;
   };
-  refused({"block0.mlp.fc.outt", 1, 0, Path("x.h5")}, "similar names: block0.mlp.fc.out");
-  refused({"loss", 2, 0, Path("x.h5")}, "step 2 is not run");
-  refused({"loss", 1, 2, Path("x.h5")}, "rank 2 does not exist");
-  refused({"loss", 1, std::nullopt, Path("x.h5")}, "{rank}");
+  refused("block0.mlp.fc.outt@1", "similar names: block0.mlp.fc.out");
+  refused("loss@2", "--to <= 1");
+  refused("loss@1:2", "rank 2 does not exist");
 }
 
 TEST_F(DumpTest, ADivergenceBeforeTheDumpStepSaysWhatWasNotWritten) {
@@ -277,7 +266,7 @@ TEST_F(DumpTest, ADivergenceBeforeTheDumpStepSaysWhatWasNotWritten) {
   EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d")}),
             kExitReplayIntegrity);
   const std::string path = Path("d") + "/block0.mlp.fc.out@3.rank0.h5";
-  EXPECT_NE(err_.find("at step 2"), std::string::npos) << err_;
+  EXPECT_NE(err_.find("step 2, rank 0, boundary wte"), std::string::npos) << err_;
   EXPECT_NE(err_.find("not written (the replay stopped first): " + path), std::string::npos) << err_;
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_EQ(RunCommand({"replay", Path("run"), "--dump", "block0.mlp.fc.out@3", "--dump-dir", Path("d"), "--json"}),

@@ -495,11 +495,30 @@ TEST_F(CharClassifier, UnderMpirunAKilledRankProcessAndTheSameCommandResumeBitwi
   EXPECT_TRUE(SavedState(dir_ / "whole", 11) == SavedState(dir_ / "run", 11));
   const Result compared = Dgrr({"compare", (dir_ / "whole").string(), (dir_ / "run").string()});
   EXPECT_EQ(compared.rc, 0) << compared.out << compared.err;
-  // Re-execution starts one process: a rank of an MPI job is refused, not mis-run.
-  const Result replayed = Dgrr({"replay", (dir_ / "run").string()});
-  EXPECT_EQ(replayed.rc, 1) << replayed.out << replayed.err;
-  EXPECT_NE(replayed.err.find("started by an MPI launcher (OMPI_COMM_WORLD_SIZE=2"), std::string::npos)
-      << replayed.err;
+  // Re-execution starts the job again under mpirun (never one process
+  // standing in for two): the resumed run's records are reproduced.
+  const Result replayed = Dgrr({"replay", (dir_ / "run").string(), "--from", "9"});
+  EXPECT_EQ(replayed.rc, 0) << replayed.out << replayed.err;
+}
+
+TEST_F(CharClassifier, UnderMpirunReplayAndRollbackStartTheJobAgain) {
+  ASSERT_EQ(Mpirun(2, dir_ / "whole").rc, 0);
+  const std::string run = (dir_ / "run").string();
+  ASSERT_EQ(Mpirun(2, dir_ / "run").rc, 0);
+  // From the checkpoint of step 2: steps 3..11 on both rank processes.
+  const Result replayed = Dgrr({"replay", run, "--from", "4", "--json"});
+  ASSERT_EQ(replayed.rc, 0) << replayed.out << replayed.err;
+  const json j = ParseOut(replayed);
+  EXPECT_EQ(j.value("result", ""), "verified");
+  EXPECT_EQ(j.value("steps_verified", 0), 18);
+  // Steps 6..7 re-executed as a 2-process job from the checkpoint of step 5,
+  // then the same mpirun command ends where the uninterrupted job ended.
+  const Result rolled = Dgrr({"rollback", run, "--step", "7", "--quiet"});
+  ASSERT_EQ(rolled.rc, 0) << rolled.out << rolled.err;
+  EXPECT_NE(rolled.out.find("re-executed steps 6..7 from the checkpoint of step 5"), std::string::npos) << rolled.out;
+  ASSERT_EQ(Mpirun(2, dir_ / "run").rc, 0);
+  EXPECT_TRUE(WhatItComputed(dir_ / "whole", 2) == WhatItComputed(dir_ / "run", 2));
+  EXPECT_TRUE(SavedState(dir_ / "whole", 11) == SavedState(dir_ / "run", 11));
 }
 #endif  // MPIRUN
 

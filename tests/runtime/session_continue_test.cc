@@ -345,6 +345,17 @@ TEST_F(SessionContinueTest, WritesALaunchRecordOfThisProcess) {
   for (const auto& [name, value] : launch->environment) EXPECT_TRUE(LaunchVariableMatters(name)) << name;
 }
 
+TEST(LaunchRecordVariables, WhatAnMpiLauncherSetForOneJobIsToldFromAUsersTuning) {
+  for (const char* job : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_ess",
+                          "OMPI_MCA_ess_base_jobid", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+                          "OMPI_MCA_rmaps_base_oversubscribe"}) {
+    EXPECT_TRUE(IsMpiJobVariable(job)) << job;
+  }
+  for (const char* kept : {"OMPI_MCA_btl", "OMPI_MCA_coll_tuned_use_dynamic_rules", "OMP_NUM_THREADS", "PATH"}) {
+    EXPECT_FALSE(IsMpiJobVariable(kept)) << kept;
+  }
+}
+
 TEST_F(SessionContinueTest, UnderControlItRestoresVerifiesStopsAndReports) {
   ASSERT_TRUE(Train(Options(Path("recorded"))).ok());
   ControlFile c;

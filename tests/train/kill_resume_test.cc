@@ -215,10 +215,11 @@ TEST_F(KillTest, KillsAtEveryStageEndWithTheUninterruptedRun) {
   EXPECT_TRUE(SameRecords(TimelessRecords(run_), expected, &why)) << why;
 
   // replay writes only into a scratch directory: killed, the run is untouched
-  // and a second replay succeeds.
+  // and a second replay succeeds. The kill lands in the dgrr train the replay
+  // re-executes, and the replay reports that it did not complete (exit 5).
   const auto before = Snapshot(run_);
-  Kill({"replay", run_}, "step:3:0");
-  Kill({"replay", run_, "--from", "4"}, "step:6:1");
+  EXPECT_EQ(RunDgrr({"replay", run_}, "step:3:0"), kExitReplayIntegrity);
+  EXPECT_EQ(RunDgrr({"replay", run_, "--from", "4"}, "step:6:1"), kExitReplayIntegrity);
   EXPECT_TRUE(Snapshot(run_) == before) << "a killed replay changed the run";
   EXPECT_EQ(RunDgrr({"replay", run_}), 0);
 

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_file.h"
+#include "runtime/launch_record.h"
 #include "runtime/session.h"
 #include "tests/support/exec_args.h"
 #include "tests/support/temp_dir_test.h"
@@ -229,6 +230,11 @@ TEST_F(MpiTrainTest, ReplayRollbackAndPlanOfAProcessRunEqualThoseOfAThreadRun) {
   const fs::path threads = dir_ / "threads", processes = dir_ / "processes";
   ASSERT_EQ(Dgrr(Train(threads, {"--ranks", "2"}), "threads.log").code, 0);
   ASSERT_EQ(Mpi(2, Train(processes), "processes.log").code, 0);
+  // The job is re-launched as threads of one process: its launch record names
+  // no MPI launcher (docs/launch-record.md, "Runs of dgrr train").
+  auto launch = ReadLaunchRecord(processes.string());
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  EXPECT_EQ(MpiLauncherVariable(*launch), nullptr);
   for (uint64_t step : {1u, 3u, 5u}) {
     auto a = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(threads.string(), step));
     auto b = checkpoint::ReadCheckpoint(checkpoint::CheckpointPath(processes.string(), step));
