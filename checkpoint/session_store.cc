@@ -12,7 +12,8 @@ namespace {
 
 class LoadedHdf5Checkpoint final : public LoadedCheckpoint {
  public:
-  explicit LoadedHdf5Checkpoint(Checkpoint ckpt) : ckpt_(std::move(ckpt)) {}
+  LoadedHdf5Checkpoint(Checkpoint ckpt, const StateRestorer& restorer)
+      : ckpt_(std::move(ckpt)), restorer_(restorer) {}
   const std::string& path() const override { return ckpt_.path; }
   uint64_t step() const override { return ckpt_.meta.step; }
   uint64_t config_digest() const override { return ckpt_.meta.config_digest; }
@@ -20,10 +21,13 @@ class LoadedHdf5Checkpoint final : public LoadedCheckpoint {
   uint64_t trace_position(int rank) const override {
     return rank >= 0 && static_cast<size_t>(rank) < ckpt_.ranks.size() ? ckpt_.ranks[rank].trace_position : 0;
   }
-  Status Restore(int rank, StateRegistry& into) const override { return RestoreRank(ckpt_, rank, into); }
+  Status Restore(int rank, StateRegistry& into) const override {
+    return restorer_ ? restorer_(ckpt_, rank, into) : RestoreRank(ckpt_, rank, into);
+  }
 
  private:
   Checkpoint ckpt_;
+  StateRestorer restorer_;
 };
 
 CheckpointMeta MetaOf(const CheckpointRequest& request) {
@@ -56,13 +60,13 @@ Status Hdf5CheckpointStore::Commit(const CheckpointRequest& request, const std::
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std::string& path) {
   DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(path));
-  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt)));
+  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(const std::string& run_dir,
                                                                             bool fallback) {
   DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, UINT64_MAX, fallback));
-  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt)));
+  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
 Status Hdf5CheckpointStore::RemoveTemporaries(const std::string& run_dir) {

@@ -4,12 +4,25 @@
 // session it opens.
 #pragma once
 
+#include <functional>
+
 #include "runtime/checkpoint_store.h"
 
 namespace dgrr::checkpoint {
 
+struct Checkpoint;
+
+// How a loaded checkpoint's state goes into a rank's registry. By default
+// entry for entry (RestoreRank); a program whose saved layout changed between
+// versions passes its own, so that its older checkpoints still restore under
+// a control file (the reference trainer: model/train_state.h).
+using StateRestorer = std::function<Status(const Checkpoint& checkpoint, int rank, StateRegistry& into)>;
+
 class Hdf5CheckpointStore final : public CheckpointStore {
  public:
+  Hdf5CheckpointStore() = default;
+  explicit Hdf5CheckpointStore(StateRestorer restorer) : restorer_(std::move(restorer)) {}
+
   StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& request) override;
   Status Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override;
@@ -17,6 +30,9 @@ class Hdf5CheckpointStore final : public CheckpointStore {
   Status RemoveTemporaries(const std::string& run_dir) override;
   Status WriteTensorDump(const std::string& path, const std::string& run_dir, const std::string& boundary,
                          uint64_t step, int rank, const std::vector<CapturedTensor>& tensors) override;
+
+ private:
+  StateRestorer restorer_;  // empty: RestoreRank
 };
 
 // The process's store (stateless, safe to share between ranks and threads).

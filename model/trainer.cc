@@ -283,6 +283,10 @@ struct Trainer::Impl {
   Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
+  // Under a control file the sessions restore and dump through this store:
+  // it restores this run's checkpoints of either layout, per tensor or flat
+  // (model/train_state.h), as the trainer's own --resume does.
+  std::unique_ptr<checkpoint::Hdf5CheckpointStore> control_store;
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
@@ -520,6 +524,10 @@ Trainer::Impl::Impl(Trainer& t)
   schedule.min_lr = t.lr_ * 0.1f;
   schedule.warmup_steps = std::min<int64_t>(t.preset_.train.warmup_steps, t.options_.steps);
   schedule.total_steps = std::max<int64_t>(t.options_.steps, schedule.warmup_steps + 1);
+  control_store = std::make_unique<checkpoint::Hdf5CheckpointStore>(
+      [this](const checkpoint::Checkpoint& ckpt, int rank, StateRegistry& into) {
+        return RestoreTrainState(ckpt, rank, layout, into, /*skip_variables=*/{});
+      });
 }
 
 const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) const {
@@ -591,7 +599,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   // control file (dgrr replay, rollback, bisect) is obeyed by the session.
   o.reexecutable = t.launch_.has_value();
   o.launch = t.launch_;
-  if (t.control_) o.checkpoints = checkpoint::DefaultCheckpointStore();  // restores and dumps
+  if (t.control_) o.checkpoints = control_store.get();  // restores and dumps
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
   Status status = RunSession(rank);
