@@ -73,11 +73,14 @@ function(dgrr_test_pch)
   target_precompile_headers(dgrr_test_pch PRIVATE ${DGRR_TEST_PCH_HEADERS})
 endfunction()
 
-# dgrr_test(NAME SOURCES ... DEPS ...)
+# dgrr_test(NAME SOURCES ... DEPS ... [TIMEOUT s] [RESOURCE_LOCK name])
 # One GoogleTest executable; each TEST becomes its own ctest entry. Tests find
 # their data through DGRR_TEST_DATA_DIR and may write under DGRR_TEST_TMP_DIR.
+# RESOURCE_LOCK keeps its tests from running beside others holding the same
+# lock (`mpirun`: one MPI job at a time, so a loaded 2-core machine never has
+# two oversubscribed jobs racing each other's timeouts).
 function(dgrr_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;RESOURCE_LOCK" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   # Runs of dgrr train made in-process name the built dgrr as their program
@@ -100,7 +103,14 @@ function(dgrr_test name)
   endif()
   # Every test is labelled with its executable, so a pass can pick whole
   # executables (make tsan: ctest -L).
+  set(lock_property "")
+  if(ARG_RESOURCE_LOCK)
+    set(lock_property RESOURCE_LOCK ${ARG_RESOURCE_LOCK})
+  endif()
+  # One label, the executable's: gtest_discover_tests writes property values
+  # out unquoted, so a list of labels would split into words that pair up
+  # with the next properties (a second label once swallowed RESOURCE_LOCK).
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${name};${ARG_LABELS}")
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} ${lock_property} LABELS ${name})
 endfunction()
