@@ -389,6 +389,8 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
   DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
+  // The hot path: nothing waits for a device, so straight to the writer.
+  if (waiting_.empty()) return WriteBoundary(r, boundary.name_id);
   return Emit({r, boundary.name_id, std::nullopt});
 }
 
@@ -435,16 +437,16 @@ Status Session::Emit(QueuedRecord record) {
   return DrainWaiting(/*wait=*/false);
 }
 
-// The one place records reach the writer: names are interned here, so a
-// NAME record lands right before the first record that uses it, in order.
+// Where records reach the writer. Names are interned here, so a NAME record
+// lands right before the first record that uses it, in order.
+Status Session::WriteBoundary(trace::BoundaryRecord& r, uint32_t name_id) {
+  DGRR_ASSIGN_OR_RETURN(r.name_id, WriterNameId(name_id));
+  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(r, names_[name_id])));
+  return writer_->AppendBoundary(r);
+}
+
 Status Session::Write(QueuedRecord& q) {
-  if (auto* r = std::get_if<trace::BoundaryRecord>(&q.record)) {
-    DGRR_ASSIGN_OR_RETURN(r->name_id, WriterNameId(q.name_id));
-    if (options_.check != nullptr) {
-      DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(*r, names_[q.name_id])));
-    }
-    return writer_->AppendBoundary(*r);
-  }
+  if (auto* r = std::get_if<trace::BoundaryRecord>(&q.record)) return WriteBoundary(*r, q.name_id);
   if (auto* r = std::get_if<trace::StepRecord>(&q.record)) {
     if (options_.check != nullptr && r->kind == trace::StepKind::kEnd) {
       DGRR_RETURN_IF_ERROR(Report(options_.check->CheckStep(*r)));

@@ -310,6 +310,7 @@ class Session {
   StatusOr<AsyncFingerprinter*> DeviceFingerprinter();
   Status Emit(QueuedRecord record);
   Status Write(QueuedRecord& record);
+  Status WriteBoundary(trace::BoundaryRecord& record, uint32_t name_id);
   // Appends the waiting records whose fingerprints are there, in order;
   // with `wait`, waits for each one (everything is written afterwards).
   Status DrainWaiting(bool wait);
