@@ -200,33 +200,42 @@ DGRR_AVX512_INLINE __m512i Load512(const void* p) { return _mm512_loadu_si512(p)
 // memory instead of 30) nor move this stripe's work past the next one's.
 #define DGRR_PIN(v) asm("" : "+v"(v))
 
-// Two stripes, each one 64-byte load and five operations: `products` gets the
-// keyed 32x32-bit products, `sums` the data itself, `xors` their XOR (one
-// three-way XOR for both). XXH3 adds each lane's neighbour word (data[i ^ 1]);
-// that swap is a permutation of lanes, so it commutes with the sum and is
-// applied once to `sums` when a run of stripes is folded in (FoldSums)
-// instead of once per stripe. Additions are modulo 2^64: the regrouping is
-// exact.
+// products += lo32(keyed) * hi32(keyed), lane by lane, keyed = data ^ key.
 DGRR_AVX512_INLINE void KeyedProduct(__m512i& products, const __m512i& data, const __m512i& key) {
   const __m512i keyed = _mm512_xor_si512(data, key);
   products = _mm512_add_epi64(products, _mm512_mul_epu32(keyed, _mm512_srli_epi64(keyed, 32)));
   DGRR_PIN(products);
 }
 
-DGRR_AVX512_INLINE void StripePair(__m512i& products, __m512i& sums, __m512i& xors,
-                                   const uint8_t* p, const __m512i& key0, const __m512i& key1) {
-  __m512i data0 = Load512(p);
-  __m512i data1 = Load512(p + xxh3::kStripeLen);
+// Two cache lines, each one 64-byte load and five operations: `products`
+// gets the keyed 32x32-bit products, `sums` the data itself, `xors` their XOR
+// (one three-way XOR for both). XXH3 adds each lane's neighbour word
+// (data[i ^ 1]); that swap is a permutation of lanes, so it commutes with the
+// sum and is applied once to `sums` when a run of stripes is folded in
+// (FoldSums) instead of once per stripe. Additions are modulo 2^64: the
+// regrouping is exact. Line 0 goes to products0/sums0 and line 1 to
+// products1/sums1: the same pair for two stripes of one block (StripePair),
+// one pair per block for the same stripe of two blocks (StripeOfTwoBlocks).
+DGRR_AVX512_INLINE void TwoLines(__m512i& products0, __m512i& sums0, __m512i& products1,
+                                 __m512i& sums1, __m512i& xors, const uint8_t* line0,
+                                 const uint8_t* line1, const __m512i& key0, const __m512i& key1) {
+  __m512i data0 = Load512(line0);
+  __m512i data1 = Load512(line1);
   DGRR_PIN(data0);
   DGRR_PIN(data1);
-  KeyedProduct(products, data0, key0);
-  KeyedProduct(products, data1, key1);
-  sums = _mm512_add_epi64(sums, data0);
-  DGRR_PIN(sums);
-  sums = _mm512_add_epi64(sums, data1);
+  KeyedProduct(products0, data0, key0);
+  KeyedProduct(products1, data1, key1);
+  sums0 = _mm512_add_epi64(sums0, data0);
+  DGRR_PIN(sums0);
+  sums1 = _mm512_add_epi64(sums1, data1);
   xors = _mm512_ternarylogic_epi64(xors, data0, data1, 0x96);  // xors ^ data0 ^ data1
-  DGRR_PIN(sums);
+  DGRR_PIN(sums1);
   DGRR_PIN(xors);
+}
+
+DGRR_AVX512_INLINE void StripePair(__m512i& products, __m512i& sums, __m512i& xors,
+                                   const uint8_t* p, const __m512i& key0, const __m512i& key1) {
+  TwoLines(products, sums, products, sums, xors, p, p + xxh3::kStripeLen, key0, key1);
 }
 
 // One stripe on its own (runs that do not start or end on a block boundary).
@@ -257,23 +266,12 @@ DGRR_AVX512_INLINE void Scramble8(__m512i& acc, const __m512i& key) {
 // Two consecutive blocks, a and b = a + 1024, interleaved stripe by stripe:
 // the same stripe of each, then the next. Each block keeps its own products
 // and sums (the stripes of a block share its delta only), so the two chains
-// stay independent; the XOR takes both lines in one three-way XOR. Block a is
-// folded and scrambled before block b, as XXH3 chains them.
+// stay independent. Block a is folded and scrambled before block b, as XXH3
+// chains them.
 DGRR_AVX512_INLINE void StripeOfTwoBlocks(__m512i& products_a, __m512i& sums_a,
                                           __m512i& products_b, __m512i& sums_b, __m512i& xors,
                                           const uint8_t* p, const __m512i& key) {
-  __m512i data_a = Load512(p);
-  __m512i data_b = Load512(p + xxh3::kBlockLen);
-  DGRR_PIN(data_a);
-  DGRR_PIN(data_b);
-  KeyedProduct(products_a, data_a, key);
-  KeyedProduct(products_b, data_b, key);
-  sums_a = _mm512_add_epi64(sums_a, data_a);
-  sums_b = _mm512_add_epi64(sums_b, data_b);
-  DGRR_PIN(sums_a);
-  DGRR_PIN(sums_b);
-  xors = _mm512_ternarylogic_epi64(xors, data_a, data_b, 0x96);  // xors ^ data_a ^ data_b
-  DGRR_PIN(xors);
+  TwoLines(products_a, sums_a, products_b, sums_b, xors, p, p + xxh3::kBlockLen, key, key);
 }
 
 // Software prefetch this far ahead, one per cache line, issued for a pair of
