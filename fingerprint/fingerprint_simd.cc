@@ -339,10 +339,11 @@ DGRR_AVX512_INLINE void Block(__m512i& acc, __m512i& products, __m512i& sums, __
 
 }  // namespace
 
-// Whole blocks run in interleaved pairs (BlockPair) with the 16 stripe keys
-// held in registers (AVX-512 has 32), so the only memory operand of a stripe
-// is its data: one 64-byte load per cache line. Partial blocks (a resumed stream's first stripes, the last
-// ones) take the per-stripe loop with keys from memory.
+// Whole blocks run with the 16 stripe keys held in registers (AVX-512 has 32),
+// so the only memory operand of a stripe is its data: one 64-byte load per
+// cache line; in interleaved pairs (BlockPair) when the call is long enough.
+// Partial blocks (a resumed stream's first stripes, the last ones) take the
+// per-stripe loop with keys from memory.
 __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state, const uint8_t* p,
                                                             size_t count, const uint8_t* secret) {
   __m512i acc = Load512(state->acc);
@@ -377,8 +378,7 @@ __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state,
     if (bytes >= kPairedMinBytes) {
       // Prefetch only what this call will read.
       const size_t pairs = blocks / 2;
-      const size_t prefetch_pairs =
-          std::min(pairs, (bytes - kPrefetchAhead) / kPairLen);
+      const size_t prefetch_pairs = std::min(pairs, (bytes - kPrefetchAhead) / kPairLen);
       for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
         BlockPair<true>(acc, xors, p, keys, scramble_key);
       }
