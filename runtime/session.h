@@ -277,7 +277,10 @@ class Session {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
-  Status CheckReplicatedStateAgrees(uint64_t step);
+  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
+  // ckpt's state for this rank into the registered buffers (device ones
+  // through a host copy).
+  Status RestoreState(const LoadedCheckpoint& ckpt);
   Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
   // kContinue refuses a directory holding another run (rank, world, seed in
   // the trace header; config.json when there is no checkpoint to check).
@@ -291,7 +294,15 @@ class Session {
   Status CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
                      ExampleRange examples);
   Status WriteDumps(uint64_t step);
+  bool ChecksSdc() const;
   Status CheckSdc(uint64_t step, const Fingerprint& mine);
+  Status EndStepOnDevice(trace::StepRecord& record);
+  // After the STEP record: the control file's dumps, then the SDC check of
+  // `params` (nullopt: no check this step).
+  Status FinishStep(uint64_t step, const std::optional<Fingerprint>& params);
+  bool DumpWanted(const BoundaryHandle& boundary) const;
+  Status RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                          AsyncFingerprinter::Ticket ticket, Fingerprint* out);
   Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                         const Fingerprint& fp, ExampleRange examples);
   // Records in program order: straight to the trace when nothing waits for
@@ -299,7 +310,8 @@ class Session {
   struct QueuedRecord {
     std::variant<trace::BoundaryRecord, trace::StepRecord, trace::EventRecord> record;
     uint32_t name_id = 0;  // a boundary's: the session's id of its name
-    std::optional<AsyncFingerprinter::Ticket> ticket;  // a boundary waiting for its fingerprint
+    // A boundary waiting for its fingerprint, or a STEP end for its parameters'.
+    std::optional<AsyncFingerprinter::Ticket> ticket;
   };
   // The record of `tensor` at `boundary` without its fingerprint; takes the
   // next sequence number.
