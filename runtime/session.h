@@ -110,9 +110,11 @@ struct SessionOptions {
   ProcessEnvironment* environment = nullptr;
   // Checks each BOUNDARY and STEP record before it is appended; null: none.
   RecordCheck* check = nullptr;
-  // Fingerprints the device tensors passed to Record (TensorRef::where) on
-  // their own streams; null: a CUDA fingerprinter is made on the first device
-  // tensor (MakeCudaFingerprinter). Tests substitute their own.
+  // The session's device: fingerprints the device tensors passed to Record
+  // (TensorRef::where) and the device parameters (StateEntry::where) on their
+  // own streams, and copies device state and dumped tensors to and from the
+  // host; null: a CUDA one is made on first use (MakeCudaFingerprinter).
+  // Tests substitute their own.
   std::shared_ptr<AsyncFingerprinter> device_fingerprinter;
 
   // --- Checkpoints, resume and re-execution (docs/api.md) ---
@@ -196,7 +198,8 @@ class Session {
   // record after it, waits in program order until the stream has produced
   // the fingerprint, and is appended by a later call that finds it ready
   // (never blocking), or by Flush/Sync/Checkpoint/Close, which wait. Asking
-  // for the value (`out`) waits for it. Dumps of device tensors are refused.
+  // for the value (`out`) waits for it, and so does a boundary the control
+  // file dumps (its bytes are copied to the host on the tensor's stream).
   Status Record(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                 Fingerprint* out = nullptr);
   // Appends a BOUNDARY record for a tensor fingerprinted elsewhere (on a
@@ -240,7 +243,10 @@ class Session {
   // STEP end record: the loss and the fingerprint of every registered
   // parameter buffer. With a RankGroup, the fingerprints of all ranks are
   // compared; a rank that differs gets an SDC EVENT record and the call
-  // returns Divergence naming rank, step and both fingerprints.
+  // returns Divergence naming rank, step and both fingerprints. Parameters on
+  // a device are fingerprinted on their stream and the record waits in
+  // program order like a device boundary; only the SDC check waits for that
+  // fingerprint (the ranks exchange it now).
   Status EndStep(uint64_t step, float loss);
   Status RecordEvent(trace::EventKind kind, std::string_view payload);
 
