@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -38,7 +39,18 @@ struct Gate {
   }
 };
 
-class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {};
+class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {
+ protected:
+  std::unique_ptr<Session> OpenSession() {
+    SessionOptions o;
+    o.run_dir = dir_.string();
+    o.seed = 3;
+    o.gpu = false;
+    auto s = Session::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+};
 
 TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   DGRR_SKIP_WITHOUT_CUDA_DEVICE();
@@ -50,13 +62,9 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
 
-  SessionOptions o;
-  o.run_dir = dir_.string();
-  o.seed = 3;
-  o.gpu = false;
-  auto s = Session::Open(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  Session& session = **s;
+  std::unique_ptr<Session> s = OpenSession();
+  ASSERT_NE(s, nullptr);
+  Session& session = *s;
   auto out = session.DeclareBoundary("layer.out", trace::Phase::kForward, trace::Direction::kOutput);
   ASSERT_TRUE(out.ok());
   auto t = MakeTensorRef(dev, DType::kF32, {static_cast<int64_t>(host.size())});
@@ -102,13 +110,9 @@ TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSync
   std::vector<void*> buffers;
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  SessionOptions o;
-  o.run_dir = dir_.string();
-  o.seed = 3;
-  o.gpu = false;
-  auto s = Session::Open(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  Session& session = **s;
+  std::unique_ptr<Session> s = OpenSession();
+  ASSERT_NE(s, nullptr);
+  Session& session = *s;
   for (size_t k = 0; k < lengths.size(); ++k) {
     std::vector<uint8_t> host(lengths[k]);
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 31 + k * 7 + (i >> 8));
