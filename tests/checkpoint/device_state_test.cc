@@ -343,6 +343,25 @@ TEST_F(DeviceStateTest, ADeviceRunStoppedAfterACheckpointResumesBitwise) {
   }
 }
 
+// Placement is not part of a checkpoint: a run that went as far as its
+// checkpoint of step 2 on the host continues on the device, bitwise.
+TEST_F(DeviceStateTest, AHostRunsCheckpointContinuesOnTheDevice) {
+  const ProgramRun whole = Make("whole", true);
+  ProgramRun cut = Make("cut", false);
+  cut.stop_after = 3;
+  const std::vector<RankOutcome> w = RunAllRanks(whole), first = RunAllRanks(cut);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(w[r].status.ok() && first[r].status.ok());
+  cut.stop_after.reset();
+  cut.device = true;
+  const std::vector<RankOutcome> resumed = RunAllRanks(cut);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+    EXPECT_EQ(resumed[r].start, 3u);
+    EXPECT_EQ(resumed[r].final_parameters, w[r].final_parameters);
+    EXPECT_EQ(Computation(cut, r), Computation(whole, r)) << "rank " << r;
+  }
+}
+
 // Sets DGRR_CONTROL for one scope.
 class ControlEnv {
  public:
