@@ -44,7 +44,7 @@ struct StateEntry {
   // Where `data` lives. Device state is never read by the host: the session
   // fingerprints it on the device and copies it through its device
   // (SessionOptions::device_fingerprinter) for checkpoints and restores.
-  Placement where;
+  Placement where = Placement::Host();
 };
 
 const char* StateRoleName(StateRole role);

@@ -119,7 +119,9 @@ TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSync
     concatenated.insert(concatenated.end(), host.begin(), host.end());
     void* dev = nullptr;
     ASSERT_EQ(cudaMalloc(&dev, lengths[k] + 1), cudaSuccess);
-    if (!host.empty()) ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    if (!host.empty()) {
+      ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
     buffers.push_back(dev);
     StateEntry e{"p" + std::to_string(k), dev, lengths[k], DType::kU8, {static_cast<int64_t>(lengths[k])},
                  StateRole::kParameter};
