@@ -3,6 +3,7 @@
 #if DGRR_FINGERPRINT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,11 +44,15 @@ class DeviceScope {
 };
 
 // One result slot: 16 pinned bytes the device copies the fingerprint into,
-// and the event recorded on the stream right after that copy.
+// and the event recorded on the stream right after that copy. A segment
+// list's table is staged in the slot's pinned `table` (grown on demand),
+// which the device has read once the event completes.
 struct Slot {
   Fingerprint* result = nullptr;
   cudaEvent_t done = nullptr;
   int device = 0;
+  uint64_t* table = nullptr;
+  size_t table_words = 0;
 };
 
 class CudaFingerprinter final : public AsyncFingerprinter {
@@ -65,6 +70,7 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     }
     for (auto& [ticket, slot] : in_flight_) cudaEventDestroy(slot.done);
     for (Fingerprint* block : pinned_blocks_) cudaFreeHost(block);
+    for (void* table : pinned_tables_) cudaFreeHost(table);
   }
 
   StatusOr<Ticket> Enqueue(const TensorRef& tensor) override {
@@ -75,19 +81,31 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     DGRR_RETURN_IF_ERROR(scope.Enter(tensor.where.device));
     DGRR_ASSIGN_OR_RETURN(Slot slot, TakeSlot(tensor.where.device));
     auto* stream = static_cast<CUstream_st*>(tensor.where.stream);
-    Status enqueued = FingerprintDeviceAsync(tensor.data, tensor.bytes, stream, slot.result);
+    return Issue(slot, stream, FingerprintDeviceAsync(tensor.data, tensor.bytes, stream, slot.result));
+  }
+
+  StatusOr<Ticket> EnqueueSegments(std::span<const MemorySegment> segments, const Placement& where) override {
+    if (where.kind != Placement::Kind::kCuda) {
+      return Status::InvalidArgument("device fingerprint of " + std::to_string(segments.size()) +
+                                     " segments on " + where.ToString() + ": not CUDA memory");
+    }
+    DeviceScope scope;
+    DGRR_RETURN_IF_ERROR(scope.Enter(where.device));
+    DGRR_ASSIGN_OR_RETURN(Slot slot, TakeSlot(where.device));
+    Status enqueued = StageTable(&slot, SegmentTableWords(segments.size()));
+    auto* stream = static_cast<CUstream_st*>(where.stream);
     if (enqueued.ok()) {
-      if (cudaError_t err = cudaEventRecord(slot.done, stream); err != cudaSuccess) {
-        enqueued = CudaError("cudaEventRecord", err);
-      }
+      enqueued = FingerprintSegmentsDeviceAsync(segments, stream, std::span<uint64_t>(slot.table, slot.table_words),
+                                                slot.result);
     }
-    if (!enqueued.ok()) {
-      free_[slot.device].push_back(slot);
-      return enqueued;
-    }
-    const Ticket ticket = next_ticket_++;
-    in_flight_.emplace(ticket, slot);
-    return ticket;
+    return Issue(slot, stream, enqueued);
+  }
+
+  Status CopyToHost(const void* src, uint64_t bytes, const Placement& where, void* dst) override {
+    return Copy(dst, src, bytes, where, cudaMemcpyDeviceToHost);
+  }
+  Status CopyToDevice(const void* src, uint64_t bytes, const Placement& where, void* dst) override {
+    return Copy(dst, src, bytes, where, cudaMemcpyHostToDevice);
   }
 
   StatusOr<std::optional<Fingerprint>> Poll(Ticket ticket) override {
@@ -108,6 +126,54 @@ class CudaFingerprinter final : public AsyncFingerprinter {
 
  private:
   static constexpr int kSlotsPerBlock = 64;
+
+  // After the work is enqueued: the event behind it, and the ticket.
+  StatusOr<Ticket> Issue(const Slot& slot, CUstream_st* stream, Status enqueued) {
+    if (enqueued.ok()) {
+      if (cudaError_t err = cudaEventRecord(slot.done, stream); err != cudaSuccess) {
+        enqueued = CudaError("cudaEventRecord", err);
+      }
+    }
+    if (!enqueued.ok()) {
+      free_[slot.device].push_back(slot);
+      return enqueued;
+    }
+    const Ticket ticket = next_ticket_++;
+    in_flight_.emplace(ticket, slot);
+    return ticket;
+  }
+
+  // A pinned table of at least `words` words for the slot. A smaller one is
+  // kept until the end (cudaFreeHost may synchronize the device).
+  Status StageTable(Slot* slot, size_t words) {
+    if (slot->table_words >= words) return Status::OK();
+    void* table = nullptr;
+    const size_t grown = std::max(words, 2 * slot->table_words);
+    if (cudaError_t err = cudaHostAlloc(&table, grown * sizeof(uint64_t), cudaHostAllocDefault); err != cudaSuccess) {
+      return CudaError("cudaHostAlloc of a segment table", err);
+    }
+    pinned_tables_.push_back(table);
+    slot->table = static_cast<uint64_t*>(table);
+    slot->table_words = grown;
+    return Status::OK();
+  }
+
+  Status Copy(void* dst, const void* src, uint64_t bytes, const Placement& where, cudaMemcpyKind kind) {
+    if (where.kind != Placement::Kind::kCuda) {
+      return Status::InvalidArgument("device copy on " + where.ToString() + ": not CUDA memory");
+    }
+    if (bytes == 0) return Status::OK();
+    DeviceScope scope;
+    DGRR_RETURN_IF_ERROR(scope.Enter(where.device));
+    auto* stream = static_cast<CUstream_st*>(where.stream);
+    if (cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, stream); err != cudaSuccess) {
+      return CudaError("cudaMemcpyAsync", err);
+    }
+    if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+      return CudaError("cudaStreamSynchronize after a copy", err);
+    }
+    return Status::OK();
+  }
 
   StatusOr<Slot> TakeSlot(int device) {
     std::vector<Slot>& slots = free_[device];
@@ -154,6 +220,7 @@ class CudaFingerprinter final : public AsyncFingerprinter {
   }
 
   std::vector<Fingerprint*> pinned_blocks_;
+  std::vector<void*> pinned_tables_;
   std::unordered_map<int, std::vector<Slot>> free_;  // by device
   std::unordered_map<Ticket, Slot> in_flight_;
   Ticket next_ticket_ = 1;

@@ -271,4 +271,10 @@ Fingerprint Fingerprinter::Digest() const {
   return result;
 }
 
+Fingerprint FingerprintSegments(const MemorySegment* segments, size_t count) {
+  Fingerprinter fp;
+  for (size_t i = 0; i < count; ++i) fp.Update(segments[i].data, segments[i].bytes);
+  return fp.Digest();
+}
+
 }  // namespace dgrr

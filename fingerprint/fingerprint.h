@@ -41,6 +41,14 @@ StatusOr<uint64_t> Xxh3OfFile(RandomAccessFile& file, uint64_t from = 0, uint64_
 // value is XXH3_64bits' exactly (tested).
 Fingerprint FingerprintBytes(const void* data, size_t n);
 
+// One piece of a byte stream that lies in several buffers (a model's
+// parameter tensors, say): the stream is the pieces' bytes concatenated in
+// order. Whose memory `data` is, host or device, the caller says.
+struct MemorySegment {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
 // The 32-bit XOR signature of OpGuard (XOR of little-endian 32-bit words, the
 // last partial word zero-padded) is the XOR of xor64's two halves.
 inline uint32_t XorSignature32(uint64_t xor64) {
@@ -85,6 +93,10 @@ class Fingerprinter {
   uint8_t buffer_[kBufferBytes];       // the unconsumed end of the stream
   uint8_t last_stripe_[kStripeBytes];  // the last 64 bytes consumed
 };
+
+// FingerprintBytes of the concatenation of host segments, without copying
+// them together (a Fingerprinter fed segment by segment).
+Fingerprint FingerprintSegments(const MemorySegment* segments, size_t count);
 
 namespace fingerprint_internal {
 // The alternative fused route, kept as an independent reference and for the

@@ -47,4 +47,49 @@ StatusOr<Fingerprint> FingerprintDevice(const void* dev_ptr, size_t n, CUstream_
   return result;
 }
 
+Status FingerprintSegmentsDeviceAsync(std::span<const MemorySegment> segments, CUstream_st* stream,
+                                      std::span<uint64_t> table, Fingerprint* out) {
+  if (out == nullptr) return Status::InvalidArgument("FingerprintSegmentsDeviceAsync: null output");
+  size_t count = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].data == nullptr && segments[i].bytes != 0) {
+      return Status::InvalidArgument("FingerprintSegmentsDeviceAsync: segment " + std::to_string(i) +
+                                     " has a null device pointer with " + std::to_string(segments[i].bytes) +
+                                     " bytes");
+    }
+    if (segments[i].bytes != 0) ++count;
+  }
+  if (count > UINT32_MAX || table.size() < SegmentTableWords(count)) {
+    return Status::InvalidArgument("FingerprintSegmentsDeviceAsync: a table of " + std::to_string(table.size()) +
+                                   " words for " + std::to_string(count) + " segments");
+  }
+  // The table is written in place: the caller's (pinned) memory is what the
+  // device copies from.
+  uint64_t start = 0;
+  size_t k = 0;
+  table[0] = 0;
+  for (const MemorySegment& seg : segments) {
+    if (seg.bytes == 0) continue;
+    start += seg.bytes;
+    table[k + 1] = start;
+    table[count + 1 + k] = reinterpret_cast<uintptr_t>(seg.data);
+    ++k;
+  }
+  const char* failed_step = "";
+  const int err = fingerprint_cuda_internal::EnqueueSegmentedFingerprint(
+      table.data(), static_cast<uint32_t>(count), stream, fingerprint_internal::DefaultXxh3Secret(),
+      reinterpret_cast<DeviceFingerprint*>(out), &failed_step);
+  if (err != 0) return CudaFailure(failed_step, err);
+  return Status::OK();
+}
+
+StatusOr<Fingerprint> FingerprintSegmentsDevice(std::span<const MemorySegment> segments, CUstream_st* stream) {
+  std::vector<uint64_t> table(SegmentTableWords(segments.size()));
+  Fingerprint result;
+  DGRR_RETURN_IF_ERROR(FingerprintSegmentsDeviceAsync(segments, stream, table, &result));
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return CudaFailure("cudaStreamSynchronize", err);
+  return result;
+}
+
 }  // namespace dgrr

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
@@ -26,5 +29,26 @@ Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream
 
 // FingerprintDeviceAsync, then waits for `stream`.
 StatusOr<Fingerprint> FingerprintDevice(const void* dev_ptr, size_t n, CUstream_st* stream);
+
+// Words of the segment table FingerprintSegmentsDeviceAsync sends to the
+// device for `count` segments: count + 1 start offsets, then count addresses
+// (empty segments are dropped, so this is enough for any of them).
+inline size_t SegmentTableWords(size_t count) { return 2 * count + 1; }
+
+// Enqueues ONE fingerprint over the concatenation of `segments` (device
+// memory of the current device; any lengths, empty ones included, and any
+// alignments) on `stream`, and a copy of the result into *out: bitwise
+// FingerprintBytes of the concatenated bytes, without concatenating them
+// (the kernels read through a segment table). The table is written into and
+// travels from `table`, SegmentTableWords(segments.size()) words of host memory the
+// caller leaves unchanged until the stream has passed this point; pinned,
+// that copy never makes the host wait. Errors as FingerprintDeviceAsync
+// (InvalidArgument for a null segment with bytes).
+Status FingerprintSegmentsDeviceAsync(std::span<const MemorySegment> segments, CUstream_st* stream,
+                                      std::span<uint64_t> table, Fingerprint* out);
+
+// FingerprintSegmentsDeviceAsync from a table of its own, then waits for
+// `stream`.
+StatusOr<Fingerprint> FingerprintSegmentsDevice(std::span<const MemorySegment> segments, CUstream_st* stream);
 
 }  // namespace dgrr

@@ -9,12 +9,19 @@
 // the blocks sequentially (add, scramble) because the scramble is nonlinear,
 // add the tail and merge. <= 240 bytes: one thread. All arithmetic is the code
 // of fingerprint/xxh3_core.h, which the CPU tests check against libxxhash.
+//
+// Segmented streams (several buffers, one fingerprint): the same split over a
+// segment table (fingerprint/segmented_core.h, checked on the CPU against
+// FingerprintBytes of the concatenation). One thread per (block, lane) gives
+// the lane's delta and the XOR of its own words; one warp chains the lanes,
+// adds the gathered tail and reduces the XOR partials. No atomics.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "fingerprint/fingerprint_cuda_kernels.h"
+#include "fingerprint/segmented_core.h"
 #include "fingerprint/xxh3_core.h"
 
 namespace dgrr::fingerprint_cuda_internal {
@@ -138,6 +145,65 @@ __global__ void Xxh3ChainKernel(const uint8_t* in, size_t n, size_t blocks, cons
   if (threadIdx.x == 0) result->xxh3 = xxh3::MergeLanes(acc, n, secret);
 }
 
+// ---- segmented streams ----
+
+// <= 240 bytes in all: one thread gathers them and hashes.
+__global__ void SegmentedShortKernel(xxh3::SegmentTable table, SecretParam param, Fingerprint* result) {
+  __shared__ uint8_t secret[xxh3::kSecretSize];
+  StageSecret(param, secret);
+  if (threadIdx.x != 0) return;
+  uint8_t bytes[xxh3::kMidSizeMax];
+  const size_t n = static_cast<size_t>(table.total());
+  xxh3::GatherBytes(table, 0, n, bytes);
+  result->xor64 = xxh3::XorOfBytesAt(bytes, n, 0);
+  result->xxh3 = xxh3::HashShort(bytes, n, secret);
+}
+
+// deltas[b * 8 + lane] as Xxh3BlockDeltasKernel writes them, and one XOR
+// partial per thread block.
+__global__ void SegmentedBlocksKernel(xxh3::SegmentTable table, size_t blocks, SecretParam param, uint64_t* deltas,
+                                      uint64_t* partials) {
+  __shared__ __align__(8) uint8_t secret[xxh3::kSecretSize];
+  StageSecret(param, secret);
+  const size_t total = blocks * xxh3::kLanes;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  uint64_t x = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const xxh3::BlockLaneResult r =
+        xxh3::SegmentedBlockLane<AlignedReader>(table, i / xxh3::kLanes, secret, i % xxh3::kLanes);
+    deltas[i] = r.delta;
+    x ^= r.xor64;
+  }
+  x = BlockXor(x);
+  if (threadIdx.x == 0) partials[blockIdx.x] = x;
+}
+
+// Launched with one warp (32 threads): the tail window is gathered once,
+// lanes 0..7 chain and add the tail, every thread XORs a share of the
+// partials and tail bytes.
+__global__ void SegmentedFinishKernel(xxh3::SegmentTable table, size_t blocks, const uint64_t* deltas,
+                                      const uint64_t* partials, size_t partial_count, SecretParam param,
+                                      Fingerprint* result) {
+  __shared__ uint8_t secret[xxh3::kSecretSize];
+  __shared__ uint8_t window[xxh3::kBlockLen];
+  __shared__ uint64_t acc[xxh3::kLanes];
+  StageSecret(param, secret);
+  const uint64_t len = table.total();
+  const size_t window_bytes = xxh3::TailWindowBytes(len);
+  if (threadIdx.x == 0) xxh3::GatherBytes(table, len - window_bytes, window_bytes, window);
+  __syncthreads();
+  const size_t lane = threadIdx.x;
+  if (lane < xxh3::kLanes) acc[lane] = xxh3::SegmentedLaneAccumulator(deltas, blocks, window, len, secret, lane);
+  uint64_t x = xxh3::TailXor(window, len, threadIdx.x, blockDim.x);
+  for (size_t i = threadIdx.x; i < partial_count; i += blockDim.x) x ^= partials[i];
+  x = WarpXor(x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    result->xxh3 = xxh3::MergeLanes(acc, len, secret);
+    result->xor64 = x;
+  }
+}
+
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // Scratch layout: [Fingerprint result][xor partials][xxh3 block deltas], all
@@ -202,6 +268,65 @@ int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream,
     return err;
   }
   err = cudaMemcpyAsync(out, scratch.result, sizeof(Fingerprint), cudaMemcpyDeviceToHost, s);
+  const cudaError_t release = cudaFreeAsync(raw, s);
+  if (err != cudaSuccess) {
+    *failed_step = "cudaMemcpyAsync of the result";
+    return err;
+  }
+  if (release != cudaSuccess) *failed_step = "cudaFreeAsync";
+  return release;
+}
+
+int EnqueueSegmentedFingerprint(const uint64_t* host_table, uint32_t count, CUstream_st* stream,
+                                const uint8_t* secret_bytes, DeviceFingerprint* out, const char** failed_step) {
+  cudaStream_t s = stream;
+  SecretParam secret;
+  std::memcpy(secret.bytes, secret_bytes, xxh3::kSecretSize);
+  const uint64_t len = host_table[count];
+  const size_t blocks = len > xxh3::kMidSizeMax ? xxh3::FullBlocks(len) : 0;
+  const size_t grid =
+      blocks > 0 ? std::min(CeilDiv(blocks * xxh3::kLanes, kThreads), kMaxDeltaBlocks) : 0;
+  const size_t table_words = 2 * static_cast<size_t>(count) + 1;
+
+  // Scratch: [result][table][XOR partials][block deltas], 8-byte words.
+  const size_t scratch_bytes = sizeof(Fingerprint) + 8 * (table_words + grid + xxh3::kLanes * blocks);
+  void* raw = nullptr;
+  cudaError_t err = cudaMallocAsync(&raw, scratch_bytes, s);
+  if (err != cudaSuccess) {
+    *failed_step = "cudaMallocAsync";
+    return err;
+  }
+  auto* result = static_cast<Fingerprint*>(raw);
+  auto* table_words_on_device = reinterpret_cast<uint64_t*>(result + 1);
+  uint64_t* partials = table_words_on_device + table_words;
+  uint64_t* deltas = partials + grid;
+  xxh3::SegmentTable table;
+  table.starts = table_words_on_device;
+  table.addresses = table_words_on_device + count + 1;
+  table.count = count;
+
+  err = cudaMemcpyAsync(table_words_on_device, host_table, 8 * table_words, cudaMemcpyHostToDevice, s);
+  if (err != cudaSuccess) {
+    *failed_step = "cudaMemcpyAsync of the segment table";
+    cudaFreeAsync(raw, s);
+    return err;
+  }
+  if (len <= xxh3::kMidSizeMax) {
+    SegmentedShortKernel<<<1, 32, 0, s>>>(table, secret, result);
+  } else {
+    if (blocks > 0) {
+      SegmentedBlocksKernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(table, blocks, secret, deltas,
+                                                                             partials);
+    }
+    SegmentedFinishKernel<<<1, 32, 0, s>>>(table, blocks, deltas, partials, grid, secret, result);
+  }
+  err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    *failed_step = "kernel launch";
+    cudaFreeAsync(raw, s);
+    return err;
+  }
+  err = cudaMemcpyAsync(out, result, sizeof(Fingerprint), cudaMemcpyDeviceToHost, s);
   const cudaError_t release = cudaFreeAsync(raw, s);
   if (err != cudaSuccess) {
     *failed_step = "cudaMemcpyAsync of the result";

@@ -22,4 +22,14 @@ struct DeviceFingerprint {
 int EnqueueFingerprint(const void* dev_ptr, size_t n, CUstream_st* stream, const uint8_t* secret,
                        DeviceFingerprint* out, const char** failed_step);
 
+// The fingerprint of the concatenation of `count` non-empty device segments,
+// described by `host_table`: count + 1 logical start offsets (the last is the
+// total length), then count device addresses, all uint64_t (xxh3::SegmentTable,
+// segmented_core.h). The table is copied to the device on `stream`; from
+// pinned memory that copy never waits, and the caller keeps the table
+// unchanged until the stream has passed it. Returns and reports as
+// EnqueueFingerprint.
+int EnqueueSegmentedFingerprint(const uint64_t* host_table, uint32_t count, CUstream_st* stream,
+                                const uint8_t* secret, DeviceFingerprint* out, const char** failed_step);
+
 }  // namespace dgrr::fingerprint_cuda_internal

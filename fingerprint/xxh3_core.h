@@ -198,15 +198,20 @@ struct ByteReader {
   DGRR_HOST_DEVICE static uint64_t Read64(const uint8_t* p) { return ReadLE64(p); }
 };
 
-// What one 64-byte stripe adds to accumulator `lane`: the neighbouring lane's
-// input word plus the 32x32-bit product of the two halves of this lane's keyed
-// word. `secret_at` is the stripe's secret position.
+// What one 64-byte stripe adds to accumulator `lane`, from the lane's own
+// input word, the neighbouring lane's (lane ^ 1) and the lane's secret word:
+// the neighbour plus the 32x32-bit product of the two halves of the keyed word.
+DGRR_HOST_DEVICE inline uint64_t StripeLaneTerm(uint64_t own, uint64_t neighbour, uint64_t key) {
+  const uint64_t keyed = own ^ key;
+  return neighbour + (keyed & 0xFFFFFFFFu) * (keyed >> 32);
+}
+
+// StripeLaneTerm of the stripe at `stripe`; `secret_at` is its secret position.
 template <class Reader = ByteReader>
 DGRR_HOST_DEVICE inline uint64_t StripeLaneDelta(const uint8_t* stripe, const uint8_t* secret_at,
                                                  size_t lane) {
-  const uint64_t keyed = Reader::Read64(stripe + 8 * lane) ^ Reader::Read64(secret_at + 8 * lane);
-  const uint64_t neighbour = Reader::Read64(stripe + 8 * (lane ^ 1));
-  return neighbour + (keyed & 0xFFFFFFFFu) * (keyed >> 32);
+  return StripeLaneTerm(Reader::Read64(stripe + 8 * lane), Reader::Read64(stripe + 8 * (lane ^ 1)),
+                        Reader::Read64(secret_at + 8 * lane));
 }
 
 // Sum of StripeLaneDelta over the first `stripes` stripes of a block; stripe s
@@ -244,14 +249,22 @@ DGRR_HOST_DEVICE inline size_t FullBlocks(size_t len) { return (len - 1) / kBloc
 
 // What the tail adds to `lane` after the last scramble: the whole stripes of
 // the partial last block, then the final stripe (the last 64 bytes, which may
-// overlap), keyed at secret + 192 - 64 - 7.
-DGRR_HOST_DEVICE inline uint64_t TailLaneDelta(const uint8_t* in, size_t len, const uint8_t* secret,
-                                               size_t lane) {
+// overlap), keyed at secret + 192 - 64 - 7. Both lie in the input's last
+// min(len, kBlockLen) bytes, so this needs only a window of them: `window`
+// holds the input's last `window_len` bytes (window_len >= min(len, kBlockLen)).
+DGRR_HOST_DEVICE inline uint64_t TailLaneDeltaFromWindow(const uint8_t* window, size_t window_len, size_t len,
+                                                         const uint8_t* secret, size_t lane) {
   constexpr size_t kLastStripeSecretOffset = kSecretSize - kStripeLen - 7;
+  const size_t window_start = len - window_len;
   const size_t tail_start = FullBlocks(len) * kBlockLen;
   const size_t stripes = (len - 1 - tail_start) / kStripeLen;
-  return BlockLaneDelta(in + tail_start, stripes, secret, lane) +
-         StripeLaneDelta(in + len - kStripeLen, secret + kLastStripeSecretOffset, lane);
+  return BlockLaneDelta(window + (tail_start - window_start), stripes, secret, lane) +
+         StripeLaneDelta(window + window_len - kStripeLen, secret + kLastStripeSecretOffset, lane);
+}
+
+DGRR_HOST_DEVICE inline uint64_t TailLaneDelta(const uint8_t* in, size_t len, const uint8_t* secret,
+                                               size_t lane) {
+  return TailLaneDeltaFromWindow(in, len, len, secret, lane);
 }
 
 // The final mix of the 8 lanes.

@@ -16,6 +16,7 @@
 #include "base/kill_point.h"
 #include "base/version.h"
 #include "runtime/environment.h"
+#include "runtime/host_state_copy.h"
 #include "runtime/json_input.h"
 #include "runtime/trace_check.h"
 #include "trace_format/reader.h"
@@ -400,17 +401,9 @@ Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& te
                              Fingerprint* out) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
-  if (boundary.recorded && !dumps_.empty()) {
-    for (const PendingDump& d : dumps_) {
-      if (!d.written && d.request.step == step_ && d.request.boundary == names_[boundary.name_id]) {
-        return Report(Status::FailedPrecondition("dump of " + d.request.boundary + " at step " +
-                                                 std::to_string(step_) + ": " + tensor.DebugString() +
-                                                 " is device memory; dumps read host memory only"));
-      }
-    }
-  }
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * fingerprinter, DeviceFingerprinter());
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket, fingerprinter->Enqueue(tensor));
+  if (boundary.recorded && DumpWanted(boundary)) return RecordDeviceDump(boundary, tensor, examples, ticket, out);
   if (out != nullptr) {
     // The caller wants the value now: that waits for the device (documented).
     DGRR_ASSIGN_OR_RETURN(*out, fingerprinter->Wait(ticket));
@@ -420,6 +413,30 @@ Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& te
   DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
   waiting_.push_back({r, boundary.name_id, ticket});
   return DrainWaiting(/*wait=*/false);
+}
+
+bool Session::DumpWanted(const BoundaryHandle& boundary) const {
+  for (const PendingDump& d : dumps_) {
+    if (!d.written && d.request.step == step_ && d.request.boundary == names_[boundary.name_id]) return true;
+  }
+  return false;
+}
+
+// A boundary the control file dumps: its bytes come to the host on the
+// tensor's stream, behind its fingerprint, and this waits for them (a dump
+// belongs to a re-execution, never to the recording path of a training run).
+// The dump carries the device's fingerprint, as the trace does.
+Status Session::RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                                 AsyncFingerprinter::Ticket ticket, Fingerprint* out) {
+  std::vector<uint8_t> bytes(tensor.bytes);
+  DGRR_RETURN_IF_ERROR(Report(device_fingerprinter_->CopyToHost(tensor.data, tensor.bytes, tensor.where, bytes.data())));
+  DGRR_ASSIGN_OR_RETURN(const Fingerprint fp, device_fingerprinter_->Wait(ticket));
+  if (out != nullptr) *out = fp;
+  TensorRef on_host = tensor;
+  on_host.data = bytes.data();
+  on_host.where = Placement::Host();
+  DGRR_RETURN_IF_ERROR(CaptureDump(boundary, on_host, fp, examples));
+  return AppendBoundary(boundary, tensor, fp, examples);
 }
 
 StatusOr<AsyncFingerprinter*> Session::DeviceFingerprinter() {
@@ -460,7 +477,6 @@ Status Session::DrainWaiting(bool wait) {
   while (!waiting_.empty()) {
     QueuedRecord& front = waiting_.front();
     if (front.ticket) {
-      auto* r = std::get_if<trace::BoundaryRecord>(&front.record);
       Fingerprint fp;
       if (wait) {
         DGRR_ASSIGN_OR_RETURN(fp, device_fingerprinter_->Wait(*front.ticket));
@@ -469,8 +485,13 @@ Status Session::DrainWaiting(bool wait) {
         if (!ready) return Status::OK();
         fp = *ready;
       }
-      r->xor64 = fp.xor64;
-      r->xxh3 = fp.xxh3;
+      if (auto* b = std::get_if<trace::BoundaryRecord>(&front.record)) {
+        b->xor64 = fp.xor64;
+        b->xxh3 = fp.xxh3;
+      } else if (auto* step_end = std::get_if<trace::StepRecord>(&front.record)) {
+        step_end->params_xor64 = fp.xor64;  // the parameters' fingerprint
+        step_end->params_xxh3 = fp.xxh3;
+      }
       front.ticket.reset();
     }
     QueuedRecord record = std::move(front);
@@ -508,23 +529,51 @@ Status Session::EndStep(uint64_t step, float loss) {
   }
   DGRR_RETURN_IF_ERROR(deferred_error_);
   if (options_.mode == RecordMode::kOff) return Status::OK();
-  const Fingerprint params = state_.ParameterFingerprint();
   trace::StepRecord r;
   r.step = step;
   r.kind = trace::StepKind::kEnd;
   r.host_time_ns = NowNs();
   r.loss_dtype = DType::kF32;
   r.loss_bits = FloatBits(loss);
+  if (!state_.parameter_placement().host()) return EndStepOnDevice(r);
+  const Fingerprint params = state_.ParameterFingerprint();
   r.params_xor64 = params.xor64;
   r.params_xxh3 = params.xxh3;
   DGRR_RETURN_IF_ERROR(Emit({r, 0, std::nullopt}));
-  if (control_) result_.last_step = step;
-  if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
-  return CheckSdc(step, params);
+  return FinishStep(step, params);
 }
 
+Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
+  if (control_) result_.last_step = step;
+  if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
+  return params ? CheckSdc(step, *params) : Status::OK();
+}
+
+// Parameters on a device: one fingerprint over all of them, enqueued on
+// their stream behind the step's updates. The STEP record waits for it in
+// program order like a device boundary, unless the SDC check needs the value
+// now: the exchange across ranks waits for this one fingerprint's event.
+Status Session::EndStepOnDevice(trace::StepRecord& r) {
+  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * device, DeviceFingerprinter());
+  const std::vector<MemorySegment> segments = state_.ParameterSegments();
+  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket,
+                        device->EnqueueSegments(segments, state_.parameter_placement()));
+  if (!ChecksSdc()) {
+    waiting_.push_back({r, 0, ticket});
+    DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/false));
+    return FinishStep(r.step, std::nullopt);
+  }
+  DGRR_ASSIGN_OR_RETURN(const Fingerprint params, device->Wait(ticket));
+  r.params_xor64 = params.xor64;
+  r.params_xxh3 = params.xxh3;
+  DGRR_RETURN_IF_ERROR(Emit({r, 0, std::nullopt}));
+  return FinishStep(r.step, params);
+}
+
+bool Session::ChecksSdc() const { return options_.group != nullptr && options_.world_size >= 2; }
+
 Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
-  if (options_.group == nullptr || options_.world_size < 2) return Status::OK();
+  if (!ChecksSdc()) return Status::OK();
   std::vector<Fingerprint> all;
   DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
   const std::vector<int> outliers = OutlierRanks(all);
@@ -678,7 +727,7 @@ StatusOr<uint64_t> Session::ContinueRun() {
   const LoadedCheckpoint& ckpt = **found;
   // Restoring checks every entry before copying any: a program whose state
   // does not fit the checkpoint is refused before the trace is cut.
-  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, state_));
+  DGRR_RETURN_IF_ERROR(RestoreState(ckpt));
   if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
   DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(trace_path_, ckpt.trace_position(options_.rank)));
   options_.open_mode = OpenMode::kResume;
@@ -688,6 +737,17 @@ StatusOr<uint64_t> Session::ContinueRun() {
   DGRR_RETURN_IF_ERROR(RecordEvent(trace::EventKind::kResumed,
                                    "from the checkpoint of step " + std::to_string(ckpt.step())));
   return ckpt.step() + 1;
+}
+
+// State on a device is restored through a host copy, taken from the device
+// first so that entries a program's own restorer leaves alone come back as
+// they were.
+Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
+  if (!state_.has_device_entries()) return ckpt.Restore(options_.rank, state_);
+  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * device, DeviceFingerprinter());
+  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<HostStateCopy> host_copy, HostStateCopy::Make(state_, *device));
+  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, host_copy->registry()));
+  return host_copy->CopyBack();
 }
 
 Status Session::CheckTraceBelongsToThisRun() const {
@@ -721,7 +781,7 @@ StatusOr<uint64_t> Session::ResumeUnderControl() {
   uint64_t first_record = 0;
   if (!control_->restore_checkpoint.empty()) {
     DGRR_ASSIGN_OR_RETURN(auto ckpt, LoadForRestore(control_->restore_checkpoint));
-    DGRR_RETURN_IF_ERROR(ckpt->Restore(options_.rank, state_));
+    DGRR_RETURN_IF_ERROR(RestoreState(*ckpt));
     start = ckpt->step() + 1;
     first_record = ckpt->trace_position(options_.rank);
     result_.restored_step = ckpt->step();
@@ -766,10 +826,21 @@ Status Session::Checkpoint(uint64_t step) {
   if (options_.world_size > 1 && options_.group == nullptr) {
     return Status::FailedPrecondition("a checkpoint of several ranks needs the session's RankGroup");
   }
+  // State on a device is written from a host copy (a checkpoint waits anyway).
+  std::unique_ptr<HostStateCopy> host_copy;
+  const StateRegistry* state = &state_;
+  if (state_.has_device_entries()) {
+    StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
+    if (!device.ok()) return Report(device.status());
+    StatusOr<std::unique_ptr<HostStateCopy>> made = HostStateCopy::Make(state_, **device);
+    if (!made.ok()) return Report(made.status());
+    host_copy = std::move(made).value();
+    state = &host_copy->registry();
+  }
   // Every rank writes its own shard from its own memory, whether the ranks
   // are threads or processes; only digests and shard records cross between
   // them, and rank 0 commits once every shard is durable.
-  DGRR_RETURN_IF_ERROR(Report(CheckReplicatedStateAgrees(step)));
+  DGRR_RETURN_IF_ERROR(Report(CheckReplicatedStateAgrees(step, *state)));
   CheckpointRequest request;
   request.run_dir = options_.run_dir;
   request.step = step;
@@ -777,7 +848,7 @@ Status Session::Checkpoint(uint64_t step) {
   request.run_id_hex = RunIdHex(options_.run_id);
   request.world_size = options_.world_size;
   request.plan_json = options_.plan_json;
-  request.rank = {options_.rank, &state_, trace_position()};
+  request.rank = {options_.rank, state, trace_position()};
   StatusOr<CheckpointShard> shard = options_.checkpoints->WriteShard(request);
   if (shard.ok()) KillPoint("ckpt-shard", static_cast<int64_t>(step), options_.rank);
   std::vector<CheckpointShard> shards;
@@ -801,10 +872,10 @@ Status Session::Checkpoint(uint64_t step) {
 // every rank, since only rank 0's shard holds them: first their names, types
 // and shapes, then each one's content fingerprint, all by the RankGroup. Every
 // rank sees the same fingerprints, so all of them fail or go on together.
-Status Session::CheckReplicatedStateAgrees(uint64_t step) {
+Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state) {
   if (options_.world_size <= 1) return Status::OK();
   std::vector<const StateEntry*> replicated;
-  for (const StateEntry& e : state_.entries()) {
+  for (const StateEntry& e : state.entries()) {
     if (e.restore == RestorePolicy::kCheckpoint && e.replicated) replicated.push_back(&e);
   }
   std::sort(replicated.begin(), replicated.end(),

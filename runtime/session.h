@@ -110,9 +110,11 @@ struct SessionOptions {
   ProcessEnvironment* environment = nullptr;
   // Checks each BOUNDARY and STEP record before it is appended; null: none.
   RecordCheck* check = nullptr;
-  // Fingerprints the device tensors passed to Record (TensorRef::where) on
-  // their own streams; null: a CUDA fingerprinter is made on the first device
-  // tensor (MakeCudaFingerprinter). Tests substitute their own.
+  // The session's device: fingerprints the device tensors passed to Record
+  // (TensorRef::where) and the device parameters (StateEntry::where) on their
+  // own streams, and copies device state and dumped tensors to and from the
+  // host; null: a CUDA one is made on first use (MakeCudaFingerprinter).
+  // Tests substitute their own.
   std::shared_ptr<AsyncFingerprinter> device_fingerprinter;
 
   // --- Checkpoints, resume and re-execution (docs/api.md) ---
@@ -196,7 +198,8 @@ class Session {
   // record after it, waits in program order until the stream has produced
   // the fingerprint, and is appended by a later call that finds it ready
   // (never blocking), or by Flush/Sync/Checkpoint/Close, which wait. Asking
-  // for the value (`out`) waits for it. Dumps of device tensors are refused.
+  // for the value (`out`) waits for it, and so does a boundary the control
+  // file dumps (its bytes are copied to the host on the tensor's stream).
   Status Record(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                 Fingerprint* out = nullptr);
   // Appends a BOUNDARY record for a tensor fingerprinted elsewhere (on a
@@ -240,7 +243,10 @@ class Session {
   // STEP end record: the loss and the fingerprint of every registered
   // parameter buffer. With a RankGroup, the fingerprints of all ranks are
   // compared; a rank that differs gets an SDC EVENT record and the call
-  // returns Divergence naming rank, step and both fingerprints.
+  // returns Divergence naming rank, step and both fingerprints. Parameters on
+  // a device are fingerprinted on their stream and the record waits in
+  // program order like a device boundary; only the SDC check waits for that
+  // fingerprint (the ranks exchange it now).
   Status EndStep(uint64_t step, float loss);
   Status RecordEvent(trace::EventKind kind, std::string_view payload);
 
@@ -277,7 +283,10 @@ class Session {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
-  Status CheckReplicatedStateAgrees(uint64_t step);
+  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
+  // ckpt's state for this rank into the registered buffers (device ones
+  // through a host copy).
+  Status RestoreState(const LoadedCheckpoint& ckpt);
   Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
   // kContinue refuses a directory holding another run (rank, world, seed in
   // the trace header; config.json when there is no checkpoint to check).
@@ -291,7 +300,15 @@ class Session {
   Status CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
                      ExampleRange examples);
   Status WriteDumps(uint64_t step);
+  bool ChecksSdc() const;
   Status CheckSdc(uint64_t step, const Fingerprint& mine);
+  Status EndStepOnDevice(trace::StepRecord& record);
+  // After the STEP record: the control file's dumps, then the SDC check of
+  // `params` (nullopt: no check this step).
+  Status FinishStep(uint64_t step, const std::optional<Fingerprint>& params);
+  bool DumpWanted(const BoundaryHandle& boundary) const;
+  Status RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                          AsyncFingerprinter::Ticket ticket, Fingerprint* out);
   Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                         const Fingerprint& fp, ExampleRange examples);
   // Records in program order: straight to the trace when nothing waits for
@@ -299,7 +316,8 @@ class Session {
   struct QueuedRecord {
     std::variant<trace::BoundaryRecord, trace::StepRecord, trace::EventRecord> record;
     uint32_t name_id = 0;  // a boundary's: the session's id of its name
-    std::optional<AsyncFingerprinter::Ticket> ticket;  // a boundary waiting for its fingerprint
+    // A boundary waiting for its fingerprint, or a STEP end for its parameters'.
+    std::optional<AsyncFingerprinter::Ticket> ticket;
   };
   // The record of `tensor` at `boundary` without its fingerprint; takes the
   // next sequence number.

@@ -1,6 +1,19 @@
 #include "runtime/state_registry.h"
 
+#include <cstdio>
+
 namespace dgrr {
+namespace {
+
+// "host", "cuda:0 stream 0x...": two placements on one device differ by stream.
+std::string PlaceName(const Placement& where) {
+  if (where.host()) return where.ToString();
+  char stream[32];
+  std::snprintf(stream, sizeof stream, "%p", where.stream);
+  return where.ToString() + " stream " + stream;
+}
+
+}  // namespace
 
 const char* StateRoleName(StateRole role) {
   switch (role) {
@@ -45,6 +58,19 @@ Status StateRegistry::Register(StateEntry entry) {
                                      " bytes do not match its shape and dtype");
     }
   }
+  if (entry.role == StateRole::kParameter) {
+    const Placement& first = parameter_placement_;
+    const Placement& here = entry.where;
+    if (has_parameters_ && (here.kind != first.kind || here.device != first.device || here.stream != first.stream)) {
+      return Status::InvalidArgument("state '" + entry.name + "': a parameter on " + PlaceName(here) +
+                                     " where the parameters registered before it are on " + PlaceName(first) +
+                                     ": the parameter fingerprint is one stream over all of them, so they live in "
+                                     "one place (host, or one device and stream)");
+    }
+    parameter_placement_ = here;
+    has_parameters_ = true;
+  }
+  has_device_entries_ = has_device_entries_ || !entry.where.host();
   entries_.push_back(std::move(entry));
   return Status::OK();
 }
@@ -62,6 +88,14 @@ Fingerprint StateRegistry::ParameterFingerprint() const {
     if (e.role == StateRole::kParameter) fp.Update(e.data, e.bytes);
   }
   return fp.Digest();
+}
+
+std::vector<MemorySegment> StateRegistry::ParameterSegments() const {
+  std::vector<MemorySegment> segments;
+  for (const auto& e : entries_) {
+    if (e.role == StateRole::kParameter) segments.push_back({e.data, e.bytes});
+  }
+  return segments;
 }
 
 }  // namespace dgrr

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/placement.h"
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
 
@@ -40,6 +41,10 @@ struct StateEntry {
   // Every rank holds the same bytes (data-parallel replicas): checkpoints store
   // it once after checking the ranks agree.
   bool replicated = false;
+  // Where `data` lives. Device state is never read by the host: the session
+  // fingerprints it on the device and copies it through its device
+  // (SessionOptions::device_fingerprinter) for checkpoints and restores.
+  Placement where = Placement::Host();
 };
 
 const char* StateRoleName(StateRole role);
@@ -48,15 +53,30 @@ const char* RestorePolicyName(RestorePolicy policy);
 class StateRegistry {
  public:
   // Names are unique, 1..256 bytes; data non-null when bytes > 0; when dtype is
-  // known and a shape given, bytes must match it.
+  // known and a shape given, bytes must match it. Every kParameter entry lives
+  // where the first one does (host, or one device and stream): their
+  // fingerprint is one stream over all of them.
   Status Register(StateEntry entry);
   const std::vector<StateEntry>& entries() const { return entries_; }
   const StateEntry* Find(const std::string& name) const;
-  // The fingerprint of all kParameter entries, in registration order.
+  // The fingerprint of all kParameter entries, in registration order: one
+  // stream over their concatenated bytes. Host parameters only (the session
+  // fingerprints device ones on the device, over ParameterSegments()).
   Fingerprint ParameterFingerprint() const;
+  // The kParameter entries' buffers, in registration order.
+  std::vector<MemorySegment> ParameterSegments() const;
+  // Where the kParameter entries live (host when there are none).
+  const Placement& parameter_placement() const { return parameter_placement_; }
+  // Whether any entry lives on a device.
+  bool has_device_entries() const { return has_device_entries_; }
 
  private:
+  friend class HostStateCopy;  // mirrors a registry entry for entry, placements aside
+
   std::vector<StateEntry> entries_;
+  Placement parameter_placement_;
+  bool has_parameters_ = false;
+  bool has_device_entries_ = false;
 };
 
 }  // namespace dgrr

@@ -2,9 +2,10 @@
 # Everything dgrr checks on a GPU, in one command, for a machine lent with one
 # (the device tool: build here, carry the build folder, run this there):
 #   scripts/gpu-checks.sh BUILD OUTDIR
-# 1. the tests that skip without a device (device Philox, device fingerprints,
-#    the asynchronous device recording, cuBLAS handles, the NCCL communicator),
-#    listed by name with their verdicts;
+# 1. the tests that skip without a device (device Philox, device fingerprints
+#    of single buffers and of segment lists, the asynchronous device recording
+#    of tensors and parameters, device copies, cuBLAS handles, the NCCL
+#    communicator), listed by name with their verdicts;
 # 2. the device fingerprint against a device-to-device copy (bench);
 # 3. nvidia-smi and the library versions, for the figures' record.
 # Logs go to OUTDIR (gpu-tests.log, device-fingerprint.txt, machine.txt).

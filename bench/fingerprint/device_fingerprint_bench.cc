@@ -6,11 +6,14 @@
 //
 //   device_fingerprint_bench [ROUNDS] [MiB...]     default: 15 rounds, 1 16 256 4096 MiB
 //
-// Prints one line per size: medians over the rounds, min-max in brackets.
+// Prints two lines per size: medians over the rounds, min-max in brackets;
+// the second times the same bytes as 997 buffers of uneven lengths
+// fingerprinted as one stream (the parameters' fingerprint).
 // Without CUDA or without a device it says so and exits 0.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,30 +73,62 @@ void RunSize(size_t bytes, int rounds, cudaStream_t stream) {
     }
   };
   auto copy = [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); };
+  // The same bytes as a parameter list: kSegments buffers of uneven lengths
+  // (one fingerprint over their concatenation, the STEP record's), the
+  // segment table staged in pinned memory as the session does.
+  constexpr size_t kSegments = 997;
+  std::vector<dgrr::MemorySegment> segments;
+  size_t weights = 0;
+  for (size_t i = 0; i < kSegments; ++i) weights += i % 13 + 1;
+  for (size_t i = 0, at = 0; i < kSegments; ++i) {
+    const size_t n = i + 1 == kSegments ? bytes - at : bytes / weights * (i % 13 + 1);
+    segments.push_back({static_cast<const uint8_t*>(src) + at, n});
+    at += n;
+  }
+  uint64_t* table = nullptr;
+  CHECK_CUDA(cudaMallocHost(&table, dgrr::SegmentTableWords(kSegments) * sizeof(uint64_t)));
+  auto segmented = [&] {
+    const dgrr::Status s = dgrr::FingerprintSegmentsDeviceAsync(
+        segments, stream, std::span<uint64_t>(table, dgrr::SegmentTableWords(kSegments)), result);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(2);
+    }
+  };
   fingerprint();  // warm-up: the stream-ordered pool, the kernels' first load
   copy();
+  segmented();
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> fp_ms, copy_ms, ratio;
+  std::vector<double> fp_ms, copy_ms, seg_ms, ratio, seg_ratio;
   for (int r = 0; r < rounds; ++r) {
-    double f = 0, c = 0;
+    double f = 0, c = 0, g = 0;
     if (r % 2 == 0) {
       f = TimeOnStream(stream, start, stop, fingerprint);
       c = TimeOnStream(stream, start, stop, copy);
+      g = TimeOnStream(stream, start, stop, segmented);
     } else {
+      g = TimeOnStream(stream, start, stop, segmented);
       c = TimeOnStream(stream, start, stop, copy);
       f = TimeOnStream(stream, start, stop, fingerprint);
     }
     fp_ms.push_back(f);
     copy_ms.push_back(c);
-    ratio.push_back(c / f);  // read rate of the fingerprint over the copy's
+    seg_ms.push_back(g);
+    ratio.push_back(c / f);      // read rate of the fingerprint over the copy's
+    seg_ratio.push_back(f / g);  // the segmented fingerprint's rate over one buffer's
   }
   const Spread f = SpreadOf(fp_ms), c = SpreadOf(copy_ms), q = SpreadOf(ratio);
+  const Spread g = SpreadOf(seg_ms), sq = SpreadOf(seg_ratio);
   const double gib = static_cast<double>(bytes) / (1 << 30);
   std::printf("%8zu MiB  fingerprint %9.3f ms [%.3f-%.3f] %7.1f GiB/s read | copy %9.3f ms [%.3f-%.3f] "
               "%7.1f GiB/s read | fingerprint/copy read rate %.3fx [%.3f-%.3f]\n",
               bytes >> 20, f.median, f.min, f.max, gib / (f.median / 1e3), c.median, c.min, c.max,
               gib / (c.median / 1e3), q.median, q.min, q.max);
+  std::printf("%8zu MiB  as %zu segments %9.3f ms [%.3f-%.3f] %7.1f GiB/s read | segmented/one buffer read rate "
+              "%.3fx [%.3f-%.3f]\n",
+              bytes >> 20, kSegments, g.median, g.min, g.max, gib / (g.median / 1e3), sq.median, sq.min, sq.max);
   std::fflush(stdout);
+  CHECK_CUDA(cudaFreeHost(table));
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
   CHECK_CUDA(cudaFreeHost(result));

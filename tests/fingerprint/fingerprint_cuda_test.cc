@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -146,6 +147,103 @@ TEST(AsyncFingerprinterCudaTest, MatchesTheHostInAnyCollectionOrderAndRetiresTic
   EXPECT_TRUE(fp.Poll(12345678).status().IsInvalidArgument());
   int host = 1;
   EXPECT_TRUE(fp.Enqueue(MakeBytesRef(&host, 4)).status().IsInvalidArgument()) << "host memory is refused";
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace dgrr
+
+// --- Segmented device fingerprints (the parameters' fingerprint) ---
+
+namespace dgrr {
+namespace {
+
+// Device segments of the given lengths cut out of one device buffer with a
+// gap before each (so their addresses have every alignment), and the host
+// copy of their concatenation.
+struct DeviceSegments {
+  std::vector<MemorySegment> segments;
+  std::vector<uint8_t> concatenated;
+};
+
+DeviceSegments CutOnDevice(const DeviceBuffer& device, const std::vector<uint8_t>& host,
+                           const std::vector<size_t>& lengths, size_t gap) {
+  DeviceSegments d;
+  size_t at = 0;
+  for (size_t n : lengths) {
+    at += gap;
+    d.segments.push_back({device.data() + at, n});
+    d.concatenated.insert(d.concatenated.end(), host.begin() + at, host.begin() + at + n);
+    at += n;
+  }
+  return d;
+}
+
+TEST(FingerprintCudaTest, SegmentsMatchTheHostForAwkwardLengths) {
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<uint8_t> host = RandomBytes(1 << 20, 41);
+  DeviceBuffer device(host, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const std::vector<std::vector<size_t>> cases = {
+      {0}, {1}, {1023}, {1024}, {1025}, {65536 + 7}, {240}, {241},
+      {0, 1, 1023, 1024, 1025, 65536 + 7, 0, 3},  // mixed
+      {5, 1019, 5, 1019}, {100, 100, 41}, {120, 0, 120}, {2047, 2, 63, 1}, {0, 0},
+      {300000, 1, 400000},  // many blocks on both sides of a one-byte segment
+  };
+  for (const auto& lengths : cases) {
+    for (size_t gap : {0, 1, 3, 8}) {
+      const DeviceSegments d = CutOnDevice(device, host, lengths, gap);
+      StatusOr<Fingerprint> got = FingerprintSegmentsDevice(d.segments, stream);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      std::string what = "gap " + std::to_string(gap) + ", lengths";
+      for (size_t n : lengths) what += " " + std::to_string(n);
+      EXPECT_EQ(*got, FingerprintBytes(d.concatenated.data(), d.concatenated.size())) << what;
+    }
+  }
+  // 2000 segments of 0..16 bytes: a long table, most blocks straddling.
+  std::vector<size_t> small;
+  for (size_t i = 0; i < 2000; ++i) small.push_back(i % 17);
+  const DeviceSegments d = CutOnDevice(device, host, small, 1);
+  StatusOr<Fingerprint> got = FingerprintSegmentsDevice(d.segments, stream);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, FingerprintBytes(d.concatenated.data(), d.concatenated.size()));
+  cudaStreamDestroy(stream);
+}
+
+TEST(AsyncFingerprinterCudaTest, SegmentsAndCopiesThroughTheFingerprinter) {
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
+  auto made = MakeCudaFingerprinter();
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  AsyncFingerprinter& fp = **made;
+  const std::vector<uint8_t> host = RandomBytes(400000, 43);
+  DeviceBuffer device(host, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const Placement where = Placement::Cuda(0, stream);
+  // Tables of growing size reuse and grow the slots' pinned staging.
+  std::vector<std::pair<AsyncFingerprinter::Ticket, std::vector<uint8_t>>> issued;
+  for (size_t count : {1, 3, 70, 5, 300}) {
+    std::vector<size_t> lengths;
+    for (size_t i = 0; i < count; ++i) lengths.push_back((i * 389 + count) % 700);
+    const DeviceSegments d = CutOnDevice(device, host, lengths, 2);
+    auto ticket = fp.EnqueueSegments(d.segments, where);
+    ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+    issued.push_back({*ticket, d.concatenated});
+  }
+  for (auto& [ticket, bytes] : issued) {
+    auto got = fp.Wait(ticket);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, FingerprintBytes(bytes.data(), bytes.size()));
+  }
+  std::vector<uint8_t> back(1000);
+  ASSERT_TRUE(fp.CopyToHost(device.data() + 7, back.size(), where, back.data()).ok());
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), host.begin() + 7));
+  std::vector<uint8_t> ones(1000, 1);
+  ASSERT_TRUE(fp.CopyToDevice(ones.data(), ones.size(), where, const_cast<uint8_t*>(device.data()) + 7).ok());
+  ASSERT_TRUE(fp.CopyToHost(device.data() + 7, back.size(), where, back.data()).ok());
+  EXPECT_EQ(back, ones);
+  EXPECT_TRUE(fp.EnqueueSegments({}, Placement::Host()).status().IsInvalidArgument());
   cudaStreamDestroy(stream);
 }
 

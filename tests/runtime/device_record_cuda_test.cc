@@ -1,11 +1,13 @@
-// Recording CUDA tensors on a real device: the session's records carry the
-// fingerprints the host computes over the same bytes, and Record returns while
-// the tensor's stream is still busy (it never synchronizes). Skips, saying
+// Recording CUDA tensors and device parameters on a real device: the
+// session's records carry the fingerprints the host computes over the same
+// bytes, and Record and EndStep return while the stream is still busy (they
+// never synchronize). Skips, saying
 // why, without a CUDA build or without a device.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -37,7 +39,18 @@ struct Gate {
   }
 };
 
-class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {};
+class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {
+ protected:
+  std::unique_ptr<Session> OpenSession() {
+    SessionOptions o;
+    o.run_dir = dir_.string();
+    o.seed = 3;
+    o.gpu = false;
+    auto s = Session::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+};
 
 TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   DGRR_SKIP_WITHOUT_CUDA_DEVICE();
@@ -49,13 +62,9 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
 
-  SessionOptions o;
-  o.run_dir = dir_.string();
-  o.seed = 3;
-  o.gpu = false;
-  auto s = Session::Open(o);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  Session& session = **s;
+  std::unique_ptr<Session> s = OpenSession();
+  ASSERT_NE(s, nullptr);
+  Session& session = *s;
   auto out = session.DeclareBoundary("layer.out", trace::Phase::kForward, trace::Direction::kOutput);
   ASSERT_TRUE(out.ok());
   auto t = MakeTensorRef(dev, DType::kF32, {static_cast<int64_t>(host.size())});
@@ -91,9 +100,66 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   cudaFree(dev);
 }
 
+// Parameters registered in device memory: the STEP record carries the
+// fingerprint of their concatenation, computed on their stream; EndStep
+// (one rank, no SDC check) returns while that stream is held.
+TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSynchronizing) {
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<size_t> lengths = {1023, 1, 0, 70000, 1025};
+  std::vector<uint8_t> concatenated;
+  std::vector<void*> buffers;
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  std::unique_ptr<Session> s = OpenSession();
+  ASSERT_NE(s, nullptr);
+  Session& session = *s;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    std::vector<uint8_t> host(lengths[k]);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 31 + k * 7 + (i >> 8));
+    concatenated.insert(concatenated.end(), host.begin(), host.end());
+    void* dev = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev, lengths[k] + 1), cudaSuccess);
+    if (!host.empty()) {
+      ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    buffers.push_back(dev);
+    StateEntry e{"p" + std::to_string(k), dev, lengths[k], DType::kU8, {static_cast<int64_t>(lengths[k])},
+                 StateRole::kParameter};
+    e.where = Placement::Cuda(0, stream);
+    ASSERT_TRUE(session.state().Register(e).ok());
+  }
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
+  ASSERT_TRUE(session.BeginStep(0).ok());
+  ASSERT_TRUE(session.EndStep(0, 1.0f).ok());
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  EXPECT_EQ(session.records_waiting(), 1u) << "the STEP record waits for the parameters' fingerprint";
+  gate.open.store(true);
+  ASSERT_TRUE(session.Close().ok());
+
+  auto trace = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const Fingerprint expected = FingerprintBytes(concatenated.data(), concatenated.size());
+  int ends = 0;
+  for (const auto& r : trace->records) {
+    if (auto* st = std::get_if<trace::StepRecord>(&r.body); st && st->kind == trace::StepKind::kEnd) {
+      ++ends;
+      EXPECT_EQ(st->params_xor64, expected.xor64);
+      EXPECT_EQ(st->params_xxh3, expected.xxh3);
+    }
+  }
+  EXPECT_EQ(ends, 1);
+  for (void* b : buffers) cudaFree(b);
+  cudaStreamDestroy(stream);
+}
+
 #else
 
 TEST(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
+  GTEST_SKIP() << "dgrr was built without CUDA";
+}
+
+TEST(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSynchronizing) {
   GTEST_SKIP() << "dgrr was built without CUDA";
 }
 

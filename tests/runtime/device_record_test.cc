@@ -1,8 +1,9 @@
 // Recording device tensors: the fingerprint is enqueued on the tensor's stream
 // and the record waits for it in program order, without the host waiting for
-// the device. A fake device (host memory whose fingerprints "complete" when the
-// test says so) stands in for CUDA, so every ordering case runs on any machine;
-// tests/fingerprint/async_fingerprint_cuda_test.cc runs the real one on a GPU.
+// the device. A fake device (tests/support/fake_device.h: memory the host
+// cannot touch, fingerprints that "complete" when the test says so) stands in
+// for CUDA, so every ordering case runs on any machine;
+// tests/fingerprint/fingerprint_cuda_test.cc runs the real one on a GPU.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "fingerprint/async_fingerprint.h"
 #include "runtime/session.h"
+#include "tests/support/fake_device.h"
 #include "tests/support/temp_dir_test.h"
 #include "trace_format/reader.h"
 
@@ -19,52 +21,9 @@ namespace {
 using trace::Direction;
 using trace::Phase;
 
-// Fingerprints are taken when enqueued (as a stream would, in order) and
-// handed out only once the test completes them; Wait completes on its own,
-// as a real device eventually does. Counts how often the host waited.
-class FakeDevice final : public AsyncFingerprinter {
- public:
-  StatusOr<Ticket> Enqueue(const TensorRef& tensor) override {
-    if (tensor.where.host()) return Status::InvalidArgument("fake device: host tensor");
-    const Ticket t = next_++;
-    results_[t] = {FingerprintBytes(tensor.data, tensor.bytes), false};
-    return t;
-  }
-  StatusOr<std::optional<Fingerprint>> Poll(Ticket t) override {
-    ++polls;
-    auto it = results_.find(t);
-    if (it == results_.end()) return Status::InvalidArgument("fake device: unknown ticket");
-    if (!it->second.done) return std::optional<Fingerprint>();
-    const Fingerprint fp = it->second.fp;
-    results_.erase(it);
-    return std::optional<Fingerprint>(fp);
-  }
-  StatusOr<Fingerprint> Wait(Ticket t) override {
-    ++waits;
-    auto it = results_.find(t);
-    if (it == results_.end()) return Status::InvalidArgument("fake device: unknown ticket");
-    const Fingerprint fp = it->second.fp;
-    results_.erase(it);
-    return fp;
-  }
-  void Complete(Ticket t) { results_.at(t).done = true; }
-  void CompleteAll() {
-    for (auto& [t, r] : results_) r.done = true;
-  }
-  size_t in_flight() const { return results_.size(); }
+using test_support::FakeDevice;
 
-  int polls = 0;
-  int waits = 0;
-
- private:
-  struct Result {
-    Fingerprint fp;
-    bool done = false;
-  };
-  std::map<Ticket, Result> results_;
-  Ticket next_ = 1;
-};
-
+// A host buffer labelled as device memory: what must never be read by the host.
 TensorRef OnDevice(TensorRef t) {
   t.where = Placement::Cuda(0, nullptr);
   return t;
@@ -123,7 +82,7 @@ TEST_F(DeviceRecordTest, RecordsWaitInProgramOrderAndTheHostNeverWaits) {
 
   ASSERT_TRUE(session.BeginStep(0).ok());
   ASSERT_TRUE(session.Record(*A, *a, {0, 1}).ok());
-  ASSERT_TRUE(session.Record(*B, OnDevice(*b), {0, 1}).ok());
+  ASSERT_TRUE(session.Record(*B, device_->Put(*b), {0, 1}).ok());
   ASSERT_TRUE(session.Record(*C, *c, {0, 1}).ok());
   ASSERT_TRUE(session.EndStep(0, 1.5f).ok());
   // B has not come back: B, C and the step end wait behind it.
@@ -131,7 +90,7 @@ TEST_F(DeviceRecordTest, RecordsWaitInProgramOrderAndTheHostNeverWaits) {
   device_->Complete(1);
   ASSERT_TRUE(session.BeginStep(1).ok());  // finds B ready and writes everything
   EXPECT_EQ(session.records_waiting(), 0u);
-  ASSERT_TRUE(session.Record(*B, OnDevice(*b), {1, 1}).ok());
+  ASSERT_TRUE(session.Record(*B, device_->Put(*b), {1, 1}).ok());
   ASSERT_TRUE(session.EndStep(1, 1.0f).ok());
   EXPECT_EQ(device_->waits, 0) << "recording made the host wait for the device";
   ASSERT_TRUE(session.Close().ok());
@@ -161,8 +120,8 @@ TEST_F(DeviceRecordTest, ALaterFingerprintThatIsReadyFirstStillWaitsItsTurn) {
   auto a = MakeTensorRef(a_.data(), DType::kF32, {4});
   auto b = MakeTensorRef(b_.data(), DType::kF32, {5});
   ASSERT_TRUE(session.BeginStep(0).ok());
-  ASSERT_TRUE(session.Record(*X, OnDevice(*a), {0, 1}).ok());
-  ASSERT_TRUE(session.Record(*Y, OnDevice(*b), {0, 1}).ok());
+  ASSERT_TRUE(session.Record(*X, device_->Put(*a), {0, 1}).ok());
+  ASSERT_TRUE(session.Record(*Y, device_->Put(*b), {0, 1}).ok());
   device_->Complete(2);  // Y is done, X is not
   ASSERT_TRUE(session.EndStep(0, 0.f).ok());
   EXPECT_EQ(session.records_waiting(), 3u);
@@ -197,7 +156,7 @@ TEST_F(DeviceRecordTest, ADeviceRunRecordsWhatAHostRunRecords) {
       ASSERT_TRUE(session.BeginStep(step).ok());
       std::vector<float> y = {params[0] * static_cast<float>(step), params[1] + 1.0f, 3.0f};
       auto yt = MakeTensorRef(y.data(), DType::kF32, {3});
-      const TensorRef t = sub == "device" ? OnDevice(*yt) : *yt;
+      const TensorRef t = sub == "device" ? device_->Put(*yt) : *yt;
       ASSERT_TRUE(session.Record(*out, t, {step, 1}).ok());
       ASSERT_TRUE(session.Record(*grad, t, {step, 1}).ok());
       params[0] += 0.125f;
@@ -238,14 +197,14 @@ TEST_F(DeviceRecordTest, SyncAndAskingForTheValueWait) {
   auto X = session.DeclareBoundary("X", Phase::kForward, Direction::kOutput);
   auto a = MakeTensorRef(a_.data(), DType::kF32, {4});
   ASSERT_TRUE(session.BeginStep(0).ok());
-  ASSERT_TRUE(session.Record(*X, OnDevice(*a), {0, 1}).ok());
+  ASSERT_TRUE(session.Record(*X, device_->Put(*a), {0, 1}).ok());
   const uint64_t before = session.trace_position();
   ASSERT_TRUE(session.Sync().ok());
   EXPECT_EQ(device_->waits, 1);
   EXPECT_EQ(session.records_waiting(), 0u);
   EXPECT_EQ(session.trace_position(), before + 2) << "the NAME and BOUNDARY records of X";
   Fingerprint fp;
-  ASSERT_TRUE(session.Record(*X, OnDevice(*a), {0, 1}, &fp).ok());
+  ASSERT_TRUE(session.Record(*X, device_->Put(*a), {0, 1}, &fp).ok());
   EXPECT_EQ(device_->waits, 2);
   EXPECT_EQ(fp, FingerprintBytes(a_.data(), 16));
   EXPECT_EQ(session.records_waiting(), 0u);

@@ -47,6 +47,41 @@ TEST(StateRegistry, ParameterFingerprintCoversParametersInOrderOnly) {
   EXPECT_NE(reg.ParameterFingerprint(), FingerprintBytes(both, sizeof both));
 }
 
+TEST(StateRegistry, ParametersLiveInOnePlaceAndOtherStateAnywhere) {
+  StateRegistry reg;
+  float a[3] = {1, 2, 3}, b[2] = {4, 5}, m[2] = {9, 9};
+  int stream_a = 0, stream_b = 0;  // two stream identities (never dereferenced)
+  const Placement on_a = Placement::Cuda(0, &stream_a);
+  EXPECT_FALSE(reg.has_device_entries());
+  ASSERT_TRUE(reg.Register({"a", a, sizeof a, DType::kF32, {3}, StateRole::kParameter,
+                            RestorePolicy::kCheckpoint, false, on_a})
+                  .ok());
+  EXPECT_TRUE(reg.has_device_entries());
+  EXPECT_EQ(reg.parameter_placement().stream, &stream_a);
+  // Optimizer state may live elsewhere: only the parameters are one stream.
+  ASSERT_TRUE(reg.Register({"adam.m", m, sizeof m, DType::kF32, {2}, StateRole::kOptimizer}).ok());
+  const Status on_host = reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter});
+  EXPECT_TRUE(on_host.IsInvalidArgument());
+  EXPECT_NE(on_host.ToString().find("cuda:0"), std::string::npos) << on_host.ToString();
+  EXPECT_TRUE(reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter, RestorePolicy::kCheckpoint,
+                            false, Placement::Cuda(0, &stream_b)})
+                  .IsInvalidArgument())
+      << "another stream";
+  EXPECT_TRUE(reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter, RestorePolicy::kCheckpoint,
+                            false, Placement::Cuda(1, &stream_a)})
+                  .IsInvalidArgument())
+      << "another device";
+  ASSERT_TRUE(reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter, RestorePolicy::kCheckpoint,
+                            false, on_a})
+                  .ok());
+  const std::vector<MemorySegment> segments = reg.ParameterSegments();
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments[0].data, a);
+  EXPECT_EQ(segments[0].bytes, sizeof a);
+  EXPECT_EQ(segments[1].data, b);
+  EXPECT_EQ(segments[1].bytes, sizeof b);
+}
+
 TEST(InProcessRankGroup, EveryRankGetsEveryFingerprintEachRound) {
   constexpr int kRanks = 4, kRounds = 50;
   InProcessRankGroup group(kRanks);
