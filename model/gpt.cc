@@ -9,6 +9,7 @@
 
 #include "model/layers.h"
 #include "model/splitmix.h"
+#include "model/vector_isa.h"
 
 namespace dgrr::model {
 
@@ -255,6 +256,17 @@ template <typename S>
 void ExampleEngine<S>::ForwardBlock(const S* params, const uint8_t* tokens, size_t count,
                                     uint64_t first_example, const ExampleHooks& hooks,
                                     S* losses) {
+  if constexpr (std::is_same_v<S, float>) {
+    RunWithIsa(vector_isa_, [&] { ForwardBlockBody(params, tokens, count, first_example, hooks, losses); });
+  } else {
+    ForwardBlockBody(params, tokens, count, first_example, hooks, losses);
+  }
+}
+
+template <typename S>
+void ExampleEngine<S>::ForwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                                        uint64_t first_example, const ExampleHooks& hooks,
+                                        S* losses) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
   const Phase fwd = Phase::kForward;
@@ -400,6 +412,17 @@ template <typename S>
 void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
                                      uint64_t first_example, S* const* grads,
                                      const ExampleHooks& hooks) {
+  if constexpr (std::is_same_v<S, float>) {
+    RunWithIsa(vector_isa_, [&] { BackwardBlockBody(params, tokens, count, first_example, grads, hooks); });
+  } else {
+    BackwardBlockBody(params, tokens, count, first_example, grads, hooks);
+  }
+}
+
+template <typename S>
+void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                                         uint64_t first_example, S* const* grads,
+                                         const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const int L = config_.num_layers;
   const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;

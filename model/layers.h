@@ -194,11 +194,11 @@ void AttentionForward(S* out,              // [T,C]
         pre_row[t2] = pre_row[t2] * scale;
         if (pre_row[t2] > max_score) max_score = pre_row[t2];
       }
+      // The exponentials first (independent: they vectorise), then their
+      // sum in ascending t2.
+      for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = Exp(pre_row[t2] - max_score);
       S denom = 0;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        att_row[t2] = Exp(pre_row[t2] - max_score);
-        denom += att_row[t2];
-      }
+      for (int t2 = 0; t2 <= t; ++t2) denom += att_row[t2];
       for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = att_row[t2] / denom;
       for (int t2 = t + 1; t2 < T; ++t2) pre_row[t2] = att_row[t2] = 0;
       const S* used_row = att_row;
@@ -336,11 +336,9 @@ void CrossEntropyForward(S* probs,         // [T,V]
     S* p = probs + t * V;
     S max_logit = row[0];
     for (int v = 1; v < V; ++v) max_logit = row[v] > max_logit ? row[v] : max_logit;
+    for (int v = 0; v < V; ++v) p[v] = Exp(row[v] - max_logit);
     S denom = 0;
-    for (int v = 0; v < V; ++v) {
-      p[v] = Exp(row[v] - max_logit);
-      denom += p[v];
-    }
+    for (int v = 0; v < V; ++v) denom += p[v];  // ascending v
     for (int v = 0; v < V; ++v) p[v] = p[v] / denom;
     losses[t] = Log(denom) - (row[targets[t]] - max_logit);
   }
