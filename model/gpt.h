@@ -113,6 +113,7 @@ class ExampleEngine {
   std::vector<LayerActs> acts_;
   std::vector<S> dencoded_, dlnf_, dlogits_, dlosses_;
   std::vector<LayerGrads> grads_;
+  std::vector<size_t> accumulated_tensors_;  // indices into layout_.tensors(), zeroed first
 };
 
 // The model: its configuration, layout and the one contiguous parameter array.
