@@ -459,7 +459,7 @@ void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens,
   }
   Zero(dencoded_), Zero(dlogits_);
   for (LayerGrads& g : grads_) {
-    for (std::vector<S>* v : {&g.qkv, &g.attproj, &g.attproj_dropped, &g.res2, &g.fch, &g.fcproj,
+    for (std::vector<S>* v : {&g.attproj, &g.attproj_dropped, &g.res2, &g.fch, &g.fcproj,
                               &g.fcproj_dropped, &g.res3}) {
       Zero(*v);
     }

@@ -12,7 +12,9 @@
 // documented order (docs/model.md), so results never depend on threads.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <numbers>
 #include <vector>
@@ -165,6 +167,56 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
 }
 
 // ---------------------------------------------------------------- attention
+// Products whose left factor A is causal: c[m][n] = sum of A(m,k) * B(k,n)
+// over the k a causal row m has, in ascending k, starting from +0.0 (c is
+// written, not accumulated). A(m,k) = a[m*a_rs + k*a_cs], B(k,n) =
+// b[k*b_rs + n], c[m*ldc + n]. Terms outside the triangle are never formed
+// (not even as 0 * B, which would turn an infinite B into NaN). Rows go in
+// blocks of kCausalRows: the rectangle of k that every row of a block has
+// runs through the blocked Gemm; the triangle at the block's diagonal is a
+// loop over k that continues each row's sum from the float the product
+// stored, so every element sees exactly the ascending-k sum of the plain loop.
+inline constexpr int kCausalRows = 16;
+
+// k <= m (a lower-triangular A: attention probabilities times values).
+template <typename S>
+void CausalProductLower(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
+                        const S* b, std::ptrdiff_t b_rs, int T, int N) {
+  for (int r0 = 0; r0 < T; r0 += kCausalRows) {
+    const int r1 = std::min(T, r0 + kCausalRows);
+    GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs, a_rs, a_cs, b, b_rs, 1,
+                r1 - r0, r0, N, /*accumulate=*/false);  // k < r0
+    for (int m = r0; m < r1; ++m) {
+      S* cm = c + static_cast<size_t>(m) * ldc;
+      for (int k = r0; k <= m; ++k) {
+        const S amk = a[m * a_rs + k * a_cs];
+        const S* bk = b + k * b_rs;
+        for (int n = 0; n < N; ++n) cm[n] += amk * bk[n];
+      }
+    }
+  }
+}
+
+// k >= m (an upper-triangular A: a causal matrix read transposed).
+template <typename S>
+void CausalProductUpper(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
+                        const S* b, std::ptrdiff_t b_rs, int T, int N) {
+  for (int r0 = 0; r0 < T; r0 += kCausalRows) {
+    const int r1 = std::min(T, r0 + kCausalRows);
+    for (int m = r0; m < r1; ++m) {  // k in [m, r1)
+      S* cm = c + static_cast<size_t>(m) * ldc;
+      for (int n = 0; n < N; ++n) cm[n] = S(0);
+      for (int k = m; k < r1; ++k) {
+        const S amk = a[m * a_rs + k * a_cs];
+        const S* bk = b + k * b_rs;
+        for (int n = 0; n < N; ++n) cm[n] += amk * bk[n];
+      }
+    }
+    GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs + r1 * a_cs, a_rs, a_cs,
+                b + r1 * b_rs, b_rs, 1, r1 - r0, T - r1, N, /*accumulate=*/true);  // k >= r1
+  }
+}
+
 // Causal multi-head self-attention over qkv = [q | k | v] per time step.
 // preatt holds the scaled scores, att the softmax probabilities (zero above
 // the diagonal); when dropout is active, att_used = att * keep * keep_scale is
@@ -201,26 +253,23 @@ void AttentionForward(S* out,              // [T,C]
       for (int t2 = 0; t2 <= t; ++t2) denom += att_row[t2];
       for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = att_row[t2] / denom;
       for (int t2 = t + 1; t2 < T; ++t2) pre_row[t2] = att_row[t2] = 0;
-      const S* used_row = att_row;
       if (att_dropped != nullptr) {
         S* drop_row = att_dropped + (static_cast<size_t>(h) * T + t) * T;
         const uint8_t* keep_row = keep + (static_cast<size_t>(h) * T + t) * T;
         for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = keep_row[t2] ? att_row[t2] * keep_scale : S(0);
-        used_row = drop_row;
-      }
-      S* y = out + t * C + h * hs;
-      for (int i = 0; i < hs; ++i) y[i] = 0;
-      for (int t2 = 0; t2 <= t; ++t2) {  // ascending t2
-        const S* v = qkv + t2 * C3 + 2 * C + h * hs;
-        for (int i = 0; i < hs; ++i) y[i] += used_row[t2] * v[i];
       }
     }
+    // y_t = sum over t2 <= t ascending of att_used[t][t2] * v_t2.
+    const S* used = (att_dropped != nullptr ? att_dropped : att) + static_cast<size_t>(h) * T * T;
+    CausalProductLower(out + h * hs, C, used, T, 1, qkv + 2 * C + h * hs, C3, T, hs);
   }
 }
 
+// dqkv is written (every element of it: attention is its only contribution).
+// datt is workspace: on return it holds d loss / d(q . k), dpreatt * scale.
 template <typename S>
-void AttentionBackward(S* dqkv,              // [T,3C] accumulated
-                       S* datt,              // [NH,T,T] written: d loss / d att
+void AttentionBackward(S* dqkv,              // [T,3C] written
+                       S* datt,              // [NH,T,T] workspace, see above
                        S* dpreatt,           // [NH,T,T] written: d loss / d preatt
                        const S* dout,        // [T,C]
                        const S* qkv,         // [T,3C]
@@ -232,43 +281,34 @@ void AttentionBackward(S* dqkv,              // [T,3C] accumulated
   const S scale = S(1) / std::sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
+    const size_t head = static_cast<size_t>(h) * T * T;
     // d loss / d att_used[t][t2] = dy_t . v_t2 for every pair at once (lanes
     // along t2, each sum over i ascending from 0); t2 > t is discarded.
-    GemmStrided(datt + static_cast<size_t>(h) * T * T, T, dout + h * hs, C, 1,
-                qkv + 2 * C + h * hs, 1, C3, T, hs, T, /*accumulate=*/false);
+    GemmStrided(datt + head, T, dout + h * hs, C, 1, qkv + 2 * C + h * hs, 1, C3, T, hs, T,
+                /*accumulate=*/false);
     for (int t = 0; t < T; ++t) {
-      const size_t row = (static_cast<size_t>(h) * T + t) * T;
-      const S* used_row = (att_dropped != nullptr ? att_dropped : att) + row;
+      const size_t row = head + static_cast<size_t>(t) * T;
       const S* att_row = att + row;
       S* datt_row = datt + row;
       S* dpre_row = dpreatt + row;
-      const S* dy = dout + t * C + h * hs;
-      for (int t2 = 0; t2 < T; ++t2) dpre_row[t2] = 0;
-      for (int t2 = t + 1; t2 < T; ++t2) datt_row[t2] = 0;
-      // Through y = sum_t2 att_used[t2] * v[t2]: dv[t2] gets its terms in
-      // ascending t, as before the scores moved into one product.
-      for (int t2 = 0; t2 <= t; ++t2) {
-        S* dv = dqkv + t2 * C3 + 2 * C + h * hs;
-        for (int i = 0; i < hs; ++i) dv[i] += used_row[t2] * dy[i];
-        if (keep != nullptr) datt_row[t2] = keep[row + t2] ? datt_row[t2] * keep_scale : S(0);
+      if (keep != nullptr) {
+        for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = keep[row + t2] ? datt_row[t2] * keep_scale : S(0);
       }
       // Through the softmax: dpre = att * (datt - sum(att * datt)).
       S weighted = 0;
       for (int t2 = 0; t2 <= t; ++t2) weighted += att_row[t2] * datt_row[t2];
       for (int t2 = 0; t2 <= t; ++t2) dpre_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
-      // Through pre = scale * q . k.
-      const S* q = qkv + t * C3 + h * hs;
-      S* dq = dqkv + t * C3 + h * hs;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const S* k = qkv + t2 * C3 + C + h * hs;
-        S* dk = dqkv + t2 * C3 + C + h * hs;
-        const S g = dpre_row[t2] * scale;
-        for (int i = 0; i < hs; ++i) {
-          dq[i] += k[i] * g;
-          dk[i] += q[i] * g;
-        }
-      }
+      for (int t2 = t + 1; t2 < T; ++t2) dpre_row[t2] = 0;
+      // Through pre = scale * (q . k): the score gradient, kept in datt.
+      for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = dpre_row[t2] * scale;
     }
+    // Each sum in the order the per-pair loops used: dq_t over t2 <= t
+    // ascending; dk_t2 and dv_t2 over t >= t2 ascending.
+    const S* dscores = datt + head;
+    const S* used = (att_dropped != nullptr ? att_dropped : att) + head;
+    CausalProductLower(dqkv + h * hs, C3, dscores, T, 1, qkv + C + h * hs, C3, T, hs);
+    CausalProductUpper(dqkv + C + h * hs, C3, dscores, 1, T, qkv + h * hs, C3, T, hs);
+    CausalProductUpper(dqkv + 2 * C + h * hs, C3, used, 1, T, dout + h * hs, C, T, hs);
   }
 }
 
