@@ -178,6 +178,35 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
 // stored, so every element sees exactly the ascending-k sum of the plain loop.
 inline constexpr int kCausalRows = 16;
 
+// c[n] += A(k) * B(k,n) for k in [k0, k1) ascending, over the columns from n0
+// in chunks of W: a chunk's partial sums stay in registers across k instead
+// of being stored and reloaded per term. Returns where the chunks stopped.
+template <int W, typename S>
+int CausalRowChunks(S* c, const S* a, std::ptrdiff_t a_cs, const S* b, std::ptrdiff_t b_rs,
+                    int k0, int k1, int n0, int N) {
+  for (; n0 + W <= N; n0 += W) {
+    S acc[W];
+    for (int j = 0; j < W; ++j) acc[j] = c[n0 + j];
+    for (int k = k0; k < k1; ++k) {
+      const S ak = a[k * a_cs];
+      const S* bk = b + k * b_rs + n0;
+      for (int j = 0; j < W; ++j) acc[j] += ak * bk[j];
+    }
+    for (int j = 0; j < W; ++j) c[n0 + j] = acc[j];
+  }
+  return n0;
+}
+
+// One row of a causal product's diagonal triangle: chunks of 32 columns,
+// then 16, then single columns.
+template <typename S>
+void CausalRowTerms(S* c, const S* a, std::ptrdiff_t a_cs, const S* b, std::ptrdiff_t b_rs,
+                    int k0, int k1, int N) {
+  int n0 = CausalRowChunks<32>(c, a, a_cs, b, b_rs, k0, k1, 0, N);
+  n0 = CausalRowChunks<16>(c, a, a_cs, b, b_rs, k0, k1, n0, N);
+  CausalRowChunks<1>(c, a, a_cs, b, b_rs, k0, k1, n0, N);
+}
+
 // k <= m (a lower-triangular A: attention probabilities times values).
 template <typename S>
 void CausalProductLower(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
@@ -186,13 +215,8 @@ void CausalProductLower(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptr
     const int r1 = std::min(T, r0 + kCausalRows);
     GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs, a_rs, a_cs, b, b_rs, 1,
                 r1 - r0, r0, N, /*accumulate=*/false);  // k < r0
-    for (int m = r0; m < r1; ++m) {
-      S* cm = c + static_cast<size_t>(m) * ldc;
-      for (int k = r0; k <= m; ++k) {
-        const S amk = a[m * a_rs + k * a_cs];
-        const S* bk = b + k * b_rs;
-        for (int n = 0; n < N; ++n) cm[n] += amk * bk[n];
-      }
+    for (int m = r0; m < r1; ++m) {  // k in [r0, m]
+      CausalRowTerms(c + static_cast<size_t>(m) * ldc, a + m * a_rs, a_cs, b, b_rs, r0, m + 1, N);
     }
   }
 }
@@ -206,11 +230,7 @@ void CausalProductUpper(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptr
     for (int m = r0; m < r1; ++m) {  // k in [m, r1)
       S* cm = c + static_cast<size_t>(m) * ldc;
       for (int n = 0; n < N; ++n) cm[n] = S(0);
-      for (int k = m; k < r1; ++k) {
-        const S amk = a[m * a_rs + k * a_cs];
-        const S* bk = b + k * b_rs;
-        for (int n = 0; n < N; ++n) cm[n] += amk * bk[n];
-      }
+      CausalRowTerms(cm, a + m * a_rs, a_cs, b, b_rs, m, r1, N);
     }
     GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs + r1 * a_cs, a_rs, a_cs,
                 b + r1 * b_rs, b_rs, 1, r1 - r0, T - r1, N, /*accumulate=*/true);  // k >= r1
