@@ -13,10 +13,12 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <numbers>
+#include <type_traits>
 #include <vector>
 
 #include "model/det_math.h"
@@ -166,6 +168,17 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
   GemmTransA(dwte, dlogits, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
 }
 
+// keep ? scaled : +0.0, as an AND of the bit pattern with an all-ones or
+// all-zeros mask: no condition in the loop, so it vectorises at every width
+// (a product the source computes only under a condition is not vectorised),
+// with the same result bit for bit.
+template <typename S>
+S KeepOrZero(uint8_t keep, S scaled) {
+  using Bits = std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>;
+  const Bits mask = Bits(0) - static_cast<Bits>(keep != 0);
+  return std::bit_cast<S>(std::bit_cast<Bits>(scaled) & mask);
+}
+
 // ---------------------------------------------------------------- attention
 // Products whose left factor A is causal: c[m][n] = sum of A(m,k) * B(k,n)
 // over the k a causal row m has, in ascending k, starting from +0.0 (c is
@@ -261,9 +274,9 @@ void AttentionForward(S* out,              // [T,C]
     for (int t = 0; t < T; ++t) {
       S* pre_row = preatt + (static_cast<size_t>(h) * T + t) * T;
       S* att_row = att + (static_cast<size_t>(h) * T + t) * T;
+      for (int t2 = 0; t2 <= t; ++t2) pre_row[t2] = pre_row[t2] * scale;
       S max_score = -INFINITY;
       for (int t2 = 0; t2 <= t; ++t2) {
-        pre_row[t2] = pre_row[t2] * scale;
         if (pre_row[t2] > max_score) max_score = pre_row[t2];
       }
       // The exponentials first (independent: they vectorise), then their
@@ -276,7 +289,7 @@ void AttentionForward(S* out,              // [T,C]
       if (att_dropped != nullptr) {
         S* drop_row = att_dropped + (static_cast<size_t>(h) * T + t) * T;
         const uint8_t* keep_row = keep + (static_cast<size_t>(h) * T + t) * T;
-        for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = keep_row[t2] ? att_row[t2] * keep_scale : S(0);
+        for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = KeepOrZero(keep_row[t2], att_row[t2] * keep_scale);
       }
     }
     // y_t = sum over t2 <= t ascending of att_used[t][t2] * v_t2.
@@ -312,7 +325,7 @@ void AttentionBackward(S* dqkv,              // [T,3C] written
       S* datt_row = datt + row;
       S* dpre_row = dpreatt + row;
       if (keep != nullptr) {
-        for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = keep[row + t2] ? datt_row[t2] * keep_scale : S(0);
+        for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = KeepOrZero(keep[row + t2], datt_row[t2] * keep_scale);
       }
       // Through the softmax: dpre = att * (datt - sum(att * datt)).
       S weighted = 0;
@@ -375,12 +388,12 @@ void ResidualBackward(S* dinp1, S* dinp2, const S* dout, size_t N) {  // accumul
 // Inverted dropout: kept elements are scaled by keep_scale = 1/(1-p).
 template <typename S>
 void DropoutForward(S* out, const S* inp, const uint8_t* keep, S keep_scale, size_t N) {
-  for (size_t i = 0; i < N; ++i) out[i] = keep[i] ? inp[i] * keep_scale : S(0);
+  for (size_t i = 0; i < N; ++i) out[i] = KeepOrZero(keep[i], inp[i] * keep_scale);
 }
 
 template <typename S>
 void DropoutBackward(S* dinp, const S* dout, const uint8_t* keep, S keep_scale, size_t N) {
-  for (size_t i = 0; i < N; ++i) dinp[i] += keep[i] ? dout[i] * keep_scale : S(0);
+  for (size_t i = 0; i < N; ++i) dinp[i] += KeepOrZero(keep[i], dout[i] * keep_scale);
 }
 
 // ---------------------------------------------------------------- loss

@@ -19,9 +19,20 @@
 
 namespace dgrr::model {
 
+// AVX-512 here is the F, BW, VL and DQ subsets every AVX-512 CPU since
+// Skylake-X has: without BW the compiler cannot vectorise the loops that
+// read byte masks (dropout) with 16-lane floats.
 template <typename Body>
-[[gnu::target("avx512f"), gnu::flatten]] void RunWithAvx512(const Body& body) {
+[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq"), gnu::flatten]] void RunWithAvx512(
+    const Body& body) {
   body();
+}
+
+inline bool CpuHasAvx512ForLayers() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
 }
 
 template <typename Body>
@@ -32,7 +43,9 @@ template <typename Body>
 template <typename Body>
 void RunWithIsa(GemmIsa isa, const Body& body) {
   switch (isa) {
-    case GemmIsa::kAvx512: return RunWithAvx512(body);
+    case GemmIsa::kAvx512:
+      if (CpuHasAvx512ForLayers()) return RunWithAvx512(body);
+      [[fallthrough]];  // an AVX-512 CPU without BW, VL and DQ: AVX2 (it has that)
     case GemmIsa::kAvx2: return RunWithAvx2(body);
     case GemmIsa::kSse2: return body();
   }
