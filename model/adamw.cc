@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/det_math.h"
+#include "model/vector_isa.h"
 
 namespace dgrr::model {
 
@@ -16,6 +17,27 @@ AdamW::AdamW(const ParameterLayout& layout, const AdamWOptions& options)
     observed_names_.push_back({t.name + ".grad", t.name, "adamw.m." + t.name, "adamw.v." + t.name});
   }
 }
+
+namespace {
+
+struct UpdateCoefficients {
+  float b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd;
+};
+
+// One tensor's update; the coefficients arrive by value, so the compiler
+// knows no store to p, m or v changes them and vectorises the loop.
+inline void UpdateTensor(float* p, float* m, float* v, const float* g, size_t n,
+                         const UpdateCoefficients k) {
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = k.b1 * m[i] + k.one_minus_b1 * g[i];
+    v[i] = k.b2 * v[i] + k.one_minus_b2 * (g[i] * g[i]);
+    const float m_hat = m[i] / k.c1;
+    const float v_hat = v[i] / k.c2;
+    p[i] = p[i] - k.lr * (m_hat / (std::sqrt(v_hat) + k.eps) + k.wd * p[i]);
+  }
+}
+
+}  // namespace
 
 void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* observer,
                  uint64_t first_example, uint32_t example_count) {
@@ -37,13 +59,11 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
       observer->OnBoundary(names.grad, Phase::kOptimizer, false, g, t.shape, first_example,
                            example_count);
     }
-    for (size_t i = 0; i < t.size; ++i) {
-      m[i] = b1 * m[i] + one_minus_b1 * g[i];
-      v[i] = b2 * v[i] + one_minus_b2 * (g[i] * g[i]);
-      const float m_hat = m[i] / c1;
-      const float v_hat = v[i] / c2;
-      p[i] = p[i] - lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-    }
+    // Elementwise (no sum across elements), so the widest vector build runs
+    // it with the same operations per element (model/vector_isa.h).
+    RunWithBestIsa([&] {
+      UpdateTensor(p, m, v, g, t.size, {b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd});
+    });
     if (observer != nullptr) {
       observer->OnBoundary(names.param, Phase::kOptimizer, true, p, t.shape, first_example, example_count);
       observer->OnBoundary(names.m, Phase::kOptimizer, true, m, t.shape, first_example,

@@ -49,11 +49,23 @@ inline float ExpFInRange(float x) {
   return p;
 }
 
+// NaN stays NaN; x >= 88.7 is infinity, x < -87.3 zero; [-87.3, -86) is
+// exp(x + 20) e^-20 so the scaling by 2^k stays in the normal range. Written
+// with selects, not branches, so loops over it vectorise (the cases are
+// computed side by side and one is kept; the input of ExpFInRange is moved
+// to 0 where no case uses it, so its integer conversion stays in range).
 inline float ExpF(float x) {
-  if (!(x < 88.7f)) return x != x ? x : INFINITY;  // NaN stays NaN
-  if (x < -87.3f) return 0.0f;
-  if (x < -86.0f) return ExpFInRange(x + 20.0f) * 2.06115362e-09f;  // e^-20
-  return ExpFInRange(x);
+  const bool scaled = x < -86.0f;
+  const bool in_range = x >= -87.3f && x < 88.7f;  // false for NaN
+  const float shifted = x + 20.0f;
+  float arg = scaled ? shifted : x;
+  arg = in_range ? arg : 0.0f;
+  const float e = ExpFInRange(arg);
+  const float e_scaled = e * 2.06115362e-09f;  // e^-20
+  float result = scaled ? e_scaled : e;
+  result = x < -87.3f ? 0.0f : result;
+  result = x < 88.7f ? result : INFINITY;
+  return x != x ? x : result;
 }
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|), with |u| clamped at 9

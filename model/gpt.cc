@@ -9,6 +9,7 @@
 
 #include "model/layers.h"
 #include "model/splitmix.h"
+#include "model/vector_isa.h"
 
 namespace dgrr::model {
 
@@ -75,6 +76,18 @@ template <typename S>
 void Zero(std::vector<S>& v) {
   std::fill(v.begin(), v.end(), S(0));
 }
+
+// The float engine runs `body` in its vector build; the double reference
+// path (finite-difference checks) as it is.
+template <typename S, typename Body>
+void RunInVectorBuild(GemmIsa isa, const Body& body) {
+  if constexpr (std::is_same_v<S, float>) {
+    RunWithIsa(isa, body);
+  } else {
+    (void)isa;
+    body();
+  }
+}
 }  // namespace
 
 template <typename S>
@@ -115,6 +128,18 @@ ExampleEngine<S>::ExampleEngine(const GptConfig& config, size_t max_examples)
       a.attproj_dropped.resize(TC), a.fcproj_dropped.resize(TC);
       a.keep_attproj.resize(TC), a.keep_fcproj.resize(TC);
     }
+  }
+  // The parameter gradients that are summed into (biases, layernorms, wpe);
+  // the rest, wte and the blocks' matrices, are written by their products.
+  for (size_t i = 0; i < layout_.tensors().size(); ++i) {
+    const NamedTensor& t = layout_.tensors()[i];
+    bool written = t.offset == layout_.wte();
+    for (int l = 0; l < config.num_layers; ++l) {
+      const BlockOffsets& o = layout_.block(l);
+      written = written || t.offset == o.qkv_w || t.offset == o.attn_proj_w ||
+                t.offset == o.fc_w || t.offset == o.mlp_proj_w;
+    }
+    if (!written) accumulated_tensors_.push_back(i);
   }
   for (LayerGrads& g : grads_) {
     g.ln1.resize(TC), g.qkv.resize(3 * TC), g.preatt.resize(att), g.att.resize(att);
@@ -255,6 +280,14 @@ template <typename S>
 void ExampleEngine<S>::ForwardBlock(const S* params, const uint8_t* tokens, size_t count,
                                     uint64_t first_example, const ExampleHooks& hooks,
                                     S* losses) {
+  RunInVectorBuild<S>(vector_isa_,
+                      [&] { ForwardBlockBody(params, tokens, count, first_example, hooks, losses); });
+}
+
+template <typename S>
+void ExampleEngine<S>::ForwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                                        uint64_t first_example, const ExampleHooks& hooks,
+                                        S* losses) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
   const Phase fwd = Phase::kForward;
@@ -315,13 +348,16 @@ void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
   // A linear layer's backward: the input gradient for all rows in one
   // product, the weight and bias gradients per example into that example's
   // own buffer (sums over its t ascending, nothing summed across examples).
+  // Each is the only contribution to dinp and to the weight gradient, so the
+  // products write them (starting from +0.0, as accumulating into a zeroed
+  // buffer does: the same bits without zeroing first).
   auto matmul_backward = [&](S* dinp, size_t w, size_t b, const S* dout, const S* inp, int in,
                              int out) {
-    GemmTransB(dinp, dout, params + w, rows, out, in, /*accumulate=*/true);
+    GemmTransB(dinp, dout, params + w, rows, out, in, /*accumulate=*/false);
     for (size_t e = 0; e < count_; ++e) {
       const S* dout_e = dout + e * T * static_cast<size_t>(out);
       GemmTransA(grads[e] + w, inp + e * T * static_cast<size_t>(in), dout_e, in, T, out,
-                 /*accumulate=*/true);
+                 /*accumulate=*/false);
       S* dbias = grads[e] + b;
       for (int t = 0; t < T; ++t) {
         for (int k = 0; k < out; ++k) dbias[k] += dout_e[static_cast<size_t>(t) * out + k];
@@ -400,6 +436,14 @@ template <typename S>
 void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
                                      uint64_t first_example, S* const* grads,
                                      const ExampleHooks& hooks) {
+  RunInVectorBuild<S>(vector_isa_,
+                      [&] { BackwardBlockBody(params, tokens, count, first_example, grads, hooks); });
+}
+
+template <typename S>
+void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                                         uint64_t first_example, S* const* grads,
+                                         const ExampleHooks& hooks) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const int L = config_.num_layers;
   const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
@@ -410,11 +454,18 @@ void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, siz
     std::abort();
   }
   // Fresh buffers: each example's gradient is its own, never an accumulation.
-  for (size_t e = 0; e < count; ++e) std::fill(grads[e], grads[e] + layout_.total_size(), S(0));
-  Zero(dencoded_), Zero(dlnf_), Zero(dlogits_);
+  // Only what is accumulated into is zeroed; what a product or the attention
+  // backward writes whole (the matrices' gradients, their input gradients,
+  // datt and dpreatt) is not.
+  for (size_t e = 0; e < count; ++e) {
+    for (size_t i : accumulated_tensors_) {
+      const NamedTensor& t = layout_.tensors()[i];
+      std::fill(grads[e] + t.offset, grads[e] + t.offset + t.size, S(0));
+    }
+  }
+  Zero(dencoded_), Zero(dlogits_);
   for (LayerGrads& g : grads_) {
-    for (std::vector<S>* v : {&g.ln1, &g.qkv, &g.preatt, &g.att, &g.atty, &g.attproj,
-                              &g.attproj_dropped, &g.res2, &g.ln2, &g.fch, &g.fch_gelu, &g.fcproj,
+    for (std::vector<S>* v : {&g.attproj, &g.attproj_dropped, &g.res2, &g.fch, &g.fcproj,
                               &g.fcproj_dropped, &g.res3}) {
       Zero(*v);
     }
@@ -427,12 +478,13 @@ void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, siz
                          tokens + e * window + 1, dlosses_.data() + row0, T, V);
   }
   ObserveEach(kLossDinp, bwd, dlogits_.data(), {T, V}, hooks);
-  // LM head: the input gradient for all rows at once, dwte per example.
-  Gemm(dlnf_.data(), dlogits_.data(), params + layout_.wte(), rows, V, C, /*accumulate=*/true);
+  // LM head: the input gradient for all rows at once, dwte per example. Both
+  // are the first contributions (the encoder adds to dwte last), so written.
+  Gemm(dlnf_.data(), dlogits_.data(), params + layout_.wte(), rows, V, C, /*accumulate=*/false);
   for (size_t e = 0; e < count; ++e) {
     const size_t row0 = e * static_cast<size_t>(T);
     GemmTransA(grads[e] + layout_.wte(), dlogits_.data() + row0 * V, lnf_.data() + row0 * C, V,
-               T, C, /*accumulate=*/true);  // sum over t ascending
+               T, C, /*accumulate=*/false);  // sum over t ascending
   }
   ObserveEach(kLmHeadDinp, bwd, dlnf_.data(), {T, C}, hooks);
   S* dres = grads_[L - 1].res3.data();

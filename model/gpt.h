@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "model/config.h"
 #include "model/hooks.h"
+#include "model/matmul.h"
 
 namespace dgrr::model {
 
@@ -67,6 +68,12 @@ class ExampleEngine {
   const ParameterLayout& layout() const { return layout_; }
   size_t max_examples() const { return max_examples_; }
 
+  // The vector instruction set the float engine's layers run with (default:
+  // the widest the CPU supports; every choice gives the same bits, which the
+  // tests check by choosing each). The matrix multiplies dispatch on their own.
+  void set_vector_isa(GemmIsa isa) { vector_isa_ = isa; }
+  GemmIsa vector_isa() const { return vector_isa_; }
+
  private:
   struct LayerActs {
     std::vector<S> ln1, ln1_mean, ln1_rstd, qkv, preatt, att, att_dropped, atty, attproj,
@@ -85,6 +92,10 @@ class ExampleEngine {
   // data + e * (product of dims).
   void ObserveEach(const std::string& name, Phase phase, S* data,
                    std::initializer_list<int64_t> dims, const ExampleHooks& hooks) const;
+  void ForwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                        uint64_t first_example, const ExampleHooks& hooks, S* losses);
+  void BackwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
+                         uint64_t first_example, S* const* grads, const ExampleHooks& hooks);
   void BlockForward(int l, const S* params, const S* block_in, const ExampleHooks& hooks);
   void BlockBackward(int l, const S* params, const S* block_in, const S* dblock_out,
                      S* dblock_in, S* const* grads, const ExampleHooks& hooks);
@@ -93,6 +104,7 @@ class ExampleEngine {
   ParameterLayout layout_;
   BoundaryNames names_;
   size_t max_examples_;
+  GemmIsa vector_isa_ = BestGemmIsa();
   size_t count_ = 0;            // examples in the current block
   uint64_t first_example_ = 0;  // global index of its first
   const uint8_t* tokens_ = nullptr;
@@ -101,6 +113,7 @@ class ExampleEngine {
   std::vector<LayerActs> acts_;
   std::vector<S> dencoded_, dlnf_, dlogits_, dlosses_;
   std::vector<LayerGrads> grads_;
+  std::vector<size_t> accumulated_tensors_;  // indices into layout_.tensors(), zeroed first
 };
 
 // The model: its configuration, layout and the one contiguous parameter array.

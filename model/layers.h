@@ -12,9 +12,13 @@
 // documented order (docs/model.md), so results never depend on threads.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <numbers>
+#include <type_traits>
 #include <vector>
 
 #include "model/det_math.h"
@@ -164,7 +168,88 @@ void LmHeadBackward(S* dinp,          // [T,C] accumulated
   GemmTransA(dwte, dlogits, inp, V, T, C, /*accumulate=*/true);  // sum over t ascending
 }
 
+// keep ? scaled : +0.0, as an AND of the bit pattern with an all-ones or
+// all-zeros mask: no condition in the loop, so it vectorises at every width
+// (a product the source computes only under a condition is not vectorised),
+// with the same result bit for bit.
+template <typename S>
+S KeepOrZero(uint8_t keep, S scaled) {
+  using Bits = std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>;
+  const Bits mask = Bits(0) - static_cast<Bits>(keep != 0);
+  return std::bit_cast<S>(std::bit_cast<Bits>(scaled) & mask);
+}
+
 // ---------------------------------------------------------------- attention
+// Products whose left factor A is causal: c[m][n] = sum of A(m,k) * B(k,n)
+// over the k a causal row m has, in ascending k, starting from +0.0 (c is
+// written, not accumulated). A(m,k) = a[m*a_rs + k*a_cs], B(k,n) =
+// b[k*b_rs + n], c[m*ldc + n]. Terms outside the triangle are never formed
+// (not even as 0 * B, which would turn an infinite B into NaN). Rows go in
+// blocks of kCausalRows: the rectangle of k that every row of a block has
+// runs through the blocked Gemm; the triangle at the block's diagonal is a
+// loop over k that continues each row's sum from the float the product
+// stored, so every element sees exactly the ascending-k sum of the plain loop.
+inline constexpr int kCausalRows = 16;
+
+// c[n] += A(k) * B(k,n) for k in [k0, k1) ascending, over the columns from n0
+// in chunks of W: a chunk's partial sums stay in registers across k instead
+// of being stored and reloaded per term. Returns where the chunks stopped.
+template <int W, typename S>
+int CausalRowChunks(S* c, const S* a, std::ptrdiff_t a_cs, const S* b, std::ptrdiff_t b_rs,
+                    int k0, int k1, int n0, int N) {
+  for (; n0 + W <= N; n0 += W) {
+    S acc[W];
+    for (int j = 0; j < W; ++j) acc[j] = c[n0 + j];
+    for (int k = k0; k < k1; ++k) {
+      const S ak = a[k * a_cs];
+      const S* bk = b + k * b_rs + n0;
+      for (int j = 0; j < W; ++j) acc[j] += ak * bk[j];
+    }
+    for (int j = 0; j < W; ++j) c[n0 + j] = acc[j];
+  }
+  return n0;
+}
+
+// One row of a causal product's diagonal triangle: chunks of 32 columns,
+// then 16, then single columns.
+template <typename S>
+void CausalRowTerms(S* c, const S* a, std::ptrdiff_t a_cs, const S* b, std::ptrdiff_t b_rs,
+                    int k0, int k1, int N) {
+  int n0 = CausalRowChunks<32>(c, a, a_cs, b, b_rs, k0, k1, 0, N);
+  n0 = CausalRowChunks<16>(c, a, a_cs, b, b_rs, k0, k1, n0, N);
+  CausalRowChunks<1>(c, a, a_cs, b, b_rs, k0, k1, n0, N);
+}
+
+// k <= m (a lower-triangular A: attention probabilities times values).
+template <typename S>
+void CausalProductLower(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
+                        const S* b, std::ptrdiff_t b_rs, int T, int N) {
+  for (int r0 = 0; r0 < T; r0 += kCausalRows) {
+    const int r1 = std::min(T, r0 + kCausalRows);
+    GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs, a_rs, a_cs, b, b_rs, 1,
+                r1 - r0, r0, N, /*accumulate=*/false);  // k < r0
+    for (int m = r0; m < r1; ++m) {  // k in [r0, m]
+      CausalRowTerms(c + static_cast<size_t>(m) * ldc, a + m * a_rs, a_cs, b, b_rs, r0, m + 1, N);
+    }
+  }
+}
+
+// k >= m (an upper-triangular A: a causal matrix read transposed).
+template <typename S>
+void CausalProductUpper(S* c, int ldc, const S* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_cs,
+                        const S* b, std::ptrdiff_t b_rs, int T, int N) {
+  for (int r0 = 0; r0 < T; r0 += kCausalRows) {
+    const int r1 = std::min(T, r0 + kCausalRows);
+    for (int m = r0; m < r1; ++m) {  // k in [m, r1)
+      S* cm = c + static_cast<size_t>(m) * ldc;
+      for (int n = 0; n < N; ++n) cm[n] = S(0);
+      CausalRowTerms(cm, a + m * a_rs, a_cs, b, b_rs, m, r1, N);
+    }
+    GemmStrided(c + static_cast<size_t>(r0) * ldc, ldc, a + r0 * a_rs + r1 * a_cs, a_rs, a_cs,
+                b + r1 * b_rs, b_rs, 1, r1 - r0, T - r1, N, /*accumulate=*/true);  // k >= r1
+  }
+}
+
 // Causal multi-head self-attention over qkv = [q | k | v] per time step.
 // preatt holds the scaled scores, att the softmax probabilities (zero above
 // the diagonal); when dropout is active, att_used = att * keep * keep_scale is
@@ -189,38 +274,35 @@ void AttentionForward(S* out,              // [T,C]
     for (int t = 0; t < T; ++t) {
       S* pre_row = preatt + (static_cast<size_t>(h) * T + t) * T;
       S* att_row = att + (static_cast<size_t>(h) * T + t) * T;
+      for (int t2 = 0; t2 <= t; ++t2) pre_row[t2] = pre_row[t2] * scale;
       S max_score = -INFINITY;
       for (int t2 = 0; t2 <= t; ++t2) {
-        pre_row[t2] = pre_row[t2] * scale;
         if (pre_row[t2] > max_score) max_score = pre_row[t2];
       }
+      // The exponentials first (independent: they vectorise), then their
+      // sum in ascending t2.
+      for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = Exp(pre_row[t2] - max_score);
       S denom = 0;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        att_row[t2] = Exp(pre_row[t2] - max_score);
-        denom += att_row[t2];
-      }
+      for (int t2 = 0; t2 <= t; ++t2) denom += att_row[t2];
       for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = att_row[t2] / denom;
       for (int t2 = t + 1; t2 < T; ++t2) pre_row[t2] = att_row[t2] = 0;
-      const S* used_row = att_row;
       if (att_dropped != nullptr) {
         S* drop_row = att_dropped + (static_cast<size_t>(h) * T + t) * T;
         const uint8_t* keep_row = keep + (static_cast<size_t>(h) * T + t) * T;
-        for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = keep_row[t2] ? att_row[t2] * keep_scale : S(0);
-        used_row = drop_row;
-      }
-      S* y = out + t * C + h * hs;
-      for (int i = 0; i < hs; ++i) y[i] = 0;
-      for (int t2 = 0; t2 <= t; ++t2) {  // ascending t2
-        const S* v = qkv + t2 * C3 + 2 * C + h * hs;
-        for (int i = 0; i < hs; ++i) y[i] += used_row[t2] * v[i];
+        for (int t2 = 0; t2 < T; ++t2) drop_row[t2] = KeepOrZero(keep_row[t2], att_row[t2] * keep_scale);
       }
     }
+    // y_t = sum over t2 <= t ascending of att_used[t][t2] * v_t2.
+    const S* used = (att_dropped != nullptr ? att_dropped : att) + static_cast<size_t>(h) * T * T;
+    CausalProductLower(out + h * hs, C, used, T, 1, qkv + 2 * C + h * hs, C3, T, hs);
   }
 }
 
+// dqkv is written (every element of it: attention is its only contribution).
+// datt is workspace: on return it holds d loss / d(q . k), dpreatt * scale.
 template <typename S>
-void AttentionBackward(S* dqkv,              // [T,3C] accumulated
-                       S* datt,              // [NH,T,T] written: d loss / d att
+void AttentionBackward(S* dqkv,              // [T,3C] written
+                       S* datt,              // [NH,T,T] workspace, see above
                        S* dpreatt,           // [NH,T,T] written: d loss / d preatt
                        const S* dout,        // [T,C]
                        const S* qkv,         // [T,3C]
@@ -232,43 +314,34 @@ void AttentionBackward(S* dqkv,              // [T,3C] accumulated
   const S scale = S(1) / std::sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
+    const size_t head = static_cast<size_t>(h) * T * T;
     // d loss / d att_used[t][t2] = dy_t . v_t2 for every pair at once (lanes
     // along t2, each sum over i ascending from 0); t2 > t is discarded.
-    GemmStrided(datt + static_cast<size_t>(h) * T * T, T, dout + h * hs, C, 1,
-                qkv + 2 * C + h * hs, 1, C3, T, hs, T, /*accumulate=*/false);
+    GemmStrided(datt + head, T, dout + h * hs, C, 1, qkv + 2 * C + h * hs, 1, C3, T, hs, T,
+                /*accumulate=*/false);
     for (int t = 0; t < T; ++t) {
-      const size_t row = (static_cast<size_t>(h) * T + t) * T;
-      const S* used_row = (att_dropped != nullptr ? att_dropped : att) + row;
+      const size_t row = head + static_cast<size_t>(t) * T;
       const S* att_row = att + row;
       S* datt_row = datt + row;
       S* dpre_row = dpreatt + row;
-      const S* dy = dout + t * C + h * hs;
-      for (int t2 = 0; t2 < T; ++t2) dpre_row[t2] = 0;
-      for (int t2 = t + 1; t2 < T; ++t2) datt_row[t2] = 0;
-      // Through y = sum_t2 att_used[t2] * v[t2]: dv[t2] gets its terms in
-      // ascending t, as before the scores moved into one product.
-      for (int t2 = 0; t2 <= t; ++t2) {
-        S* dv = dqkv + t2 * C3 + 2 * C + h * hs;
-        for (int i = 0; i < hs; ++i) dv[i] += used_row[t2] * dy[i];
-        if (keep != nullptr) datt_row[t2] = keep[row + t2] ? datt_row[t2] * keep_scale : S(0);
+      if (keep != nullptr) {
+        for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = KeepOrZero(keep[row + t2], datt_row[t2] * keep_scale);
       }
       // Through the softmax: dpre = att * (datt - sum(att * datt)).
       S weighted = 0;
       for (int t2 = 0; t2 <= t; ++t2) weighted += att_row[t2] * datt_row[t2];
       for (int t2 = 0; t2 <= t; ++t2) dpre_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
-      // Through pre = scale * q . k.
-      const S* q = qkv + t * C3 + h * hs;
-      S* dq = dqkv + t * C3 + h * hs;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const S* k = qkv + t2 * C3 + C + h * hs;
-        S* dk = dqkv + t2 * C3 + C + h * hs;
-        const S g = dpre_row[t2] * scale;
-        for (int i = 0; i < hs; ++i) {
-          dq[i] += k[i] * g;
-          dk[i] += q[i] * g;
-        }
-      }
+      for (int t2 = t + 1; t2 < T; ++t2) dpre_row[t2] = 0;
+      // Through pre = scale * (q . k): the score gradient, kept in datt.
+      for (int t2 = 0; t2 <= t; ++t2) datt_row[t2] = dpre_row[t2] * scale;
     }
+    // Each sum in the order the per-pair loops used: dq_t over t2 <= t
+    // ascending; dk_t2 and dv_t2 over t >= t2 ascending.
+    const S* dscores = datt + head;
+    const S* used = (att_dropped != nullptr ? att_dropped : att) + head;
+    CausalProductLower(dqkv + h * hs, C3, dscores, T, 1, qkv + C + h * hs, C3, T, hs);
+    CausalProductUpper(dqkv + C + h * hs, C3, dscores, 1, T, qkv + h * hs, C3, T, hs);
+    CausalProductUpper(dqkv + 2 * C + h * hs, C3, used, 1, T, dout + h * hs, C, T, hs);
   }
 }
 
@@ -315,12 +388,12 @@ void ResidualBackward(S* dinp1, S* dinp2, const S* dout, size_t N) {  // accumul
 // Inverted dropout: kept elements are scaled by keep_scale = 1/(1-p).
 template <typename S>
 void DropoutForward(S* out, const S* inp, const uint8_t* keep, S keep_scale, size_t N) {
-  for (size_t i = 0; i < N; ++i) out[i] = keep[i] ? inp[i] * keep_scale : S(0);
+  for (size_t i = 0; i < N; ++i) out[i] = KeepOrZero(keep[i], inp[i] * keep_scale);
 }
 
 template <typename S>
 void DropoutBackward(S* dinp, const S* dout, const uint8_t* keep, S keep_scale, size_t N) {
-  for (size_t i = 0; i < N; ++i) dinp[i] += keep[i] ? dout[i] * keep_scale : S(0);
+  for (size_t i = 0; i < N; ++i) dinp[i] += KeepOrZero(keep[i], dout[i] * keep_scale);
 }
 
 // ---------------------------------------------------------------- loss
@@ -336,11 +409,9 @@ void CrossEntropyForward(S* probs,         // [T,V]
     S* p = probs + t * V;
     S max_logit = row[0];
     for (int v = 1; v < V; ++v) max_logit = row[v] > max_logit ? row[v] : max_logit;
+    for (int v = 0; v < V; ++v) p[v] = Exp(row[v] - max_logit);
     S denom = 0;
-    for (int v = 0; v < V; ++v) {
-      p[v] = Exp(row[v] - max_logit);
-      denom += p[v];
-    }
+    for (int v = 0; v < V; ++v) denom += p[v];  // ascending v
     for (int v = 0; v < V; ++v) p[v] = p[v] / denom;
     losses[t] = Log(denom) - (row[targets[t]] - max_logit);
   }

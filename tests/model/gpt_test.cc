@@ -285,6 +285,56 @@ TEST(GptBoundaries, ObserverDoesNotChangeResultsAndMutatorActsAfterObserver) {
   EXPECT_NE(faulty.Find("block0.attn.out")->sum, clean.Find("block0.attn.out")->sum);
 }
 
+// The float engine's layers run in the widest vector build the CPU has
+// (model/vector_isa.h); every build gives the SSE2 build's bits. Sizes fill
+// whole 16-lane vectors and leave remainders (head size 32, seq_len 20). The
+// engine also runs another block first and the gradient buffers start as
+// NaN, so nothing may depend on what an earlier block left behind or on
+// buffers being zeroed by the caller.
+TEST(GptDeterminism, EveryVectorBuildGivesTheSameBits) {
+  GptConfig config;
+  config.seq_len = 20;
+  config.num_layers = 2;
+  config.channels = 64;
+  config.num_heads = 2;
+  config.attn_dropout = 0.1f;
+  config.resid_dropout = 0.1f;
+  auto model = Gpt::Create(config);
+  ASSERT_TRUE(model.ok());
+  model->Initialize(SplitMixNormalFill(81));
+  const size_t count = 3, window = config.seq_len + 1, n = model->num_parameters();
+  const auto earlier = Tokens(static_cast<int>(count * window), 82);
+  const auto examples = Tokens(static_cast<int>(count * window), 83);
+  SplitMixDropoutMasks masks(84);
+  const ExampleHooks hooks{nullptr, nullptr, &masks};
+  struct Result {
+    std::vector<float> losses, grads;
+  };
+  auto run = [&](GemmIsa isa, bool run_earlier_block) {
+    ExampleEngine<float> engine(config, count);
+    engine.set_vector_isa(isa);
+    Result r{std::vector<float>(count), std::vector<float>(count * n, NAN)};
+    std::vector<float*> grads;
+    for (size_t e = 0; e < count; ++e) grads.push_back(r.grads.data() + e * n);
+    if (run_earlier_block) {
+      engine.ForwardBlock(model->parameters(), earlier.data(), count, 100, hooks, r.losses.data());
+      engine.BackwardBlock(model->parameters(), earlier.data(), count, 100, grads.data(), hooks);
+      std::fill(r.grads.begin(), r.grads.end(), NAN);
+    }
+    engine.ForwardBlock(model->parameters(), examples.data(), count, 0, hooks, r.losses.data());
+    engine.BackwardBlock(model->parameters(), examples.data(), count, 0, grads.data(), hooks);
+    return r;
+  };
+  const Result want = run(GemmIsa::kSse2, false);
+  for (float g : want.grads) ASSERT_FALSE(std::isnan(g));
+  for (GemmIsa isa : {GemmIsa::kSse2, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
+    const Result got = run(isa, true);
+    EXPECT_EQ(0, std::memcmp(want.losses.data(), got.losses.data(), count * 4)) << GemmIsaName(isa);
+    EXPECT_EQ(0, std::memcmp(want.grads.data(), got.grads.data(), count * n * 4)) << GemmIsaName(isa);
+  }
+}
+
 // Gradients and loss of a batch are bitwise identical for any thread count,
 // and for any split into aligned shards (ranks) combined by the same tree.
 TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "fd_check.h"
+#include "model/splitmix.h"
 
 namespace dgrr::model {
 namespace {
@@ -109,6 +111,37 @@ void CheckAttention(bool with_dropout) {
 
 TEST(LayersGradient, Attention) { CheckAttention(false); }
 TEST(LayersGradient, AttentionWithDropout) { CheckAttention(true); }
+
+// The causal products against the plain loops the attention used before
+// (each sum in ascending k over the causal range only), bit for bit, for
+// sizes below, at and across the row block; an infinity outside the causal
+// range of A must not reach c (it would as 0 * inf = NaN if those terms were
+// formed).
+TEST(CausalProduct, EqualsThePlainCausalLoopBitForBit) {
+  for (int T : {5, kCausalRows, 2 * kCausalRows + 3}) {
+    const int N = 20, ld = N + 3;
+    std::vector<float> a(static_cast<size_t>(T) * T), b(static_cast<size_t>(T) * ld);
+    SplitMixStream rng(static_cast<uint64_t>(T));
+    for (float& x : a) x = static_cast<float>(rng.Below(2001)) / 1000.0f - 1.0f;
+    for (float& x : b) x = static_cast<float>(rng.Below(2001)) / 1000.0f - 1.0f;
+    for (int m = 0; m < T; ++m) {
+      for (int k = m + 1; k < T; ++k) a[static_cast<size_t>(m) * T + k] = INFINITY;
+    }
+    std::vector<float> lower(static_cast<size_t>(T) * ld, NAN), upper(lower);
+    CausalProductLower(lower.data(), ld, a.data(), T, 1, b.data(), ld, T, N);
+    // Upper reads A transposed: A(m,k) = a[k*T + m], k >= m.
+    CausalProductUpper(upper.data(), ld, a.data(), 1, T, b.data(), ld, T, N);
+    for (int m = 0; m < T; ++m) {
+      for (int n = 0; n < N; ++n) {
+        float want_lower = 0.0f, want_upper = 0.0f;
+        for (int k = 0; k <= m; ++k) want_lower += a[m * T + k] * b[k * ld + n];
+        for (int k = m; k < T; ++k) want_upper += a[k * T + m] * b[k * ld + n];
+        ASSERT_EQ(want_lower, lower[m * ld + n]) << "T " << T << " m " << m << " n " << n;
+        ASSERT_EQ(want_upper, upper[m * ld + n]) << "T " << T << " m " << m << " n " << n;
+      }
+    }
+  }
+}
 
 TEST(LayersGradient, Gelu) {
   const size_t N = 40;
