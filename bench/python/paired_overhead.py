@@ -12,7 +12,8 @@ and one plain, and alternates their training steps, so both see the same
 machine at nearly the same moment. It reports the median CPU time of the
 training thread per step of each, split into forward (with the loss record),
 backward, optimizer step (with its records) and end of step, and the ratio
-of the medians (bench/README.md). The plain copy's step is the baseline:
+of the medians; then the same with the CPU time of the session's other
+threads (the trace writer) per step added (bench/README.md). The plain copy's step is the baseline:
 the same loop as gpt_train.py --no-dgrr. The first 10 steps are not counted.
 """
 
@@ -51,6 +52,7 @@ with tempfile.TemporaryDirectory() as d:
         dgrr.torch.register_torch_state(session, ma, oa)
         inst = dgrr.torch.instrument(session, ma, oa)
         session.resume()
+        loop_process, loop_thread = time.process_time_ns(), clock()
         for s in range(steps):
             t0 = clock()
             inst.begin_step(s, (s * batch, batch))
@@ -77,6 +79,10 @@ with tempfile.TemporaryDirectory() as d:
             if s >= 10:
                 phases["dgrr"].append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
                 phases["plain"].append((u1 - t4, u2 - u1, u3 - u2, u4 - u3))
+        # What the session's other threads (the trace writer) cost: the
+        # plain copy starts none (one intra-op thread).
+        others = (time.process_time_ns() - loop_process) - (clock() - loop_thread)
+print("others", others / steps / 1000)
 for k, rows in phases.items():
     cols = [statistics.median(c) / 1000 for c in zip(*rows)]
     total = statistics.median(sum(r) for r in rows) / 1000
@@ -95,7 +101,7 @@ def main():
                OMP_NUM_THREADS="1")
     print(f"example GPT, batch {args.batch}, {args.steps} steps (10 not counted), 1 thread; "
           f"median CPU us of the training thread per step: total (forward, backward, "
-          f"optimizer, end of step)")
+          f"optimizer, end of step); the ratio with the trace writer thread's CPU added")
     for mode in args.modes.split(","):
         r = subprocess.run([sys.executable, "-c", CHILD, str(EXAMPLE), mode, str(args.steps),
                             str(args.batch)], capture_output=True, text=True, env=env)
@@ -105,9 +111,10 @@ def main():
         for line in r.stdout.splitlines():
             name, *values = line.split()
             rows[name] = [float(v) for v in values]
-        d, p = rows["dgrr"], rows["plain"]
+        d, p, others = rows["dgrr"], rows["plain"], rows["others"][0]
         print(f"  {mode:8s} {d[0]:8.0f} vs {p[0]:8.0f}  {d[0] / p[0]:6.3f}x   "
-              f"(+{d[1] - p[1]:.0f}, +{d[2] - p[2]:.0f}, +{d[3] - p[3]:.0f}, +{d[4] - p[4]:.0f})")
+              f"(+{d[1] - p[1]:.0f}, +{d[2] - p[2]:.0f}, +{d[3] - p[3]:.0f}, +{d[4] - p[4]:.0f}); "
+              f"with other threads' {others:.0f} {(d[0] + others) / p[0]:6.3f}x")
 
 
 if __name__ == "__main__":
