@@ -811,8 +811,10 @@ def _direct_tensor_hooks():
     if _direct_hooks_work is None:
         seen = []
         try:
-            x = _torch.ones(3, requires_grad=True)
-            with _torch.enable_grad():
+            # Autograd on, whatever mode the caller is in (an inference-mode
+            # caller would otherwise fix the answer at "no" for the process).
+            with _torch.inference_mode(False), _torch.enable_grad():
+                x = _torch.ones(3, requires_grad=True)
                 v = x.view_as(x)
                 v._backward_hooks = {0: lambda g: seen.append(g.clone())}
                 v.grad_fn._register_hook_dict(v)
