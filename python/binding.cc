@@ -318,8 +318,8 @@ TorchFastPath g_torch;  // objects held for the life of the process (never relea
 
 PyObject* Interned(const char* name) { return PyUnicode_InternFromString(name); }
 
-// Called by the slow path once it accepted a torch tensor of this dtype and layout.
-void LearnTorchTensor(const py::handle& obj, DType dtype) {
+// torch.Tensor, importing torch and the fast path's names on first use.
+PyObject* TorchTensorType() {
   if (g_torch.tensor_type == nullptr) {
     py::object torch = py::module_::import("torch");
     g_torch.tensor_type = py::object(torch.attr("Tensor")).release().ptr();
@@ -331,6 +331,12 @@ void LearnTorchTensor(const py::handle& obj, DType dtype) {
     g_torch.is_contiguous = Interned("is_contiguous");
     g_torch.data_ptr = Interned("data_ptr");
   }
+  return g_torch.tensor_type;
+}
+
+// Called by the slow path once it accepted a torch tensor of this dtype and layout.
+void LearnTorchTensor(const py::handle& obj, DType dtype) {
+  TorchTensorType();
   py::object dtype_object = obj.attr("dtype");
   for (const auto& [known, value] : g_torch.dtypes) {
     if (known == dtype_object.ptr()) return;
@@ -730,27 +736,54 @@ class PySession {
     return want_fingerprint ? py::object(FingerprintTuple(fp)) : py::object(py::none());
   }
 
+  // A record of a tensor already viewed (dgrr.torch's hook sites).
+  void RecordView(const PyBoundary& boundary, const TensorView& view, uint64_t first_example, uint32_t count) {
+    Session& s = Get();
+    Status status;
+    {
+      std::optional<py::gil_scoped_release> release;
+      if (view.ref.bytes >= kReleaseGilBytes) release.emplace();
+      status = s.Record(boundary.handle, view.ref, {first_example, count}, nullptr);
+    }
+    Check(status);
+  }
+
   // Several records in one call, in list order (the program order): one
   // crossing into C++ and one GIL release for a whole optimizer step.
   void RecordMany(const py::list& records, uint64_t first_example, uint32_t count) {
-    Session& s = Get();
+    Get();
     std::vector<std::pair<const PyBoundary*, TensorView>> views;
     views.reserve(records.size());
-    uint64_t bytes = 0;
     for (const py::handle& item : records) {
-      auto pair = item.cast<py::tuple>();
-      if (pair.size() != 2) ThrowInvalid("record_many: each entry is a (boundary, tensor) pair");
-      const PyBoundary& boundary = pair[0].cast<const PyBoundary&>();
-      if (!boundary.handle.recorded) continue;
-      views.emplace_back(&boundary, RecordedView(boundary, pair[1]));
-      bytes += views.back().second.ref.bytes;
+      auto [boundary, tensor] = RecordPair(item, "record_many");
+      if (boundary->handle.recorded) views.emplace_back(boundary, RecordedView(*boundary, tensor));
     }
+    std::vector<std::pair<const PyBoundary*, const TensorRef*>> refs;
+    refs.reserve(views.size());
+    for (const auto& [boundary, view] : views) refs.emplace_back(boundary, &view.ref);
+    RecordRefs(refs, first_example, count);
+  }
+
+  // The (boundary, tensor) pair of a record_many or record_plan entry.
+  static std::pair<const PyBoundary*, py::handle> RecordPair(const py::handle& item, const char* what) {
+    auto pair = item.cast<py::tuple>();
+    if (pair.size() != 2) ThrowInvalid(std::string(what) + ": each entry is a (boundary, tensor) pair");
+    return {&pair[0].cast<const PyBoundary&>(), pair[1]};
+  }
+
+  // Records viewed tensors in order, with the GIL released when they are
+  // many bytes (the views keep their tensors alive meanwhile).
+  void RecordRefs(const std::vector<std::pair<const PyBoundary*, const TensorRef*>>& refs,
+                  uint64_t first_example, uint32_t count) {
+    Session& s = Get();
+    uint64_t bytes = 0;
+    for (const auto& [boundary, ref] : refs) bytes += ref->bytes;
     Status status;
     {
       std::optional<py::gil_scoped_release> release;
       if (bytes >= kReleaseGilBytes) release.emplace();
-      for (const auto& [boundary, view] : views) {
-        status = s.Record(boundary->handle, view.ref, {first_example, count}, nullptr);
+      for (const auto& [boundary, ref] : refs) {
+        status = s.Record(boundary->handle, *ref, {first_example, count}, nullptr);
         if (!status.ok()) break;
       }
     }
@@ -825,7 +858,6 @@ class PySession {
     Check(status);
   }
 
- private:
   static TensorView RecordedView(const PyBoundary& boundary, const py::handle& array) {
     TensorView view;
     if (FastViewTorch(array, view)) return view;
@@ -836,6 +868,7 @@ class PySession {
     return ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);
   }
 
+ private:
   PyCommunicator* Communicator() {
     return communicator_.is_none() ? nullptr : communicator_.cast<PyCommunicator*>();
   }
@@ -865,6 +898,188 @@ class PySession {
   py::object communicator_;  // the PyCommunicator its RankGroup uses, or None
   std::vector<TensorView> state_;
   std::vector<std::pair<py::function, py::function>> hooks_;
+};
+
+// One boundary dgrr.torch's hooks record under (python/dgrr/torch.py): the
+// tensor hook of an input gradient is its bound `record`, a module's forward
+// hook its bound `forward_hook`, so torch calls into C++ with no Python frame
+// between. The boundary is declared by the Instrumentation on the first
+// record (Instrumentation._boundary), and each record reads the
+// Instrumentation's `examples` then. The Instrumentation is held weakly: the
+// model holds its hooks, and a strong reference back would keep the model
+// alive through an object Python's collector cannot see into.
+class PySite {
+ public:
+  PySite(const py::object& inst, std::string name, std::string phase, std::string kind, std::string module)
+      : inst_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
+        module_(std::move(module)) {}
+
+  void Record(const py::handle& tensor) {
+    if (!boundary_) Declare();
+    if (!boundary_->handle.recorded) return;
+    const auto [first, count] = Examples();
+    TensorView view;
+    if (!FastViewTorch(tensor, view)) {
+      py::object t = py::reinterpret_borrow<py::object>(tensor);
+      // A view that is not contiguous is recorded from a contiguous copy
+      // (of the values alone: no autograd history).
+      if (LooksLikeTorchTensor(t) && !t.attr("is_contiguous")().cast<bool>()) {
+        t = t.attr("detach")().attr("contiguous")();
+      }
+      view = PySession::RecordedView(*boundary_, t);
+    }
+    session_->RecordView(*boundary_, view, first, count);
+  }
+
+  // A forward hook: a module's tensor output is recorded here; a tuple or
+  // list goes to the Instrumentation, one boundary per tensor in it.
+  void ForwardHook(const py::handle&, const py::handle&, const py::handle& output) {
+    const int is_tensor = PyObject_IsInstance(output.ptr(), TorchTensorType());
+    if (is_tensor < 0) throw py::error_already_set();
+    if (is_tensor == 1) {
+      Record(output);
+      return;
+    }
+    Instrumentation().attr("_record_output_items")(module_, kind_, output);
+  }
+
+ private:
+  py::object Instrumentation() {
+    py::object inst = inst_();
+    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
+    return inst;
+  }
+
+  void Declare() {
+    py::object inst = Instrumentation();
+    py::object boundary = inst.attr("_boundary")(name_, phase_, kind_);
+    session_object_ = inst.attr("session");
+    session_ = session_object_.cast<PySession*>();
+    boundary_ = boundary.cast<PyBoundary>();
+  }
+
+  std::pair<uint64_t, uint32_t> Examples() {
+    static PyObject* const kExamples = PyUnicode_InternFromString("examples");
+    auto examples = py::reinterpret_steal<py::object>(PyObject_GetAttr(Instrumentation().ptr(), kExamples));
+    if (!examples) throw py::error_already_set();
+    auto pair = examples.cast<std::pair<uint64_t, uint32_t>>();
+    return pair;
+  }
+
+  py::weakref inst_;
+  std::string name_, phase_, kind_, module_;
+  std::optional<PyBoundary> boundary_;
+  py::object session_object_;  // keeps session_ alive
+  PySession* session_ = nullptr;
+};
+
+// The same (boundary, tensor) pairs recorded step after step (dgrr.torch's
+// parameters, gradients and optimizer state): each torch tensor's view is
+// kept, and a record re-reads only what can change under the same tensor
+// object without a new one being made (its data pointer, by set_, resize_
+// or `.data =`; its shape; its contiguity, by an in-place transpose),
+// viewing it afresh when any of them differs. That is three attribute reads
+// a tensor instead of the fast path's six, and no tuple or boundary casts.
+// Entries that are not torch tensors on the fast path are viewed anew on
+// every record. Records are made in list order, as record_many makes them.
+class PyRecordPlan {
+ public:
+  PyRecordPlan(const PyRecordPlan&) = delete;
+  PyRecordPlan& operator=(const PyRecordPlan&) = delete;
+  PyRecordPlan(py::object session, const py::list& records) : session_(std::move(session)) {
+    PySession& s = Session();
+    s.Get();
+    entries_.reserve(records.size());
+    for (const py::handle& item : records) {
+      auto [boundary, tensor] = PySession::RecordPair(item, "record_plan");
+      if (!boundary->handle.recorded) continue;
+      Entry e;
+      e.boundary = *boundary;
+      e.tensor = py::reinterpret_borrow<py::object>(tensor);
+      // The slow path first: it checks the tensor now, naming a problem,
+      // and teaches the fast path a torch dtype it has not seen.
+      TensorView checked = PySession::RecordedView(e.boundary, tensor);
+      e.planned = FastViewTorch(tensor, e.view);
+      if (!e.planned) e.view = std::move(checked);
+      entries_.push_back(std::move(e));
+    }
+  }
+
+  size_t size() const { return entries_.size(); }
+
+  void Record(uint64_t first_example, uint32_t count) {
+    PySession& s = Session();
+    std::vector<TensorView> fresh;  // views made for this call only
+    fresh.reserve(entries_.size());
+    std::vector<std::pair<const PyBoundary*, const TensorRef*>> refs;
+    refs.reserve(entries_.size());
+    for (Entry& e : entries_) {
+      if (!e.planned || !Unchanged(e)) {
+        fresh.push_back(FreshView(e));
+        refs.emplace_back(&e.boundary, &fresh.back().ref);
+      } else {
+        refs.emplace_back(&e.boundary, &e.view.ref);
+      }
+    }
+    s.RecordRefs(refs, first_example, count);
+  }
+
+ private:
+  struct Entry {
+    PyBoundary boundary;
+    py::object tensor;
+    TensorView view;
+    bool planned = false;  // a torch tensor whose view is kept
+  };
+
+  PySession& Session() { return session_.cast<PySession&>(); }
+
+  // Whether the kept view still describes the tensor.
+  static bool Unchanged(const Entry& e) {
+    PyObject* obj = e.tensor.ptr();
+    auto data = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.data_ptr));
+    auto contiguous = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.is_contiguous));
+    auto shape = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, g_torch.shape));
+    if (!data || !contiguous || !shape || !PyTuple_Check(shape.ptr())) {
+      PyErr_Clear();
+      return false;
+    }
+    const TensorRef& ref = e.view.ref;
+    if (contiguous.ptr() != Py_True || PyTuple_GET_SIZE(shape.ptr()) != ref.ndim) return false;
+    if (PyLong_AsVoidPtr(data.ptr()) != ref.data) {
+      PyErr_Clear();
+      return false;
+    }
+    for (int i = 0; i < ref.ndim; ++i) {
+      if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i)) != ref.dims[i]) {
+        PyErr_Clear();
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The tensor viewed as record() would view it; a torch tensor that is no
+  // longer contiguous is recorded from a contiguous copy, as dgrr.torch's
+  // hooks do. A torch tensor's new view is kept for the next records.
+  static TensorView FreshView(Entry& e) {
+    py::object tensor = e.tensor;
+    if (e.planned) {
+      TensorView again;
+      if (FastViewTorch(tensor, again)) {
+        e.view = std::move(again);
+        TensorView copy;
+        copy.ref = e.view.ref;
+        copy.owner = e.view.owner;
+        return copy;
+      }
+      if (!tensor.attr("is_contiguous")().cast<bool>()) tensor = tensor.attr("contiguous")();
+    }
+    return PySession::RecordedView(e.boundary, tensor);
+  }
+
+  py::object session_;  // the PySession, kept alive by the plan
+  std::vector<Entry> entries_;
 };
 
 // The launch record of a Python program: what /proc/self says (working
@@ -1007,6 +1222,19 @@ PYBIND11_MODULE(_dgrr, m) {
         return "<dgrr.Boundary '" + b.name + "'" + (b.handle.recorded ? "" : " (not recorded)") + ">";
       });
 
+  py::class_<PySite>(m, "Site", "A boundary dgrr.torch's hooks record under (python/dgrr/torch.py).")
+      .def(py::init<const py::object&, std::string, std::string, std::string, std::string>(), py::arg("inst"),
+           py::arg("name"), py::arg("phase"), py::arg("kind"), py::arg("module") = "")
+      .def("record", &PySite::Record, py::arg("tensor"))
+      .def("forward_hook", &PySite::ForwardHook, py::arg("module"), py::arg("inputs"), py::arg("output"));
+
+  py::class_<PyRecordPlan>(m, "RecordPlan",
+                           "(boundary, tensor) pairs recorded again each call (Session.record_plan).")
+      .def("record", &PyRecordPlan::Record, py::arg("first_example") = 0, py::arg("count") = 1,
+           "record() of each pair, in order, in one call; a tensor's data pointer, shape and "
+           "contiguity are read again, nothing else.")
+      .def("__len__", &PyRecordPlan::size);
+
   py::class_<PySession>(m, "Session", "One rank of one recorded run (docs/python.md).")
       .def("declare_boundary", &PySession::DeclareBoundary, py::arg("name"),
            py::arg("phase") = "forward", py::arg("direction") = "output", py::arg("kind") = "other")
@@ -1014,6 +1242,13 @@ PYBIND11_MODULE(_dgrr, m) {
            py::arg("first_example") = 0, py::arg("count") = 1, py::arg("fingerprint") = false)
       .def("record_many", &PySession::RecordMany, py::arg("records"), py::arg("first_example") = 0,
            py::arg("count") = 1, "record() of each (boundary, tensor) pair, in order, in one call.")
+      .def(
+          "record_plan",
+          [](py::object self, const py::list& records) {
+            return std::make_unique<PyRecordPlan>(std::move(self), records);
+          },
+          py::arg("records"),
+          "A RecordPlan of (boundary, tensor) pairs to record again and again, in list order.")
       .def("records", &PySession::Records, py::arg("phase"), py::arg("kind"),
            "Whether this session records boundaries of this phase and kind (its mode decides).")
       .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),

@@ -55,6 +55,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   run "fingerprint vs torch.sum" "$(dirname "$0")/../bench/fingerprint/compare_torch.sh" "$build"
   if [ -d "$build/python/dgrr" ]; then
     run "dgrr.torch recording overhead" /usr/bin/python3 "$(dirname "$0")/../bench/python/recording_overhead.py" "$build"
+    run "dgrr.torch recording overhead, paired steps" /usr/bin/python3 "$(dirname "$0")/../bench/python/paired_overhead.py" "$build"
   else
     echo "bench: $build/python/dgrr is not built: dgrr.torch overhead skipped" >&2
   fi

@@ -33,6 +33,7 @@ so the run has the bits of one process.
 
 import os
 import random as _random
+import weakref as _weakref
 import warnings
 
 import torch as _torch
@@ -753,6 +754,12 @@ def _tensors(value):
     return []
 
 
+def _same_referents(refs, objects):
+    """Whether weak references (None for None) point at these objects, in order."""
+    return len(refs) == len(objects) and all(
+        (o is None) if r is None else (r() is o) for r, o in zip(refs, objects))
+
+
 def _select_modules(model, modules):
     named = list(model.named_modules())
     if modules is None:
@@ -789,28 +796,34 @@ _SINGLE_INPUT = (
 )
 
 
-class _Site:
-    """One boundary name a hook records under, declared on first use (its
-    handle kept, so a hook call costs no lookup or string building)."""
+_direct_hooks_work = None
 
-    __slots__ = ("inst", "name", "phase", "kind", "boundary", "recorded")
 
-    def __init__(self, inst, name, phase, kind):
-        self.inst, self.name, self.phase, self.kind = inst, name, phase, kind
-        self.boundary, self.recorded = None, True
-
-    def record(self, tensor):
-        b = self.boundary
-        if b is None:
-            b = self.boundary = self.inst._boundary(self.name, self.phase, self.kind)
-            self.recorded = b.recorded
-        if self.recorded:
-            if not tensor.is_contiguous():
-                with _torch.no_grad():
-                    tensor = tensor.contiguous()
-            inst = self.inst
-            first, count = inst.examples
-            inst.session.record(b, tensor, first, count)
+def _direct_tensor_hooks():
+    """Whether a view's gradient hook can be installed the way
+    Tensor.register_hook installs it on a tensor with a grad_fn (torch 1.13
+    to 2.x: the tensor's _backward_hooks dict, handed to its grad_fn's
+    _register_hook_dict), without the handle and the OrderedDict register_hook
+    makes on each call: 0.6 us a hooked module call. Private torch API, so it
+    is tried once on a probe tensor: used only if the hook then runs exactly
+    once with the right gradient; otherwise register_hook it is."""
+    global _direct_hooks_work
+    if _direct_hooks_work is None:
+        seen = []
+        try:
+            # Autograd on, whatever mode the caller is in (an inference-mode
+            # caller would otherwise fix the answer at "no" for the process).
+            with _torch.inference_mode(False), _torch.enable_grad():
+                x = _torch.ones(3, requires_grad=True)
+                v = x.view_as(x)
+                v._backward_hooks = {0: lambda g: seen.append(g.clone())}
+                v.grad_fn._register_hook_dict(v)
+                (v * _torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+            _direct_hooks_work = (len(seen) == 1 and seen[0].tolist() == [1.0, 2.0, 3.0]
+                                  and x.grad.tolist() == [1.0, 2.0, 3.0])
+        except (AttributeError, RuntimeError, TypeError):
+            _direct_hooks_work = False
+    return _direct_hooks_work
 
 
 class Instrumentation:
@@ -837,7 +850,9 @@ class Instrumentation:
         self._gradients_recorded_by_all_reduce = False
         self._param_names = _parameter_names(model)
         self._param_boundaries = {}   # (phase, suffix) -> [(boundary, parameter)]
-        self._update_cache = None     # see _update_records
+        self._update_cache = None     # see _update_plan
+        self._gradient_plans = {}     # phase -> see record_gradients
+        self._output_sites = {}       # (module, output index) -> its Site
         records_backward = backward and session.records("backward", "other")
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
@@ -882,19 +897,18 @@ class Instrumentation:
         self.session.record(b, tensor, examples[0], examples[1])
 
     def _forward_hook(self, name, kind):
-        out = _Site(self, f"{name}.out", "forward", kind)
-        items = {}   # output index -> its _Site, for modules that return tuples
+        """A module's forward hook: a dgrr._dgrr.Site's, in C++ (python/binding.cc);
+        a tuple or list output comes back to _record_output_items."""
+        return _dgrr.Site(self, f"{name}.out", "forward", kind, name).forward_hook
 
-        def hook(module, inputs, output):
-            if isinstance(output, _torch.Tensor):
-                out.record(output)
-                return
-            for i, t in _tensors(output):
-                site = items.get(i)
-                if site is None:
-                    site = items[i] = _Site(self, f"{name}.out.{i}", "forward", kind)
-                site.record(t)
-        return hook
+    def _record_output_items(self, name, kind, output):
+        """Each tensor of a module's tuple or list output, as `<name>.out.<i>`."""
+        for i, t in _tensors(output):
+            site = self._output_sites.get((name, i))
+            if site is None:
+                site = self._output_sites[(name, i)] = _dgrr.Site(
+                    self, f"{name}.out.{i}", "forward", kind)
+            site.record(t)
 
     def _input_grad_hook(self, name):
         """A forward pre-hook: each tensor input that will get a gradient is
@@ -904,10 +918,11 @@ class Instrumentation:
         def record_for(i):
             site = sites.get(i)
             if site is None:
-                site = sites[i] = _Site(self, f"{name}.grad_in.{i}", "backward", "other")
-            return site.record
+                site = sites[i] = _dgrr.Site(self, f"{name}.grad_in.{i}", "backward", "other").record
+            return site
 
         first = record_for(0)
+        direct = _direct_tensor_hooks()
 
         def pre_hook(module, inputs):
             if len(inputs) == 1:   # the usual case, without the loop
@@ -915,7 +930,11 @@ class Instrumentation:
                 if (isinstance(x, _torch.Tensor) and x.requires_grad
                         and _torch.is_grad_enabled()):
                     x = x.view_as(x)
-                    x.register_hook(first)
+                    if direct:
+                        x._backward_hooks = {0: first}   # each view its own
+                        x.grad_fn._register_hook_dict(x)
+                    else:
+                        x.register_hook(first)
                     return (x,)
                 return None
             if not _torch.is_grad_enabled():
@@ -982,50 +1001,83 @@ class Instrumentation:
     def record_gradients(self, phase="backward"):
         """Each parameter's gradient as the optimizer will see it (summed
         over the batch; a DataParallel records them after its all-reduce,
-        phase collective), in one call into the session."""
+        phase collective), in one call into the session. While the
+        gradients stay the same tensors from step to step (torch 1.13's
+        zero_grad() zeroes them in place) the call goes through a kept
+        RecordPlan, made once they are seen to stay (with set_to_none, torch
+        2.x's default, they are new each step and no plan holds them)."""
         kind = "collective" if phase == "collective" else "other"
         if not self.session.records(phase, kind):
             return
-        records = []
-        with _torch.no_grad():
-            for b, p in self._parameter_boundaries(phase, ".grad", kind):
-                g = p.grad
-                if g is not None:
-                    records.append((b, g if g.is_contiguous() else g.contiguous()))
-        self._record_many(records)
+        entries = self._parameter_boundaries(phase, ".grad", kind)
+        grads = [p.grad for _, p in entries]
+        seen = self._gradient_plans.get(phase)   # (weak references to them, plan or None)
+        same = seen is not None and _same_referents(seen[0], grads)
+        if same and seen[1] is not None:
+            first, count = self.examples
+            seen[1].record(first, count)
+            return
+        records = [(b, g) for (b, _), g in zip(entries, grads) if g is not None]
+        plan = None
+        if all(g.is_contiguous() for _, g in records):
+            if same:
+                plan = self.session.record_plan(records)
+        else:
+            with _torch.no_grad():
+                records = [(b, g.contiguous()) for b, g in records]
+        self._gradient_plans[phase] = ([None if g is None else _weakref.ref(g) for g in grads], plan)
+        if plan is None:
+            self._record_many(records)
+        else:
+            first, count = self.examples
+            plan.record(first, count)
 
     def record_update(self):
         """The parameters and the optimizer's state after its step, in one
         call into the session."""
         if not self.session.records("optimizer", "optimizer"):
             return
-        self._record_many(self._update_records())
+        plan = self._update_plan()
+        if plan is None:
+            with _torch.no_grad():
+                self._record_many([(b, t.contiguous()) for b, t in self._update_records()])
+            return
+        first, count = self.examples
+        plan.record(first, count)
 
-    def _update_records(self):
-        """[(boundary, tensor)] of the parameters, then the optimizer's state
-        in parameter-group order. The list is kept while the state's entries
-        stay the same tensors (Adam updates them in place); rebuilt when an
-        entry is added or replaced (torch creates the state in the first step
-        unless materialize_optimizer_state did)."""
+    def _update_plan(self):
+        """A RecordPlan of the parameters, then the optimizer's state in
+        parameter-group order, kept while the state's entries stay the same
+        tensors (Adam updates them in place); made again when an entry is
+        added or replaced (torch creates the state in the first step unless
+        materialize_optimizer_state did). None while a tensor is not
+        contiguous."""
         state = self.optimizer.state if self.optimizer is not None else {}
         cached = self._update_cache
         if cached is not None:
-            size, checks, records = cached
+            size, checks, plan = cached
             if size == sum(len(v) for v in state.values()) and all(
                     d.get(k) is t for d, k, t in checks):
-                return records
+                return plan
+        self._update_cache = None
         entries = (_optimizer_entries(self.model, self.optimizer)
                    if self.optimizer is not None else [])
-        records = list(self._parameter_boundaries("optimizer", "", "optimizer")) + [
+        records = self._update_records(entries)
+        if not all(t.is_contiguous() for _, t in records):
+            return None
+        checks = [(state[p], key, t) for p, _, key, t in entries]
+        plan = self.session.record_plan(records)
+        self._update_cache = (len(entries), checks, plan)
+        return plan
+
+    def _update_records(self, entries=None):
+        """[(boundary, tensor)] of the parameters, then the optimizer's state."""
+        if entries is None:
+            entries = (_optimizer_entries(self.model, self.optimizer)
+                       if self.optimizer is not None else [])
+        return list(self._parameter_boundaries("optimizer", "", "optimizer")) + [
             (self._boundary(f"{pname}.{key}", "optimizer", "optimizer"), t)
             for _, pname, key, t in entries]
-        if all(t.is_contiguous() for _, t in records):
-            checks = [(state[p], key, t) for p, _, key, t in entries]
-            self._update_cache = (len(entries), checks, records)
-            return records
-        self._update_cache = None
-        with _torch.no_grad():
-            return [(b, t if t.is_contiguous() else t.contiguous()) for b, t in records]
 
     def record_loss(self, loss):
         """The loss tensor (a forward output of kind loss)."""

@@ -2,12 +2,14 @@
 checkpoints after steps 1, 3 and 5): identical runs, thread counts, a
 planted one-bit bug, SIGKILL and resume, and bad use."""
 
+import gc
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -218,6 +220,87 @@ def test_the_fast_path_reads_what_the_general_one_reads(session):
     # A different tensor of the same shape differs: the fingerprint reads the data.
     assert session.record(b, base + 1, fingerprint=True) != dgrr.fingerprint(base)
     session.end_step(0, 0.0)
+
+
+def recorded(run_dir):
+    """(name, shape, (xor64, xxh3)) of each boundary record of rank 0, in order."""
+    out = subprocess.run([CLI, "inspect", str(run_dir), "--type", "boundary"],
+                         capture_output=True, text=True, check=True).stdout
+    pattern = (r"boundary step=\d+ seq=\d+ \w+ \w+ (\S+) \w+\[([0-9,]*)\] .*?"
+               r"xor64=(0x[0-9a-f]+) xxh3=(0x[0-9a-f]+)")
+    return [(m[1], m[2], (int(m[3], 16), int(m[4], 16))) for m in re.finditer(pattern, out)]
+
+
+def test_a_record_plan_reads_its_tensors_again_each_time(tmp_path):
+    """A RecordPlan keeps each tensor's view, so it must notice what can
+    change under the same tensor object: values, a new storage and shape,
+    an in-place transpose (recorded from a contiguous copy), a shrink."""
+    a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4)
+    expected = []
+    with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
+        ba = s.declare_boundary("a", "optimizer", "output", "optimizer")
+        bb = s.declare_boundary("b", "optimizer", "output", "optimizer")
+        s.resume()
+        plan = s.record_plan([(ba, a), (bb, b)])
+        assert len(plan) == 2
+
+        def step(i):
+            s.begin_step(i)
+            plan.record(i, 1)
+            s.end_step(i, 0.0)
+            for name, t in (("a", a), ("b", b)):
+                shape = ",".join(str(d) for d in t.shape)
+                expected.append((name, shape, dgrr.fingerprint(t.contiguous())))
+
+        step(0)
+        a.mul_(2)
+        step(1)
+        a.data = torch.full((3, 5), 0.5)
+        step(2)
+        a.t_()
+        step(3)
+        b.resize_(2)
+        step(4)
+        with pytest.raises(dgrr.InvalidArgumentError, match="each entry is a"):
+            s.record_plan([(ba,)])
+        with pytest.raises(dgrr.InvalidArgumentError, match="torch.complex64"):
+            s.record_plan([(ba, torch.zeros(2, dtype=torch.complex64))])
+    assert recorded(tmp_path / "r") == expected
+
+
+def test_input_gradients_are_the_same_however_their_hook_is_installed(tmp_path, monkeypatch):
+    """A view's gradient hook is installed through torch's hook dict when a
+    probe shows that works, else by register_hook: the same records."""
+    runs = []
+    for direct in (True, False):
+        monkeypatch.setattr(dgrr.torch, "_direct_hooks_work", direct)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+        run = tmp_path / f"direct-{direct}"
+        with dgrr.open(run_dir=run, seed=1) as s:
+            inst = dgrr.torch.instrument(s, model)
+            s.resume()
+            for step in range(2):
+                inst.begin_step(step, (step, 1))
+                model(torch.full((1, 3), 0.25 + step)).square().sum().backward()
+                s.end_step(step, 0.0)
+        runs.append(recorded(run))
+    assert runs[0] == runs[1]
+    assert [name for name, _, _ in runs[0][:5]] == [
+        "0.out", "1.out", "2.out", "2.grad_in.0", "1.grad_in.0"]
+
+
+def test_hooks_do_not_keep_the_model_alive(session):
+    model = Tiny()
+    alive = weakref.ref(model)
+    inst = dgrr.torch.instrument(session, model)
+    session.resume()
+    inst.begin_step(0, (0, 1))
+    model(torch.ones(1, 3, requires_grad=True)).sum().backward()
+    session.end_step(0, 0.0)
+    del model, inst
+    gc.collect()
+    assert alive() is None
 
 
 @pytest.mark.parametrize("mode, forward_hooked, backward_hooked", [

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Recording overhead of dgrr.torch on the example GPT, paired step by step.
+
+    /usr/bin/python3 bench/python/paired_overhead.py BUILD_DIR [--steps N] [--batch B]
+                                                       [--modes full,trusted,sdc,off]
+
+recording_overhead.py times whole processes, and on a machine shared with
+other work their ratios spread by several percent. This one runs, for each
+mode, one process holding two copies of the example GPT (examples/pytorch:
+same weights, same batch, the dgrr Dropout), one instrumented in that mode
+and one plain, and alternates their training steps, so both see the same
+machine at nearly the same moment. It reports the median CPU time of the
+training thread per step of each, split into forward (with the loss record),
+backward, optimizer step (with its records) and end of step, and the ratio
+of the medians; then the same with the CPU time of the session's other
+threads (the trace writer) per step added (bench/README.md). The plain copy's step is the baseline:
+the same loop as gpt_train.py --no-dgrr. The first 10 steps are not counted.
+"""
+
+import argparse
+import os
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "pytorch" / "gpt_train.py"
+
+CHILD = r"""
+import importlib.util, statistics, sys, tempfile, time
+import torch, torch.nn.functional as F
+import dgrr, dgrr.torch
+spec = importlib.util.spec_from_file_location("gpt_train", sys.argv[1])
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+mode, steps, batch = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dgrr.torch.determinism(threads=1, warn=False)
+
+def make():
+    torch.manual_seed(7)
+    model = example.Gpt()
+    dgrr.torch.replace_dropout(model)
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+
+(ma, oa), (mb, ob) = make(), make()
+x, y = torch.randint(0, 256, (batch, 32)), torch.randint(0, 256, (batch, 32))
+clock = time.thread_time_ns
+phases = {"dgrr": [], "plain": []}
+with tempfile.TemporaryDirectory() as d:
+    with dgrr.open(run_dir=d + "/run", seed=7, threads=1, mode=mode, checkpoint_every=0,
+                   total_steps=steps) as session:
+        dgrr.torch.register_torch_state(session, ma, oa)
+        inst = dgrr.torch.instrument(session, ma, oa)
+        session.resume()
+        loop_process, loop_thread = time.process_time_ns(), clock()
+        for s in range(steps):
+            t0 = clock()
+            inst.begin_step(s, (s * batch, batch))
+            loss = F.cross_entropy(ma(x).flatten(0, 1), y.flatten())
+            inst.record_loss(loss)
+            t1 = clock()
+            oa.zero_grad()
+            loss.backward()
+            t2 = clock()
+            oa.step()
+            t3 = clock()
+            session.end_step(s, loss.item())
+            t4 = clock()
+            dgrr.torch.random_context.set(seed=7, step=s, examples=(s * batch, batch))
+            loss = F.cross_entropy(mb(x).flatten(0, 1), y.flatten())
+            u1 = clock()
+            ob.zero_grad()
+            loss.backward()
+            u2 = clock()
+            ob.step()
+            u3 = clock()
+            loss.item()
+            u4 = clock()
+            if s >= 10:
+                phases["dgrr"].append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+                phases["plain"].append((u1 - t4, u2 - u1, u3 - u2, u4 - u3))
+        # What the session's other threads (the trace writer) cost: the
+        # plain copy starts none (one intra-op thread).
+        others = (time.process_time_ns() - loop_process) - (clock() - loop_thread)
+print("others", others / steps / 1000)
+for k, rows in phases.items():
+    cols = [statistics.median(c) / 1000 for c in zip(*rows)]
+    total = statistics.median(sum(r) for r in rows) / 1000
+    print(k, total, *cols)
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--modes", default="full,trusted,sdc,off")
+    args = ap.parse_args()
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(args.build).resolve() / "python"),
+               OMP_NUM_THREADS="1")
+    print(f"example GPT, batch {args.batch}, {args.steps} steps (10 not counted), 1 thread; "
+          f"median CPU us of the training thread per step: total (forward, backward, "
+          f"optimizer, end of step); the ratio with the trace writer thread's CPU added")
+    for mode in args.modes.split(","):
+        r = subprocess.run([sys.executable, "-c", CHILD, str(EXAMPLE), mode, str(args.steps),
+                            str(args.batch)], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(f"paired_overhead: {mode} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        rows = {}
+        for line in r.stdout.splitlines():
+            name, *values = line.split()
+            rows[name] = [float(v) for v in values]
+        d, p, others = rows["dgrr"], rows["plain"], rows["others"][0]
+        print(f"  {mode:8s} {d[0]:8.0f} vs {p[0]:8.0f}  {d[0] / p[0]:6.3f}x   "
+              f"(+{d[1] - p[1]:.0f}, +{d[2] - p[2]:.0f}, +{d[3] - p[3]:.0f}, +{d[4] - p[4]:.0f}); "
+              f"with other threads' {others:.0f} {(d[0] + others) / p[0]:6.3f}x")
+
+
+if __name__ == "__main__":
+    main()
