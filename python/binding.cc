@@ -999,8 +999,11 @@ class PyRecordPlan {
       // The slow path first: it checks the tensor now, naming a problem,
       // and teaches the fast path a torch dtype it has not seen.
       TensorView checked = PySession::RecordedView(e.boundary, tensor);
+      // Entries that are not planned are viewed afresh on every record, so
+      // `checked` is not kept: its buffer export would stop the owner from
+      // resizing (a NumPy array, a bytearray) for the plan's lifetime.
       e.planned = FastViewTorch(tensor, e.view);
-      if (!e.planned) e.view = std::move(checked);
+      if (e.planned) e.dtype = DTypeObject(tensor);
       entries_.push_back(std::move(e));
     }
   }
@@ -1029,21 +1032,33 @@ class PyRecordPlan {
     PyBoundary boundary;
     py::object tensor;
     TensorView view;
+    py::object dtype;      // the torch dtype the kept view was made for
     bool planned = false;  // a torch tensor whose view is kept
   };
 
+  static py::object DTypeObject(py::handle tensor) {
+    auto dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), g_torch.dtype));
+    if (!dtype) PyErr_Clear();
+    return dtype;
+  }
+
   PySession& Session() { return session_.cast<PySession&>(); }
 
-  // Whether the kept view still describes the tensor.
+  // Whether the kept view still describes the tensor. The dtype is compared
+  // too: `.data = p.data.view(torch.int32)` keeps the pointer and shape, and
+  // a storage freed and allocated again for another dtype can come back at
+  // the same address, where the kept view's byte count would be wrong.
   static bool Unchanged(const Entry& e) {
     PyObject* obj = e.tensor.ptr();
     auto data = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.data_ptr));
     auto contiguous = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.is_contiguous));
     auto shape = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, g_torch.shape));
-    if (!data || !contiguous || !shape || !PyTuple_Check(shape.ptr())) {
+    auto dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, g_torch.dtype));
+    if (!data || !contiguous || !shape || !dtype || !PyTuple_Check(shape.ptr())) {
       PyErr_Clear();
       return false;
     }
+    if (!e.dtype || dtype.ptr() != e.dtype.ptr()) return false;
     const TensorRef& ref = e.view.ref;
     if (contiguous.ptr() != Py_True || PyTuple_GET_SIZE(shape.ptr()) != ref.ndim) return false;
     if (PyLong_AsVoidPtr(data.ptr()) != ref.data) {
@@ -1068,6 +1083,7 @@ class PyRecordPlan {
       TensorView again;
       if (FastViewTorch(tensor, again)) {
         e.view = std::move(again);
+        e.dtype = DTypeObject(tensor);
         TensorView copy;
         copy.ref = e.view.ref;
         copy.owner = e.view.owner;

@@ -1090,6 +1090,11 @@ class Instrumentation:
         for h in self._handles:
             h.remove()
         self._handles = []
+        # The kept record plans hold the parameters, their gradients, the
+        # optimizer's state and the session: a removed Instrumentation that
+        # the caller keeps must not keep them alive.
+        self._update_cache = None
+        self._gradient_plans = {}
         if self._restore_step is not None:
             self.optimizer.step = self._restore_step
             self._restore_step = None

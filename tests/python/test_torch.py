@@ -234,7 +234,8 @@ def recorded(run_dir):
 def test_a_record_plan_reads_its_tensors_again_each_time(tmp_path):
     """A RecordPlan keeps each tensor's view, so it must notice what can
     change under the same tensor object: values, a new storage and shape,
-    an in-place transpose (recorded from a contiguous copy), a shrink."""
+    an in-place transpose (recorded from a contiguous copy), a shrink, a
+    dtype reinterpreted in place."""
     a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4)
     expected = []
     with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
@@ -261,11 +262,17 @@ def test_a_record_plan_reads_its_tensors_again_each_time(tmp_path):
         step(3)
         b.resize_(2)
         step(4)
+        b.data = b.data.view(torch.int32)  # same pointer, shape and contiguity
+        step(5)
         with pytest.raises(dgrr.InvalidArgumentError, match="each entry is a"):
             s.record_plan([(ba,)])
         with pytest.raises(dgrr.InvalidArgumentError, match="torch.complex64"):
             s.record_plan([(ba, torch.zeros(2, dtype=torch.complex64))])
     assert recorded(tmp_path / "r") == expected
+    out = subprocess.run([CLI, "inspect", str(tmp_path / "r"), "--type", "boundary"],
+                         capture_output=True, text=True, check=True).stdout
+    dtypes_of_b = re.findall(r"boundary step=(\d+) seq=\d+ \w+ \w+ b (\w+)\[", out)
+    assert dtypes_of_b[-2:] == [("4", "f32"), ("5", "i32")]
 
 
 def test_input_gradients_are_the_same_however_their_hook_is_installed(tmp_path, monkeypatch):
