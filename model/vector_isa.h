@@ -46,7 +46,9 @@ void RunWithIsa(GemmIsa isa, const Body& body) {
     case GemmIsa::kAvx512:
       if (CpuHasAvx512ForLayers()) return RunWithAvx512(body);
       [[fallthrough]];  // an AVX-512 CPU without BW, VL and DQ: AVX2 (it has that)
-    case GemmIsa::kAvx2: return RunWithAvx2(body);
+    case GemmIsa::kAvx2:
+      if (CpuSupports(GemmIsa::kAvx2)) return RunWithAvx2(body);
+      [[fallthrough]];  // asked for more than the CPU has: the same bits, no SIGILL
     case GemmIsa::kSse2: return body();
   }
 }
