@@ -20,8 +20,16 @@ StatusOr<std::unique_ptr<HostStateCopy>> HostStateCopy::Make(const StateRegistry
       entry.where = Placement::Host();
     }
     // Entry for entry as `state` (which Register checked); only placements
-    // change, so the copy may mix host and device parameters.
-    copy->copy_.entries_.push_back(std::move(entry));
+    // change, so the copy may mix host and device parameters. Its flags
+    // follow its own entries, so that nothing takes the copy for a host
+    // registry while an entry it did not copy still lives on a device.
+    StateRegistry& mirror = copy->copy_;
+    if (entry.role == StateRole::kParameter && !mirror.has_parameters_) {
+      mirror.parameter_placement_ = entry.where;
+      mirror.has_parameters_ = true;
+    }
+    mirror.has_device_entries_ = mirror.has_device_entries_ || !entry.where.host();
+    mirror.entries_.push_back(std::move(entry));
   }
   return copy;
 }

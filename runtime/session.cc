@@ -429,8 +429,11 @@ bool Session::DumpWanted(const BoundaryHandle& boundary) const {
 Status Session::RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                                  AsyncFingerprinter::Ticket ticket, Fingerprint* out) {
   std::vector<uint8_t> bytes(tensor.bytes);
-  DGRR_RETURN_IF_ERROR(Report(device_fingerprinter_->CopyToHost(tensor.data, tensor.bytes, tensor.where, bytes.data())));
-  DGRR_ASSIGN_OR_RETURN(const Fingerprint fp, device_fingerprinter_->Wait(ticket));
+  const Status copied = device_fingerprinter_->CopyToHost(tensor.data, tensor.bytes, tensor.where, bytes.data());
+  StatusOr<Fingerprint> waited = device_fingerprinter_->Wait(ticket);  // collected either way: no slot left in flight
+  DGRR_RETURN_IF_ERROR(Report(copied));
+  if (!waited.ok()) return Report(waited.status());
+  const Fingerprint fp = *waited;
   if (out != nullptr) *out = fp;
   TensorRef on_host = tensor;
   on_host.data = bytes.data();
@@ -554,16 +557,19 @@ Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& para
 // program order like a device boundary, unless the SDC check needs the value
 // now: the exchange across ranks waits for this one fingerprint's event.
 Status Session::EndStepOnDevice(trace::StepRecord& r) {
-  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * device, DeviceFingerprinter());
+  StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
+  if (!device.ok()) return Report(device.status());
   const std::vector<MemorySegment> segments = state_.ParameterSegments();
-  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket,
-                        device->EnqueueSegments(segments, state_.parameter_placement()));
+  StatusOr<AsyncFingerprinter::Ticket> ticket = (*device)->EnqueueSegments(segments, state_.parameter_placement());
+  if (!ticket.ok()) return Report(ticket.status());
   if (!ChecksSdc()) {
-    waiting_.push_back({r, 0, ticket});
+    waiting_.push_back({r, 0, *ticket});
     DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/false));
     return FinishStep(r.step, std::nullopt);
   }
-  DGRR_ASSIGN_OR_RETURN(const Fingerprint params, device->Wait(ticket));
+  StatusOr<Fingerprint> waited = (*device)->Wait(*ticket);
+  if (!waited.ok()) return Report(waited.status());
+  const Fingerprint params = *waited;
   r.params_xor64 = params.xor64;
   r.params_xxh3 = params.xxh3;
   DGRR_RETURN_IF_ERROR(Emit({r, 0, std::nullopt}));
@@ -744,10 +750,17 @@ StatusOr<uint64_t> Session::ContinueRun() {
 // they were.
 Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
   if (!state_.has_device_entries()) return ckpt.Restore(options_.rank, state_);
-  DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * device, DeviceFingerprinter());
-  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<HostStateCopy> host_copy, HostStateCopy::Make(state_, *device));
-  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, host_copy->registry()));
-  return host_copy->CopyBack();
+  StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
+  if (!device.ok()) return Report(device.status());
+  StatusOr<std::unique_ptr<HostStateCopy>> host_copy = HostStateCopy::Make(state_, **device);
+  if (!host_copy.ok()) return Report(host_copy.status());
+  DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, (*host_copy)->registry()));
+  const Status copied_back = (*host_copy)->CopyBack();
+  if (copied_back.ok()) return copied_back;
+  // Entries before the failing one hold the checkpoint's values, the rest
+  // their old ones: say so, since the program must not train on from here.
+  return Report(copied_back.WithPrefix("device state only partly restored from the checkpoint of step " +
+                                        std::to_string(ckpt.step())));
 }
 
 Status Session::CheckTraceBelongsToThisRun() const {

@@ -58,6 +58,10 @@ Status StateRegistry::Register(StateEntry entry) {
                                      " bytes do not match its shape and dtype");
     }
   }
+  if (!entry.where.host() && entry.where.device < 0) {
+    return Status::InvalidArgument("state '" + entry.name +
+                                   "': placed on a CUDA device without its number (use Placement::Cuda(device, stream))");
+  }
   if (entry.role == StateRole::kParameter) {
     const Placement& first = parameter_placement_;
     const Placement& here = entry.where;

@@ -71,6 +71,12 @@ TEST(StateRegistry, ParametersLiveInOnePlaceAndOtherStateAnywhere) {
                             false, Placement::Cuda(1, &stream_a)})
                   .IsInvalidArgument())
       << "another device";
+  Placement no_number = on_a;
+  no_number.device = -1;
+  const Status unnumbered = reg.Register({"c", m, sizeof m, DType::kF32, {2}, StateRole::kOptimizer,
+                                          RestorePolicy::kCheckpoint, false, no_number});
+  EXPECT_TRUE(unnumbered.IsInvalidArgument()) << "a CUDA placement without a device number";
+  EXPECT_NE(unnumbered.ToString().find("'c'"), std::string::npos) << unnumbered.ToString();
   ASSERT_TRUE(reg.Register({"b", b, sizeof b, DType::kF32, {2}, StateRole::kParameter, RestorePolicy::kCheckpoint,
                             false, on_a})
                   .ok());
