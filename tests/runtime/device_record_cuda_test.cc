@@ -39,6 +39,15 @@ struct Gate {
   }
 };
 
+// Opens a gate when the test leaves its scope, early (a failed ASSERT) or
+// not. Declared after the session, with the gate declared before it: the
+// gate opens first, then the session's destructor waits for the stream,
+// and only then does the gate itself go away.
+struct OpenGateOnExit {
+  Gate& gate;
+  ~OpenGateOnExit() { gate.open.store(true); }
+};
+
 class DeviceRecordCudaTest : public ::dgrr::test_support::TempDirTest {
  protected:
   std::unique_ptr<Session> OpenSession() {
@@ -62,6 +71,7 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
 
+  Gate gate;
   std::unique_ptr<Session> s = OpenSession();
   ASSERT_NE(s, nullptr);
   Session& session = *s;
@@ -71,7 +81,7 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   ASSERT_TRUE(t.ok());
   t->where = Placement::Cuda(0, stream);
 
-  Gate gate;
+  const OpenGateOnExit opener{gate};
   ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
   ASSERT_TRUE(session.BeginStep(0).ok());
   ASSERT_TRUE(session.Record(*out, *t, {0, 1}).ok());
@@ -110,6 +120,7 @@ TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSync
   std::vector<void*> buffers;
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  Gate gate;
   std::unique_ptr<Session> s = OpenSession();
   ASSERT_NE(s, nullptr);
   Session& session = *s;
@@ -128,7 +139,7 @@ TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSync
     e.where = Placement::Cuda(0, stream);
     ASSERT_TRUE(session.state().Register(e).ok());
   }
-  Gate gate;
+  const OpenGateOnExit opener{gate};
   ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
   ASSERT_TRUE(session.BeginStep(0).ok());
   ASSERT_TRUE(session.EndStep(0, 1.0f).ok());
