@@ -103,33 +103,68 @@ RoundRatios PairedRatios(const std::vector<double>& candidate, const std::vector
   return {Median(r), *lo, *hi};
 }
 
+constexpr char kUsage[] =
+    "usage: recording_overhead [--model tiny|small] [--steps N] [--rounds K]\n"
+    "                          [--threads T] [--ranks R] [--out DIR] [--audit K1,K2,...]\n"
+    "\n"
+    "Trains in each recording mode (off, full, trusted, sdc), interleaved in K rounds,\n"
+    "and prints each mode's median step time, wall and CPU, against --mode off.\n"
+    "With --audit, compares mode full without the cross-rank audit against\n"
+    "--audit-every K1, K2, ... instead.\n"
+    "\n"
+    "  --model    preset to train (default tiny)\n"
+    "  --steps    steps per run, the first quarter (at most 5) skipped (default 40)\n"
+    "  --rounds   rounds of all modes (default 5)\n"
+    "  --threads  worker threads per rank (default 1)\n"
+    "  --ranks    ranks, as threads of this process (default 1)\n"
+    "  --out      scratch directory, removed at the end (default /tmp/dgrr_recording_overhead)\n"
+    "  --help     this text\n";
+
+// One usage error: a line on stderr, exit status 1.
+int UsageError(const std::string& what) {
+  std::fprintf(stderr, "recording_overhead: %s (see --help)\n", what.c_str());
+  return 1;
+}
+
+// A positive integer option value; false when `text` is not one.
+bool ParsePositive(const char* text, int* value) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != 0 || v < 1 || v > 1000000) return false;
+  *value = static_cast<int>(v);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model = "tiny", out = "/tmp/dgrr_recording_overhead";
   int steps = 40, rounds = 5, threads = 1, ranks = 1;
   std::vector<int64_t> audits;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--audit")) {
-      for (const char* p = argv[i + 1]; *p != 0;) {
+  const std::map<std::string, int*> counts = {
+      {"--steps", &steps}, {"--rounds", &rounds}, {"--threads", &threads}, {"--ranks", &ranks}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (flag != "--model" && flag != "--out" && flag != "--audit" && counts.count(flag) == 0) {
+      return UsageError("unknown option " + flag);
+    }
+    if (i + 1 >= argc) return UsageError(flag + " needs a value");
+    const char* value = argv[++i];
+    if (flag == "--model") model = value;
+    else if (flag == "--out") out = value;
+    else if (flag == "--audit") {
+      for (const char* p = value; *p != 0;) {
         char* end = nullptr;
         audits.push_back(std::strtoll(p, &end, 10));
-        if (end == p || audits.back() < 1) {
-          std::fprintf(stderr, "recording_overhead: --audit takes intervals >= 1, e.g. 1,10\n");
-          return 1;
-        }
+        if (end == p || audits.back() < 1) return UsageError("--audit takes intervals >= 1, e.g. 1,10");
         p = *end == ',' ? end + 1 : end;
       }
-    }
-    else {
-      std::fprintf(stderr, "recording_overhead: unknown option %s\n", argv[i]);
-      return 1;
+    } else if (!ParsePositive(value, counts.at(flag))) {
+      return UsageError(flag + " takes a positive integer, not '" + value + "'");
     }
   }
   // (mode, audit interval) per configuration; the first is the baseline.
