@@ -750,10 +750,8 @@ StatusOr<uint64_t> Session::ContinueRun() {
 // they were.
 Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
   if (!state_.has_device_entries()) return ckpt.Restore(options_.rank, state_);
-  StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
-  if (!device.ok()) return Report(device.status());
-  StatusOr<std::unique_ptr<HostStateCopy>> host_copy = HostStateCopy::Make(state_, **device);
-  if (!host_copy.ok()) return Report(host_copy.status());
+  StatusOr<std::unique_ptr<HostStateCopy>> host_copy = CopyStateToHost();
+  if (!host_copy.ok()) return host_copy.status();
   DGRR_RETURN_IF_ERROR(ckpt.Restore(options_.rank, (*host_copy)->registry()));
   const Status copied_back = (*host_copy)->CopyBack();
   if (copied_back.ok()) return copied_back;
@@ -761,6 +759,14 @@ Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
   // their old ones: say so, since the program must not train on from here.
   return Report(copied_back.WithPrefix("device state only partly restored from the checkpoint of step " +
                                         std::to_string(ckpt.step())));
+}
+
+StatusOr<std::unique_ptr<HostStateCopy>> Session::CopyStateToHost() {
+  StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
+  if (!device.ok()) return Report(device.status());
+  StatusOr<std::unique_ptr<HostStateCopy>> made = HostStateCopy::Make(state_, **device);
+  if (!made.ok()) return Report(made.status());
+  return made;
 }
 
 Status Session::CheckTraceBelongsToThisRun() const {
@@ -843,10 +849,8 @@ Status Session::Checkpoint(uint64_t step) {
   std::unique_ptr<HostStateCopy> host_copy;
   const StateRegistry* state = &state_;
   if (state_.has_device_entries()) {
-    StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
-    if (!device.ok()) return Report(device.status());
-    StatusOr<std::unique_ptr<HostStateCopy>> made = HostStateCopy::Make(state_, **device);
-    if (!made.ok()) return Report(made.status());
+    StatusOr<std::unique_ptr<HostStateCopy>> made = CopyStateToHost();
+    if (!made.ok()) return made.status();
     host_copy = std::move(made).value();
     state = &host_copy->registry();
   }

@@ -56,6 +56,7 @@ namespace trace {
 class TraceWriter;
 }
 class TraceCheck;
+class HostStateCopy;
 
 // Checks every record a session is about to append; a non-OK result stops
 // the append and is returned to the caller. Replay uses it to compare a
@@ -287,6 +288,9 @@ class Session {
   // ckpt's state for this rank into the registered buffers (device ones
   // through a host copy).
   Status RestoreState(const LoadedCheckpoint& ckpt);
+  // Device state copied into a host mirror of the registry (checkpoints and
+  // restores go through it); errors are reported to the control file.
+  StatusOr<std::unique_ptr<HostStateCopy>> CopyStateToHost();
   Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
   // kContinue refuses a directory holding another run (rank, world, seed in
   // the trace header; config.json when there is no checkpoint to check).
