@@ -402,29 +402,41 @@ bool FastViewTorch(const py::handle& obj, TensorView& view) {
 // that produced the tensor (runtime/session.h: the host does not wait).
 Placement CurrentStreamOf(const py::handle& obj, const std::string& what) {
 #if DGRR_FINGERPRINT_HAVE_CUDA
-  (void)what;
   py::object device = obj.attr("device");
   const int index = device.attr("index").cast<int>();
-  py::object stream = py::module_::import("torch.cuda").attr("current_stream")(device);
-  return Placement::Cuda(index, reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>()));
+  try {
+    py::object stream = py::module_::import("torch.cuda").attr("current_stream")(device);
+    return Placement::Cuda(index, reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>()));
+  } catch (const py::error_already_set& e) {  // a torch without CUDA, say
+    ThrowInvalid(what + ": torch cannot name the current stream of cuda:" + std::to_string(index) + " (" +
+                 e.what() + ")");
+  }
 #else
   (void)obj;
   ThrowInvalid(what + ": a CUDA tensor, and this dgrr was built without CUDA; move it with .cpu() or leave it out");
 #endif
 }
 
+// What a view's memory is for: the host reads or writes it (dgrr.fingerprint,
+// a dropout mask, the data-parallel buffers), the session records it, or the
+// session holds it as registered state. The last two take CUDA tensors: the
+// session fingerprints and copies device memory on the device's stream
+// (runtime/session.h, StateEntry::where).
+enum class TensorUse { kHost, kRecord, kState };
+
 // A torch.Tensor by its storage pointer (no NumPy involved, so bfloat16 works
-// and a tensor that requires grad needs no detach). On the CPU for anything;
-// on a CUDA device only for recording (`for_recording`): registered state and
-// dgrr.fingerprint read the bytes on the host.
-void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view, bool for_recording = false) {
+// and a tensor that requires grad needs no detach). On the CPU for any use; on
+// a CUDA device for recording and registered state, placed on the stream
+// torch runs that device's work on when it is viewed.
+void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view,
+               TensorUse use = TensorUse::kHost) {
   std::string device = py::str(obj.attr("device").attr("type")).cast<std::string>();
-  const bool cuda = device == "cuda" && for_recording;
+  const bool cuda = device == "cuda" && use != TensorUse::kHost;
   if (device != "cpu" && !cuda) {
     ThrowInvalid(what + ": a tensor on device '" + device + "': " +
-                 (device == "cuda" ? "CUDA tensors can be recorded (Session.record), not registered as state or "
-                                     "fingerprinted on the host"
-                                   : "dgrr reads CPU tensors and records CUDA ones") +
+                 (device == "cuda" ? "CUDA tensors can be recorded and registered as state, not read "
+                                     "on the host"
+                                   : "dgrr reads CPU tensors and records or registers CUDA ones") +
                  "; move it with .cpu() or leave it out");
   }
   std::string layout = py::str(obj.attr("layout")).cast<std::string>();
@@ -443,7 +455,9 @@ void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view,
   view.ref.dtype = *dtype;
   view.ref.bytes = ElementCount(shape) * obj.attr("element_size")().cast<uint64_t>();
   view.ref.data = reinterpret_cast<const void*>(obj.attr("data_ptr")().cast<uintptr_t>());
-  view.writable = !cuda;
+  // Device memory is written by the session's device copies (a resume),
+  // never by the host.
+  view.writable = !cuda || use == TensorUse::kState;
   view.owner = py::reinterpret_borrow<py::object>(obj);
   if (cuda) {
     view.ref.where = CurrentStreamOf(obj, what);
@@ -519,10 +533,11 @@ void ViewArrayInterface(const py::handle& obj, const std::string& what, TensorVi
 
 // Any object that holds tensor memory, as a view; InvalidArgumentError names
 // what is wrong with anything else.
-TensorView ViewOf(const py::handle& obj, const std::string& what, bool need_writable) {
+TensorView ViewOf(const py::handle& obj, const std::string& what, bool need_writable,
+                  TensorUse use = TensorUse::kHost) {
   TensorView view;
   if (LooksLikeTorchTensor(obj)) {
-    ViewTorch(obj, what, view);
+    ViewTorch(obj, what, view, use);
   } else if (PyObject_CheckBuffer(obj.ptr())) {
     ViewBuffer(obj, what, need_writable, view);
   } else if (py::hasattr(obj, "__array_interface__")) {
@@ -800,7 +815,7 @@ class PySession {
   void RegisterState(const std::string& name, const py::handle& array, const std::string& role,
                      bool replicated) {
     Session& s = Get();
-    TensorView view = ViewOf(array, "state '" + name + "'", /*need_writable=*/true);
+    TensorView view = ViewOf(array, "state '" + name + "'", /*need_writable=*/true, TensorUse::kState);
     StateEntry entry;
     entry.name = name;
     entry.data = const_cast<void*>(view.ref.data);
@@ -809,6 +824,7 @@ class PySession {
     entry.shape.assign(view.ref.shape().begin(), view.ref.shape().end());
     entry.role = ParseRole(role);
     entry.replicated = replicated;
+    entry.where = view.ref.where;
     Check(s.state().Register(std::move(entry)));
     state_.push_back(std::move(view));  // the memory stays valid while the session lives
   }
@@ -862,7 +878,7 @@ class PySession {
     TensorView view;
     if (FastViewTorch(array, view)) return view;
     if (LooksLikeTorchTensor(array)) {
-      ViewTorch(array, "record '" + boundary.name + "'", view, /*for_recording=*/true);
+      ViewTorch(array, "record '" + boundary.name + "'", view, TensorUse::kRecord);
       return view;
     }
     return ViewOf(array, "record '" + boundary.name + "'", /*need_writable=*/false);

@@ -7,8 +7,10 @@
 #    of tensors and parameters, device copies, cuBLAS handles, the NCCL
 #    communicator), listed by name with their verdicts;
 # 2. the device fingerprint against a device-to-device copy (bench);
-# 3. nvidia-smi and the library versions, for the figures' record.
-# Logs go to OUTDIR (gpu-tests.log, device-fingerprint.txt, machine.txt).
+# 3. nvidia-smi and the library versions, for the figures' record;
+# 4. dgrr.torch's CUDA tests, where an interpreter has torch with CUDA.
+# Logs go to OUTDIR (gpu-tests.log, python-cuda.log, device-fingerprint.txt,
+# machine.txt).
 # Exit status: the tests' (non-zero when one failed).
 set -uo pipefail
 build=${1:?usage: scripts/gpu-checks.sh BUILD OUTDIR}
@@ -25,6 +27,19 @@ ctest --test-dir "$build" -R "$pattern" --output-on-failure -j 4 2>&1 | tee "$ou
 tests_rc=${PIPESTATUS[0]}
 # A test that still skips on a GPU machine is a finding too.
 grep -E '\(Skipped\)' "$out/gpu-tests.log" > "$out/still-skipped.txt" || true
+# 4. dgrr.torch with a CUDA torch: recording and registered state of a model
+#    on the GPU (the binding is built for one CPython; another interpreter
+#    cannot load it, which the log then says).
+if [[ -d "$build/python/dgrr" ]]; then
+  for py in python3 /usr/bin/python3; do
+    if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      PYTHONPATH="$build/python" "$py" -m pytest -q -rs tests/python/test_torch.py -k cuda \
+        2>&1 | tee "$out/python-cuda.log"
+      ((PIPESTATUS[0] == 0)) || tests_rc=1
+      break
+    fi
+  done
+fi
 if [[ -x "$build/bench/fingerprint/device_fingerprint_bench" ]]; then
   "$build/bench/fingerprint/device_fingerprint_bench" 15 1 16 256 4096 2>&1 | tee "$out/device-fingerprint.txt"
 fi

@@ -24,8 +24,8 @@ What it records, without editing the model:
 
 CPU tensors are fingerprinted in place from their storage (no copy unless
 a module's output is not contiguous); CUDA tensors on their device, on
-torch's current stream, without the host waiting (registered state and
-DataParallel are CPU-only so far). Only what the
+torch's current stream, without the host waiting; registered CUDA state
+stays on its device (DataParallel is CPU-only so far). Only what the
 session's mode records is hooked. DataParallel sums per-micro-batch
 gradients across the processes of an `mpirun` job in dgrr's canonical tree,
 so the run has the bits of one process.

@@ -174,13 +174,57 @@ class _CudaLookalike:
         return 4
 
 
-def test_cuda_tensors_are_recorded_not_registered(session):
-    # State and dgrr.fingerprint read the bytes on the host: a CUDA tensor is
-    # refused by name there, and never dereferenced.
-    with pytest.raises(dgrr.InvalidArgumentError, match="CUDA tensors can be recorded"):
-        session.register_state("w", _CudaLookalike())
-    with pytest.raises(dgrr.InvalidArgumentError, match="CUDA tensors can be recorded"):
+def test_cuda_tensors_are_registered_on_their_stream_and_never_read_on_the_host(
+        session, monkeypatch):
+    # dgrr.fingerprint reads the bytes on the host: a CUDA tensor is refused
+    # by name there, and never dereferenced.
+    with pytest.raises(dgrr.InvalidArgumentError, match="CUDA tensors can be recorded and registered"):
         dgrr.fingerprint(_CudaLookalike())
+    if torch.cuda.is_available():
+        pytest.skip("a real GPU: test_cuda_state_resumes_bitwise covers it (the lookalike's "
+                    "pointer would be dereferenced on the device)")
+    # Registered state is placed on torch's current stream of its device and
+    # handed to the session, whose device work needs a GPU: without one the
+    # first fingerprint of the parameters (end of step) says so.
+    streams = []
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: streams.append(device) or type("S", (), {"cuda_stream": 0}))
+    session.register_state("w", _CudaLookalike(), "parameter")
+    assert len(streams) == 1
+    session.resume()
+    session.begin_step(0)
+    with pytest.raises(dgrr.Error, match="CUDA"):
+        session.end_step(0, 0.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA and a GPU")
+def test_cuda_state_resumes_bitwise(tmp_path):
+    """A model on the GPU: its parameters and AdamW state are checkpointed from
+    the device and a resume puts the same bits back there."""
+    def run(steps):
+        torch.manual_seed(3)
+        model = Tiny().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        x = torch.randn(8, 3, device="cuda")
+        with dgrr.open(run_dir=tmp_path / "gpu", seed=3, checkpoint_every=2,
+                       total_steps=steps) as s:
+            dgrr.torch.register_torch_state(s, model, opt, generators=("torch",))
+            for step in range(s.resume(), steps):
+                s.begin_step(step)
+                loss = model(x).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                s.end_step(step, loss.item())
+                if s.should_checkpoint(step):
+                    s.checkpoint(step)
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, opt
+
+    done, _ = run(4)                     # checkpoints after steps 1 and 3
+    resumed, opt = run(4)                # resumes after step 3: restores, runs nothing
+    for k in done:
+        assert torch.equal(done[k], resumed[k]), k
+    assert all(st["exp_avg"].is_cuda for st in opt.state.values())
 
 
 def test_unsupported_tensors_are_refused(session):
