@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -14,6 +16,12 @@ namespace dgrr {
 
 struct MpiCommunicator::Handle {
   MPI_Comm comm = MPI_COMM_NULL;
+  // Departures (see the header): a second duplicate of the world, so they
+  // never match a collective's messages, and the receive kept posted for
+  // the next one, from any rank.
+  MPI_Comm control = MPI_COMM_NULL;
+  MPI_Request departure = MPI_REQUEST_NULL;
+  uint64_t departure_count = 0;  // what the posted receive fills in
 };
 
 namespace {
@@ -136,14 +144,16 @@ StatusOr<std::unique_ptr<MpiCommunicator>> OpenMpiCommunicator() {
     }
   }
   auto handle = std::make_unique<MpiCommunicator::Handle>();
-  // Errors come back as return codes on our own duplicate of the world, so
+  // Errors come back as return codes on our own duplicates of the world, so
   // dgrr's collectives never match messages of the program's own.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   Status s = Check(MPI_Comm_dup(MPI_COMM_WORLD, &handle->comm), "MPI_Comm_dup");
   if (s.ok()) s = Check(MPI_Comm_set_errhandler(handle->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  if (s.ok()) s = Check(MPI_Comm_dup(handle->comm, &handle->control), "MPI_Comm_dup");
   int rank = 0, size = 1;
   if (s.ok()) s = Check(MPI_Comm_rank(handle->comm, &rank), "MPI_Comm_rank");
   if (s.ok()) s = Check(MPI_Comm_size(handle->comm, &size), "MPI_Comm_size");
+  if (s.ok()) s = MpiCommunicator::PostDepartureReceive(*handle);
   if (!s.ok()) {
     if (owns_mpi) MPI_Finalize();
     return s;
@@ -152,29 +162,126 @@ StatusOr<std::unique_ptr<MpiCommunicator>> OpenMpiCommunicator() {
 }
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, int rank, int size, bool owns_mpi)
-    : handle_(std::move(handle)), rank_(rank), size_(size), owns_mpi_(owns_mpi) {}
+    : handle_(std::move(handle)), rank_(rank), size_(size), owns_mpi_(owns_mpi),
+      departed_after_(static_cast<size_t>(size), kStillHere) {}
 
 MpiCommunicator::~MpiCommunicator() {
-  if (handle_->comm != MPI_COMM_NULL) MPI_Comm_free(&handle_->comm);
-  if (owns_mpi_) MPI_Finalize();
+  if (handle_->comm != MPI_COMM_NULL) {
+    AnnounceDeparture();
+    if (handle_->departure != MPI_REQUEST_NULL) {
+      MPI_Cancel(&handle_->departure);
+      MPI_Wait(&handle_->departure, MPI_STATUS_IGNORE);
+    }
+    MPI_Comm_free(&handle_->control);
+    // A collective left waiting for a departed rank is still pending on
+    // comm: freeing it, or finalizing, could wait for that rank forever.
+    // The process is on its way out (the error ends the job), so leave both.
+    if (stranded_.ok()) MPI_Comm_free(&handle_->comm);
+  }
+  if (owns_mpi_ && stranded_.ok()) MPI_Finalize();
 }
 
-Status MpiCommunicator::Barrier() { return Check(MPI_Barrier(handle_->comm), "MPI_Barrier"); }
+// A departure is the count of collectives the departing rank completed, sent
+// to every other rank. Eight bytes go eagerly in every Open MPI transport,
+// so the sends complete whether or not the receivers still listen.
+void MpiCommunicator::AnnounceDeparture() {
+  uint64_t completed = collectives_;
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(&completed, 1, MPI_UINT64_T, r, kDepartureTag, handle_->control, &request) == MPI_SUCCESS) {
+      sends.push_back(request);
+    }
+  }
+  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+}
+
+Status MpiCommunicator::PostDepartureReceive(Handle& handle) {
+  return Check(MPI_Irecv(&handle.departure_count, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kDepartureTag,
+                         handle.control, &handle.departure),
+               "MPI_Irecv");
+}
+
+// The departures that have arrived, and whether one of them strands
+// collective number `number` (1-based): a rank that completed fewer
+// collectives before it left will never join this one.
+Status MpiCommunicator::CheckDepartures(uint64_t number, const char* call) {
+  for (;;) {
+    int arrived = 0;
+    MPI_Status status;
+    DGRR_RETURN_IF_ERROR(Check(MPI_Test(&handle_->departure, &arrived, &status), "MPI_Test"));
+    if (!arrived) break;
+    if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_) {
+      departed_after_[static_cast<size_t>(status.MPI_SOURCE)] = handle_->departure_count;
+    }
+    DGRR_RETURN_IF_ERROR(PostDepartureReceive(*handle_));
+  }
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t completed = departed_after_[static_cast<size_t>(r)];
+    if (completed != kStillHere && completed < number) {
+      return Status::FailedPrecondition(
+          "rank " + std::to_string(r) + " left the job (closed its communicator: its process is exiting) after " +
+          std::to_string(completed) + " collectives, while rank " + std::to_string(rank_) + " waits for it in its " +
+          std::to_string(number) + (number == 1 ? "st" : number == 2 ? "nd" : number == 3 ? "rd" : "th") +
+          " (" + call + ")");
+    }
+  }
+  return Status::OK();
+}
+
+// Waits for a collective this rank started, watching for departures while
+// it does: MPI's blocking collectives would wait forever for a rank that
+// exited (mpirun ends a job for a rank that dies or aborts, not for one that
+// exits normally). The loop tests, as MPI's own blocking wait polls, and
+// yields the core between tests for an oversubscribed machine.
+Status MpiCommunicator::Complete(int started, void* pending, const char* call) {
+  DGRR_RETURN_IF_ERROR(Check(started, call));
+  auto* request = static_cast<MPI_Request*>(pending);
+  const uint64_t number = collectives_ + 1;
+  for (;;) {
+    int done = 0;
+    DGRR_RETURN_IF_ERROR(Check(MPI_Test(request, &done, MPI_STATUS_IGNORE), call));
+    if (done) {
+      collectives_ = number;
+      return Status::OK();
+    }
+    Status gone = CheckDepartures(number, call);
+    if (!gone.ok()) {
+      stranded_ = gone;
+      return gone;
+    }
+    sched_yield();
+  }
+}
+
+Status MpiCommunicator::Usable() const { return stranded_; }
+
+Status MpiCommunicator::Barrier() {
+  DGRR_RETURN_IF_ERROR(Usable());
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ibarrier(handle_->comm, &request), &request, "MPI_Barrier");
+}
 
 Status MpiCommunicator::Broadcast(void* data, size_t count, int root, const Placement& where) {
   DGRR_RETURN_IF_ERROR(RefuseDevice(where, "Broadcast"));
   DGRR_RETURN_IF_ERROR(FitsInt(count, "Broadcast"));
   if (root < 0 || root >= size_) return Status::InvalidArgument("Broadcast: root " + std::to_string(root));
-  return Check(MPI_Bcast(data, static_cast<int>(count), MPI_BYTE, root, handle_->comm), "MPI_Bcast");
+  DGRR_RETURN_IF_ERROR(Usable());
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ibcast(data, static_cast<int>(count), MPI_BYTE, root, handle_->comm, &request), &request,
+                  "MPI_Bcast");
 }
 
 Status MpiCommunicator::AllGather(const void* mine, size_t count, void* out, const Placement& where) {
   DGRR_RETURN_IF_ERROR(RefuseDevice(where, "AllGather"));
   // The receive side's last displacement is (size - 1) * count.
   DGRR_RETURN_IF_ERROR(FitsInt(count * static_cast<size_t>(size_), "AllGather"));
-  return Check(MPI_Allgather(mine, static_cast<int>(count), MPI_BYTE, out, static_cast<int>(count), MPI_BYTE,
-                             handle_->comm),
-               "MPI_Allgather");
+  DGRR_RETURN_IF_ERROR(Usable());
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Iallgather(mine, static_cast<int>(count), MPI_BYTE, out, static_cast<int>(count), MPI_BYTE,
+                                 handle_->comm, &request),
+                  &request, "MPI_Allgather");
 }
 
 Status MpiCommunicator::AllGatherV(const void* mine, std::span<const size_t> counts, void* out,
@@ -192,9 +299,11 @@ Status MpiCommunicator::AllGatherV(const void* mine, std::span<const size_t> cou
   DGRR_RETURN_IF_ERROR(ToInts(counts, "AllGatherV", &icounts));
   DGRR_RETURN_IF_ERROR(ToInts(offsets, "AllGatherV", &ioffsets));
   const int my_count = icounts[static_cast<size_t>(rank_)];
-  return Check(MPI_Allgatherv(mine, my_count, MPI_BYTE, out, icounts.data(), ioffsets.data(), MPI_BYTE,
-                              handle_->comm),
-               "MPI_Allgatherv");
+  DGRR_RETURN_IF_ERROR(Usable());
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Iallgatherv(mine, my_count, MPI_BYTE, out, icounts.data(), ioffsets.data(), MPI_BYTE,
+                                  handle_->comm, &request),
+                  &request, "MPI_Allgatherv");
 }
 
 Status MpiCommunicator::AllToAllV(const void* send, std::span<const size_t> send_counts,
@@ -209,9 +318,11 @@ Status MpiCommunicator::AllToAllV(const void* send, std::span<const size_t> send
   DGRR_RETURN_IF_ERROR(ToInts(send_offsets, "AllToAllV send", &so));
   DGRR_RETURN_IF_ERROR(ToInts(recv_counts, "AllToAllV receive", &rc));
   DGRR_RETURN_IF_ERROR(ToInts(recv_offsets, "AllToAllV receive", &ro));
-  return Check(MPI_Alltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rc.data(), ro.data(), MPI_BYTE,
-                             handle_->comm),
-               "MPI_Alltoallv");
+  DGRR_RETURN_IF_ERROR(Usable());
+  MPI_Request request = MPI_REQUEST_NULL;
+  return Complete(MPI_Ialltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rc.data(), ro.data(), MPI_BYTE,
+                                 handle_->comm, &request),
+                  &request, "MPI_Alltoallv");
 }
 
 void MpiCommunicator::Abort(const Status& why) {

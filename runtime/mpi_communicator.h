@@ -16,13 +16,20 @@
 // Failures: MPI errors are returned as a Status (the communicator uses
 // MPI_ERRORS_RETURN) carrying MPI_Error_string. Abort() prints one line and
 // calls MPI_Abort, which ends the whole job: no surviving rank waits for the
-// failed one. Host memory only: device placements are refused
+// failed one. A rank that leaves without an error (its process exits
+// normally, after sys.exit(1) in Python, say) announces it when its
+// communicator is destroyed, with the number of collectives it completed; a
+// rank waiting for it in a later collective gets FailedPrecondition naming
+// it instead of waiting forever, and the communicator is unusable after
+// that (the collective stays pending: the caller's error should end the
+// job, as dgrr's callers do through Abort). Host memory only: device placements are refused
 // (FailedPrecondition) and left to a device backend (NCCL).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "runtime/communicator.h"
@@ -57,10 +64,22 @@ class MpiCommunicator final : public Communicator {
   struct Handle;  // the MPI_Comm, kept out of this header
   MpiCommunicator(std::unique_ptr<Handle> handle, int rank, int size, bool owns_mpi);
 
+  static constexpr int kDepartureTag = 1;
+  static constexpr uint64_t kStillHere = ~uint64_t{0};
+  static Status PostDepartureReceive(Handle& handle);
+  void AnnounceDeparture();
+  Status CheckDepartures(uint64_t number, const char* call);
+  // Waits for the collective `started` (an MPI_I* return code) began.
+  Status Complete(int started, void* request, const char* call);
+  Status Usable() const;
+
   std::unique_ptr<Handle> handle_;
   int rank_ = 0;
   int size_ = 1;
   bool owns_mpi_ = false;  // this communicator called MPI_Init_thread
+  uint64_t collectives_ = 0;              // completed by this rank
+  std::vector<uint64_t> departed_after_;  // per rank: collectives it completed before leaving
+  Status stranded_;                       // a collective left waiting for a departed rank
 };
 
 // Which launcher started this process, from its environment: OK when it

@@ -10,8 +10,9 @@ summed in dgrr's canonical tree).
 
 --flip-bit flips one bit of MODULE's output at STEP on rank R only (every
 micro-batch of that rank): the planted bug `dgrr compare` must name with its
-rank. --fail-at STEP raises on rank R before the all-reduce: the job must
-end (dgrr aborts it) rather than leave the other ranks waiting.
+rank. --fail-at STEP raises on rank R before the all-reduce, --exit-at STEP
+leaves by sys.exit(0) there: either way the job must end (dgrr aborts it)
+rather than leave the other ranks waiting.
 DGRR_TEST_KILL_AFTER_STEP=K (environment, so the command line stays the
 recorded one) SIGKILLs rank R right after step K. --params-out: rank 0 writes the final parameters and Adam state.
 """
@@ -38,6 +39,8 @@ def main():
     ap.add_argument("--flip-bit", default="", help="MODULE@STEP")
     ap.add_argument("--flip-rank", type=int, default=0)
     ap.add_argument("--fail-at", type=int, default=-1, help="raise on --flip-rank at this step")
+    ap.add_argument("--exit-at", type=int, default=-1,
+                    help="sys.exit(0) on --flip-rank at this step, before the all-reduce")
     ap.add_argument("--params-out", default="")
     args = ap.parse_args()
 
@@ -72,6 +75,8 @@ def main():
                 dp.backward(loss_fn(model(x[lo:hi]), y[lo:hi]))
             if step == args.fail_at and comm.rank == args.flip_rank:
                 raise RuntimeError(f"planted failure at step {step}")
+            if step == args.exit_at and comm.rank == args.flip_rank:
+                sys.exit(0)
             loss = dp.all_reduce()
             optimizer.step()
             session.end_step(step, loss)

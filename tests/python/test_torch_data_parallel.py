@@ -102,6 +102,17 @@ def test_a_failing_rank_ends_the_job(tmp_path):
     assert "planted failure at step 1" in r.stderr
 
 
+def test_a_rank_that_exits_early_ends_the_job(tmp_path):
+    # sys.exit(0) on rank 1 before the all-reduce: no exception to abort on,
+    # and mpirun does not end a job for a rank that exits 0. Rank 0 must not
+    # wait for it forever (the timeout in train() would fail the test): it is
+    # told which rank left, and aborts.
+    r = train(2, tmp_path / "run", "--exit-at", "1", "--flip-rank", "1")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "dgrr: rank 0 aborts the MPI job" in r.stderr, r.stderr
+    assert "rank 1 left the job" in r.stderr, r.stderr
+
+
 # --- in this process: a world of one, and what is refused -------------------
 
 def test_mpi_without_a_launcher_is_refused():

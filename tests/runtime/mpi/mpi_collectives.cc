@@ -44,14 +44,44 @@ int AbortTheJob(Communicator& c) {
   return 0;
 }
 
-int Run(bool abort) {
+// `mpi_collectives --depart`: after one barrier the last rank closes its
+// communicator and exits 0, as a Python rank does after sys.exit(0) before a
+// collective the others enter. Their next barrier must not wait forever: it
+// fails naming the rank that left, so does every later call, and each
+// survivor then aborts with that error (CTest matches the line; its timeout
+// would catch a hang).
+int DepartFromTheJob(std::unique_ptr<MpiCommunicator> owned) {
+  Communicator& c = *owned;
+  const int leaver = c.size() - 1, me = c.rank();
+  if (Status s = c.Barrier(); !s.ok()) {
+    std::fprintf(stderr, "rank %d: first barrier: %s\n", me, s.ToString().c_str());
+    return 1;
+  }
+  if (me == leaver) {
+    owned.reset();  // announces the departure, then MPI_Finalize
+    return 0;
+  }
+  Status stranded = c.Barrier();
+  const std::string expected = "rank " + std::to_string(leaver) + " left the job";
+  Status again = c.AllGather(&me, sizeof me, nullptr);
+  if (stranded.code() != StatusCode::kFailedPrecondition ||
+      stranded.message().find(expected) == std::string::npos ||
+      stranded.message().find("after 1 collectives") == std::string::npos || again.ToString() != stranded.ToString()) {
+    c.Abort(Status::Internal("rank " + std::to_string(me) + ": expected '" + expected + "' twice, got '" +
+                             stranded.ToString() + "' then '" + again.ToString() + "'"));
+  }
+  c.Abort(stranded);
+}
+
+int Run(const std::string& mode) {
   auto opened = OpenMpiCommunicator();
   if (!opened.ok()) {
     std::fprintf(stderr, "mpi_collectives: %s\n", opened.status().ToString().c_str());
     return 1;
   }
+  if (mode == "--depart") return DepartFromTheJob(std::move(opened).value());
   Communicator& c = *opened.value();
-  if (abort) return AbortTheJob(c);
+  if (mode == "--abort") return AbortTheJob(c);
   int failures = 0, checks = 0;
   auto run = [&](const std::string& what, Status s) {
     ++checks;
@@ -98,4 +128,4 @@ int Run(bool abort) {
 }  // namespace
 }  // namespace dgrr
 
-int main(int argc, char** argv) { return dgrr::Run(argc > 1 && std::string(argv[1]) == "--abort"); }
+int main(int argc, char** argv) { return dgrr::Run(argc > 1 ? argv[1] : ""); }
