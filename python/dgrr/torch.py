@@ -252,21 +252,26 @@ def _adam_like(optimizer):
     return isinstance(optimizer, (_torch.optim.Adam, _torch.optim.AdamW))
 
 
+def _sgd_with_momentum(optimizer):
+    return isinstance(optimizer, _torch.optim.SGD) and any(
+        group.get("momentum", 0) != 0 for group in optimizer.param_groups)
+
+
 def materialize_optimizer_state(optimizer):
     """Creates the optimizer's per-parameter state now, exactly as its first
     step() would (torch creates it lazily, inside that step), so it can be
     registered before Session.resume() restores it. The first step then
     finds the state present and updates it in place, bitwise as if it had
     made it. Supported: Adam, AdamW, and SGD without momentum (no state);
-    anything else is refused, naming it."""
+    anything else is refused, naming it. (SGD with momentum cannot be made
+    early: its first step stores a clone of the gradient, not zeros updated
+    in place. register_torch_state registers its buffers another way.)"""
     if isinstance(optimizer, _torch.optim.SGD):
-        if any(group.get("momentum", 0) != 0 for group in optimizer.param_groups):
-            # SGD's first step stores a clone of the gradient as a new
-            # tensor (not zeros updated in place), so no buffer registered
-            # beforehand would ever hold it.
+        if _sgd_with_momentum(optimizer):
             raise InvalidArgumentError(
-                "dgrr.torch: SGD with momentum keeps a buffer created by its first step; "
-                "not supported yet (use Adam/AdamW or momentum=0)")
+                "dgrr.torch: SGD with momentum creates its buffers in its first step, as "
+                "clones of the gradient; they cannot be made early (register_torch_state "
+                "registers them without that)")
         return
     if not _adam_like(optimizer):
         raise InvalidArgumentError(
@@ -305,6 +310,8 @@ def _optimizer_entries(model, optimizer):
             for key, value in optimizer.state.get(p, {}).items():
                 if isinstance(value, _torch.Tensor):
                     out.append((p, pname, key, value))
+                elif value is None:
+                    continue   # no state (torch 1.13's SGD stores momentum_buffer=None)
                 else:
                     raise InvalidArgumentError(
                         f"dgrr.torch: optimizer state {pname}.{key} is a {type(value).__name__}, "
@@ -325,7 +332,9 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
       model.<name>                     parameters (role parameter: fingerprinted
                                        into every STEP record) and buffers
       optimizer.<param>.<key>          the optimizer's state tensors (Adam's
-                                       exp_avg, exp_avg_sq, step)
+                                       exp_avg, exp_avg_sq, step; SGD's
+                                       momentum_buffer, with
+                                       optimizer.momentum_buffer_present)
       optimizer.param_groups.<i>.<key> the groups' hyperparameters (lr, betas...,
                                        which a scheduler changes)
       scheduler.<key>                  an LR scheduler's state_dict()
@@ -342,7 +351,10 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
         if b is not None:
             session.register_state(f"{prefix}model.{name}", b, "other")
     if optimizer is not None:
-        materialize_optimizer_state(optimizer)
+        if _sgd_with_momentum(optimizer):
+            _register_momentum_buffers(session, model, optimizer, prefix)
+        else:
+            materialize_optimizer_state(optimizer)
         for pname, key, tensor in _optimizer_tensors(model, optimizer):
             role = "counter" if key == "step" else "optimizer"
             session.register_state(f"{prefix}optimizer.{pname}.{key}", tensor, role)
@@ -461,6 +473,63 @@ class _MirroredState:
         values = {path: _value_from(self._buffers[path], leaf) for path, leaf in _leaves(template)
                   if path in self._buffers}
         self._put(_rebuild(template, values))
+
+
+class _MomentumBuffers:
+    """SGD's momentum buffers, which its first step creates (a clone of the
+    gradient) and later steps update in place. Each parameter's buffer is
+    registered as optimizer.<param>.momentum_buffer (zeros until there is
+    one), with one flag per parameter in optimizer.momentum_buffer_present
+    (int8: whether the optimizer held a buffer), so a checkpoint taken
+    before the first step restores no buffer and SGD's next step clones
+    the gradient as the uninterrupted run's did. Before each checkpoint a
+    buffer SGD made is copied in and SGD is handed the registered tensor
+    itself, which it then updates in place; a resume hands SGD the restored
+    tensors (and takes away the buffers of parameters that had none)."""
+
+    def __init__(self, session, model, optimizer, prefix):
+        names = _parameter_names(model)
+        self.optimizer = optimizer
+        self.params = [p for group in optimizer.param_groups if group.get("momentum", 0) != 0
+                       for p in group["params"]]
+        self.buffers = []
+        for i, p in enumerate(self.params):
+            buffer = _torch.zeros_like(p, memory_format=_torch.contiguous_format).detach()
+            name = names.get(id(p), f"param{i}")
+            session.register_state(f"{prefix}optimizer.{name}.momentum_buffer", buffer, "optimizer")
+            self.buffers.append(buffer)
+        self.present = _torch.zeros(len(self.params), dtype=_torch.int8)
+        session.register_state(f"{prefix}optimizer.momentum_buffer_present", self.present, "optimizer")
+        session.add_state_hooks(self.capture, self.restore)
+
+    def capture(self):
+        for i, (p, buffer) in enumerate(zip(self.params, self.buffers)):
+            held = self.optimizer.state.get(p, {}).get("momentum_buffer")
+            if held is None:
+                buffer.zero_()
+                self.present[i] = 0
+                continue
+            if held is not buffer:
+                if held.shape != buffer.shape or held.dtype != buffer.dtype:
+                    raise FailedPreconditionError(
+                        f"dgrr.torch: SGD's momentum buffer of parameter {i} is "
+                        f"{held.dtype} {tuple(held.shape)}, the parameter "
+                        f"{buffer.dtype} {tuple(buffer.shape)}")
+                with _torch.no_grad():
+                    buffer.copy_(held)
+                self.optimizer.state[p]["momentum_buffer"] = buffer
+            self.present[i] = 1
+
+    def restore(self):
+        for i, (p, buffer) in enumerate(zip(self.params, self.buffers)):
+            if int(self.present[i]):
+                self.optimizer.state[p]["momentum_buffer"] = buffer
+            else:
+                self.optimizer.state.get(p, {}).pop("momentum_buffer", None)
+
+
+def _register_momentum_buffers(session, model, optimizer, prefix):
+    return _MomentumBuffers(session, model, optimizer, prefix)
 
 
 def register_object_state(session, name, obj=None, role="other", get=None, put=None):

@@ -3,6 +3,7 @@
     python3 mlp_train.py RUN_DIR [--steps N] [--threads T] [--ckpt-every K]
                          [--dropout none|torch|dgrr] [--global-rng] [--scheduler]
                          [--sampler] [--no-restore optimizer|generators]
+                         [--optimizer adam|sgd-momentum]
                          [--flip-bit MODULE@STEP] [--plant KIND@MODULE@STEP]
                          [--params-out FILE]
 
@@ -143,6 +144,7 @@ def main():
     ap.add_argument("--scheduler", action="store_true")
     ap.add_argument("--sampler", action="store_true")
     ap.add_argument("--no-restore", choices=["optimizer", "generators"], default=None)
+    ap.add_argument("--optimizer", choices=["adam", "sgd-momentum"], default="adam")
     ap.add_argument("--plant", default="", help="KIND@MODULE@STEP")
     args = ap.parse_args()
 
@@ -153,7 +155,10 @@ def main():
     random.seed(SEED)
     np.random.seed(SEED)
     model = Mlp(args.dropout)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.5) if args.scheduler else None
     sampler = dgrr.torch.PermutationSampler(NUM_EXAMPLES, SEED) if args.sampler else None
     # The loader gets a generator of its own: each iter() of a DataLoader
@@ -177,7 +182,7 @@ def main():
     # bug is not in the config either, and compare must find it in the trace.
     config = {"seed": SEED, "steps": args.steps, "lr": 1e-2, "batch": BATCH,
               "dropout": args.dropout, "global_rng": args.global_rng,
-              "scheduler": args.scheduler, "sampler": args.sampler}
+              "scheduler": args.scheduler, "sampler": args.sampler, "optimizer": args.optimizer}
     kill_after = os.environ.get("DGRR_TEST_KILL_AFTER_STEP")
     with dgrr.open(run_dir=args.run_dir, seed=SEED, threads=args.threads,
                    checkpoint_every=args.ckpt_every, total_steps=args.steps,

@@ -374,9 +374,48 @@ def test_an_unsupported_module_name_or_optimizer_is_refused(session):
     model = Tiny()
     with pytest.raises(dgrr.InvalidArgumentError, match="no module named 'fc9'"):
         dgrr.torch.instrument(session, model, modules=["fc9"])
+    rmsprop = torch.optim.RMSprop(model.parameters(), lr=0.1)
+    with pytest.raises(dgrr.InvalidArgumentError, match="RMSprop is not supported"):
+        dgrr.torch.register_torch_state(session, model, rmsprop)
+    # SGD's momentum buffers are the clones its first step makes: they
+    # cannot be made early, only registered (register_torch_state).
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     with pytest.raises(dgrr.InvalidArgumentError, match="SGD with momentum"):
-        dgrr.torch.register_torch_state(session, model, sgd)
+        dgrr.torch.materialize_optimizer_state(sgd)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_updates_are_recorded_and_its_state_registered(tmp_path, momentum):
+    """torch 1.13's SGD keeps momentum_buffer=None without momentum (no state,
+    not an error); with momentum its buffers are checkpointed once made."""
+    torch.manual_seed(0)
+    model = Tiny()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=momentum)
+    with dgrr.open(run_dir=tmp_path / "r", seed=1, checkpoint_every=2, total_steps=3) as s:
+        dgrr.torch.register_torch_state(s, model, sgd, generators=False)
+        inst = dgrr.torch.instrument(s, model, sgd)
+        s.resume()
+        for step in range(3):
+            inst.begin_step(step)
+            loss = model(torch.ones(4, 3)).sum()
+            inst.record_loss(loss)
+            sgd.zero_grad()
+            loss.backward()
+            sgd.step()
+            s.end_step(step, loss.item())
+            if s.should_checkpoint(step):
+                s.checkpoint(step)
+                if momentum and step == 1:
+                    saved = sgd.state[model.fc.weight]["momentum_buffer"].clone()
+    import h5py
+    with h5py.File(tmp_path / "r" / "ckpt" / "step-00000001.rank-0.h5", "r") as f:
+        rank0 = f["ranks/0"]
+        names = set(rank0)
+        if momentum:
+            assert list(rank0["optimizer.momentum_buffer_present"][()]) == [1, 1]
+            assert rank0["optimizer.fc.weight.momentum_buffer"][()].tobytes() == saved.numpy().tobytes()
+    if not momentum:
+        assert not any("momentum_buffer" in n for n in names), sorted(names)
 
 
 def test_adam_state_made_early_matches_the_lazy_one():

@@ -91,6 +91,17 @@ def test_resume_is_bitwise_with_global_generators_scheduler_and_sampler(tmp_path
             assert name in rank0, sorted(rank0)
 
 
+def test_sgd_momentum_buffers_resume_bitwise(tmp_path):
+    # SGD creates its momentum buffers in its first step (clones of the
+    # gradient); the checkpoint of step 3 holds them and the resumed run
+    # continues from them, ending with the uninterrupted run's bits.
+    args = ("--optimizer", "sgd-momentum")
+    train(tmp_path / "ref", *args, "--params-out", str(tmp_path / "ref.npz"))
+    killed_and_resumed(tmp_path / "k", *args, "--params-out", str(tmp_path / "k.npz"))
+    assert load(tmp_path / "ref.npz") == load(tmp_path / "k.npz")
+    assert_equal_runs(tmp_path / "ref", tmp_path / "k")
+
+
 def test_the_determinism_controls_are_recorded_with_their_origins(plain):
     controls = json.loads((plain / "rank0.env.json").read_text())["program"]["torch.controls"]
     assert controls["torch.use_deterministic_algorithms"] == {"value": "true",
