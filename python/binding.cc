@@ -29,6 +29,7 @@
 #include "base/status.h"
 #include "fingerprint/tensor.h"
 #include "model/corpus.h"
+#include "python/torch_access.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
 #include "runtime/canonical_reduce.h"
@@ -344,7 +345,46 @@ void LearnTorchTensor(const py::handle& obj, DType dtype) {
   g_torch.dtypes.emplace_back(dtype_object.release().ptr(), dtype);
 }
 
+// Set by dgrr.torch when the running torch is the build dgrr._torch_access
+// was compiled against (python/torch_access.h): tensors are then read from
+// their C++ object. Never unset: the capsule's module stays imported.
+const TorchAccess* g_torch_access = nullptr;
+
+void UseTorchAccess(const py::capsule& capsule) {
+  if (capsule.name() == nullptr || std::string(capsule.name()) != kTorchAccessCapsule) {
+    ThrowInvalid(std::string("_use_torch_access: not a ") + kTorchAccessCapsule + " capsule");
+  }
+  const auto* access = capsule.get_pointer<const TorchAccess>();
+  if (access == nullptr || access->version != kTorchAccessVersion || access->read == nullptr) {
+    ThrowInvalid("_use_torch_access: a torch access of another version (rebuild dgrr)");
+  }
+  TorchTensorType();  // the names the Python path reads with (a plan keeps each tensor's dtype object)
+  g_torch_access = access;
+}
+
+// The fast path through the C++ object: what FastViewTorch accepts.
+bool FastViewFromFacts(const py::handle& obj, const TorchTensorFacts& f, TensorView& view) {
+  if (!f.cpu || !f.strided || !f.contiguous || f.dtype == 0 || f.ndim > kMaxTensorDims) return false;
+  const auto dtype = static_cast<DType>(f.dtype);
+  uint64_t elements = 1;
+  view.ref.ndim = f.ndim;
+  for (int i = 0; i < f.ndim; ++i) {
+    view.ref.dims[i] = f.dims[i];
+    elements *= static_cast<uint64_t>(f.dims[i]);
+  }
+  view.ref.dtype = dtype;
+  view.ref.bytes = elements * DTypeSize(dtype);
+  view.ref.data = f.data;
+  view.writable = true;
+  view.owner = py::reinterpret_borrow<py::object>(obj);
+  return true;
+}
+
 bool FastViewTorch(const py::handle& obj, TensorView& view) {
+  if (g_torch_access != nullptr) {
+    TorchTensorFacts facts;
+    return g_torch_access->read(obj.ptr(), &facts) == 1 && FastViewFromFacts(obj, facts, view);
+  }
   if (g_torch.tensor_type == nullptr) return false;
   const int is_tensor = PyObject_IsInstance(obj.ptr(), g_torch.tensor_type);
   if (is_tensor != 1) {
@@ -1053,6 +1093,7 @@ class PyRecordPlan {
   };
 
   static py::object DTypeObject(py::handle tensor) {
+    if (g_torch.dtype == nullptr) return py::object();  // no torch tensor seen: nothing to compare
     auto dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), g_torch.dtype));
     if (!dtype) PyErr_Clear();
     return dtype;
@@ -1066,6 +1107,18 @@ class PyRecordPlan {
   // the same address, where the kept view's byte count would be wrong.
   static bool Unchanged(const Entry& e) {
     PyObject* obj = e.tensor.ptr();
+    if (g_torch_access != nullptr) {
+      TorchTensorFacts f;
+      const TensorRef& ref = e.view.ref;
+      if (g_torch_access->read(obj, &f) != 1 || !f.cpu || !f.strided || !f.contiguous ||
+          f.dtype != static_cast<uint8_t>(ref.dtype) || f.ndim != ref.ndim || f.data != ref.data) {
+        return false;
+      }
+      for (int i = 0; i < ref.ndim; ++i) {
+        if (f.dims[i] != ref.dims[i]) return false;
+      }
+      return true;
+    }
     auto data = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.data_ptr));
     auto contiguous = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj, g_torch.is_contiguous));
     auto shape = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, g_torch.shape));
@@ -1363,6 +1416,10 @@ PYBIND11_MODULE(_dgrr, m) {
       false;
 #endif
 
+  m.def("_use_torch_access", &UseTorchAccess, py::arg("capsule"),
+        "Reads torch tensors through dgrr._torch_access's capsule from now on (dgrr.torch calls it "
+        "when the running torch is the build that module was compiled against).");
+  m.def("_uses_torch_access", []() { return g_torch_access != nullptr; });
   m.def(
       "fingerprint",
       [](py::handle array) {

@@ -19,6 +19,9 @@ packages=(
   # Debian's /usr/bin/python3 and tested with pytest; its torch tests train
   # with Debian's CPU torch (large, but the binding's tests need it).
   python3-dev pybind11-dev python3-pytest python3-numpy python3-torch
+  # torch's C++ headers (python3-torch ships only links to them): the
+  # binding's dgrr._torch_access reads tensors from their C++ objects
+  libtorch-dev
   # make fuzz / fuzz-smoke: clang-14 and its libFuzzer + ASan/UBSan runtimes
   # (libclang_rt.fuzzer*.a and the sanitizer headers are in libclang-rt-14-dev,
   # only a Recommends of clang, so named here). make tsan uses gcc's libtsan2,

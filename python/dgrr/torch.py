@@ -49,6 +49,31 @@ __all__ = ["instrument", "register_torch_state", "determinism", "deterministic",
 _INSTRUMENTED = "_dgrr_instrumentation"
 
 
+def _use_torch_access():
+    """Has the binding read tensors from their C++ object through
+    dgrr._torch_access, when it was built (python/CMakeLists.txt) for the
+    torch running here: the same version from the same directory. Any other
+    torch (another version, a virtual environment's) is read through Python,
+    which gives the same bytes and so the same trace. DGRR_TORCH_ACCESS=0
+    turns it off."""
+    if os.environ.get("DGRR_TORCH_ACCESS", "1") == "0":
+        return False
+    try:
+        from . import _torch_build
+    except ImportError:
+        return False
+    here = os.path.realpath(os.path.dirname(_torch.__file__))
+    if _torch.__version__ != _torch_build.torch_version or here != _torch_build.torch_dir:
+        return False
+    from . import _torch_access
+    _dgrr._use_torch_access(_torch_access.access)
+    return True
+
+
+# Whether tensors are read from their C++ object (see _use_torch_access).
+fast_tensor_access = _use_torch_access()
+
+
 # ---------------------------------------------------------------------------
 # Determinism controls
 # ---------------------------------------------------------------------------
@@ -242,6 +267,8 @@ def torch_info(controls=None):
         "torch.cuda": _torch.version.cuda or "none",
         "torch.cudnn": str(cudnn.version()) if cudnn.is_available() else "none",
         "torch.controls": controls if controls is not None else current_controls(),
+        # How the hooks read tensors (the same bytes either way).
+        "dgrr.tensor_access": "c++" if fast_tensor_access else "python",
     }
 
 

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import weakref
 
 import numpy as np
@@ -70,6 +71,26 @@ def test_one_and_two_intra_op_threads_compare_equal(reference, tmp_path):
     r = compare(reference / "run", tmp_path / "t2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result: no divergence" in r.stdout
+
+
+def test_tensors_read_through_python_record_what_torchs_cpp_object_gives(reference, tmp_path):
+    # A build with dgrr._torch_access (Debian's torch and libtorch-dev) reads
+    # tensors from their C++ object; the Python path, which any other torch
+    # takes, must record the same bits.
+    if os.path.exists(os.path.join(os.path.dirname(dgrr.__file__), "_torch_build.py")):
+        assert dgrr.torch.fast_tensor_access
+    r = train(tmp_path / "py", "--threads", "1", "--params-out", str(tmp_path / "final.npz"),
+              env={"DGRR_TORCH_ACCESS": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = json.loads((tmp_path / "py" / "rank0.env.json").read_text())
+    assert env["program"]["dgrr.tensor_access"] == "python"
+    reference_env = json.loads((reference / "run" / "rank0.env.json").read_text())
+    assert reference_env["program"]["dgrr.tensor_access"] == (
+        "c++" if dgrr.torch.fast_tensor_access else "python")
+    r = compare(reference / "run", tmp_path / "py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"certified prefix: \d+ pairs, 6 steps", r.stdout), r.stdout
+    assert load(reference / "final.npz") == load(tmp_path / "final.npz")
 
 
 def test_a_flipped_bit_is_named_at_its_module_and_step(reference, tmp_path):
@@ -273,6 +294,24 @@ def recorded(run_dir):
     pattern = (r"boundary step=\d+ seq=\d+ \w+ \w+ (\S+) \w+\[([0-9,]*)\] .*?"
                r"xor64=(0x[0-9a-f]+) xxh3=(0x[0-9a-f]+)")
     return [(m[1], m[2], (int(m[3], 16), int(m[4], 16))) for m in re.finditer(pattern, out)]
+
+
+def test_a_record_plan_can_be_the_first_thing_recorded(tmp_path):
+    # In a fresh process no tensor has been through the binding's Python
+    # path yet (a plan once read an unset attribute name there and crashed).
+    code = textwrap.dedent(f"""
+        import torch, dgrr, dgrr.torch
+        with dgrr.open(run_dir={str(tmp_path / "r")!r}, seed=1) as s:
+            b = s.declare_boundary("w", "optimizer", "output", "optimizer")
+            s.resume()
+            plan = s.record_plan([(b, torch.ones(3))])
+            s.begin_step(0)
+            plan.record(0, 1)
+            s.end_step(0, 0.0)
+        print("recorded")
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "recorded" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_record_plan_reads_its_tensors_again_each_time(tmp_path):
