@@ -60,6 +60,16 @@ Status ToInts(std::span<const size_t> values, const char* what, std::vector<int>
   return Status::OK();
 }
 
+std::string Ordinal(uint64_t n) {
+  const uint64_t last_two = n % 100, last = n % 10;
+  const char* suffix = (last_two >= 11 && last_two <= 13) ? "th"
+                       : last == 1                        ? "st"
+                       : last == 2                        ? "nd"
+                       : last == 3                        ? "rd"
+                                                          : "th";
+  return std::to_string(n) + suffix;
+}
+
 bool IsDecimal(const char* s) {
   if (s == nullptr || *s == '\0') return false;
   for (const char* p = s; *p; ++p) {
@@ -168,6 +178,7 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle, int rank, int s
 MpiCommunicator::~MpiCommunicator() {
   if (handle_->comm != MPI_COMM_NULL) {
     AnnounceDeparture();
+    AwaitTheOthersDeparture();
     if (handle_->departure != MPI_REQUEST_NULL) {
       MPI_Cancel(&handle_->departure);
       MPI_Wait(&handle_->departure, MPI_STATUS_IGNORE);
@@ -197,6 +208,23 @@ void MpiCommunicator::AnnounceDeparture() {
   MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
 }
 
+// Waits here, not in MPI_Finalize, until every other rank has left too: at
+// the normal end that is what MPI_Finalize would wait for anyway, and when
+// this rank left early a stranded rank aborts the job while this one polls
+// (Open MPI 4.1's mpirun sometimes hangs or crashes when ranks abort while
+// another is inside MPI_Finalize).
+void MpiCommunicator::AwaitTheOthersDeparture() {
+  for (;;) {
+    if (!CheckDepartures(0, "close").ok()) return;  // an MPI error: nothing more to wait for
+    bool all_left = true;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && departed_after_[static_cast<size_t>(r)] == kStillHere) all_left = false;
+    }
+    if (all_left) return;
+    sched_yield();
+  }
+}
+
 Status MpiCommunicator::PostDepartureReceive(Handle& handle) {
   return Check(MPI_Irecv(&handle.departure_count, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kDepartureTag,
                          handle.control, &handle.departure),
@@ -223,8 +251,7 @@ Status MpiCommunicator::CheckDepartures(uint64_t number, const char* call) {
       return Status::FailedPrecondition(
           "rank " + std::to_string(r) + " left the job (closed its communicator: its process is exiting) after " +
           std::to_string(completed) + " collectives, while rank " + std::to_string(rank_) + " waits for it in its " +
-          std::to_string(number) + (number == 1 ? "st" : number == 2 ? "nd" : number == 3 ? "rd" : "th") +
-          " (" + call + ")");
+          Ordinal(number) + " (" + call + ")");
     }
   }
   return Status::OK();

@@ -68,6 +68,7 @@ class MpiCommunicator final : public Communicator {
   static constexpr uint64_t kStillHere = ~uint64_t{0};
   static Status PostDepartureReceive(Handle& handle);
   void AnnounceDeparture();
+  void AwaitTheOthersDeparture();
   Status CheckDepartures(uint64_t number, const char* call);
   // Waits for the collective `started` (an MPI_I* return code) began.
   Status Complete(int started, void* request, const char* call);
