@@ -173,6 +173,24 @@ def test_instrumenting_twice_is_refused(session):
     dgrr.torch.instrument(session, model).remove()
 
 
+def train_steps(session, model, optimizer, x, steps, inst=None, after_checkpoint=None):
+    """Steps of a loss that is the mean square of the model's output on x,
+    checkpointed where the session says (then after_checkpoint(step))."""
+    for step in steps:
+        (inst or session).begin_step(step)
+        loss = model(x).square().mean()
+        if inst is not None:
+            inst.record_loss(loss)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        session.end_step(step, loss.item())
+        if session.should_checkpoint(step):
+            session.checkpoint(step)
+            if after_checkpoint is not None:
+                after_checkpoint(step)
+
+
 class _CudaLookalike:
     """What the binding sees of a CUDA tensor, without a GPU: a torch-like
     object whose device is cuda:0 (its pointer is never read on the host)."""
@@ -230,15 +248,7 @@ def test_cuda_state_resumes_bitwise(tmp_path):
         with dgrr.open(run_dir=tmp_path / "gpu", seed=3, checkpoint_every=2,
                        total_steps=steps) as s:
             dgrr.torch.register_torch_state(s, model, opt, generators=("torch",))
-            for step in range(s.resume(), steps):
-                s.begin_step(step)
-                loss = model(x).square().mean()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                s.end_step(step, loss.item())
-                if s.should_checkpoint(step):
-                    s.checkpoint(step)
+            train_steps(s, model, opt, x, range(s.resume(), steps))
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, opt
 
     done, _ = run(4)                     # checkpoints after steps 1 and 3
@@ -434,25 +444,20 @@ def test_sgd_updates_are_recorded_and_its_state_registered(tmp_path, momentum):
         dgrr.torch.register_torch_state(s, model, sgd, generators=False)
         inst = dgrr.torch.instrument(s, model, sgd)
         s.resume()
-        for step in range(3):
-            inst.begin_step(step)
-            loss = model(torch.ones(4, 3)).sum()
-            inst.record_loss(loss)
-            sgd.zero_grad()
-            loss.backward()
-            sgd.step()
-            s.end_step(step, loss.item())
-            if s.should_checkpoint(step):
-                s.checkpoint(step)
-                if momentum and step == 1:
-                    saved = sgd.state[model.fc.weight]["momentum_buffer"].clone()
+        saved = {}
+
+        def keep_step_1_buffer(step):
+            if momentum and step == 1:
+                saved[1] = sgd.state[model.fc.weight]["momentum_buffer"].clone()
+
+        train_steps(s, model, sgd, torch.ones(4, 3), range(3), inst, keep_step_1_buffer)
     import h5py
     with h5py.File(tmp_path / "r" / "ckpt" / "step-00000001.rank-0.h5", "r") as f:
         rank0 = f["ranks/0"]
         names = set(rank0)
         if momentum:
             assert list(rank0["optimizer.momentum_buffer_present"][()]) == [1, 1]
-            assert rank0["optimizer.fc.weight.momentum_buffer"][()].tobytes() == saved.numpy().tobytes()
+            assert rank0["optimizer.fc.weight.momentum_buffer"][()].tobytes() == saved[1].numpy().tobytes()
     if not momentum:
         assert not any("momentum_buffer" in n for n in names), sorted(names)
 
