@@ -379,7 +379,7 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
             session.register_state(f"{prefix}model.{name}", b, "other")
     if optimizer is not None:
         if _sgd_with_momentum(optimizer):
-            _register_momentum_buffers(session, model, optimizer, prefix)
+            _MomentumBuffers(session, model, optimizer, prefix)
         else:
             materialize_optimizer_state(optimizer)
         for pname, key, tensor in _optimizer_tensors(model, optimizer):
@@ -553,10 +553,6 @@ class _MomentumBuffers:
                 self.optimizer.state[p]["momentum_buffer"] = buffer
             else:
                 self.optimizer.state.get(p, {}).pop("momentum_buffer", None)
-
-
-def _register_momentum_buffers(session, model, optimizer, prefix):
-    return _MomentumBuffers(session, model, optimizer, prefix)
 
 
 def register_object_state(session, name, obj=None, role="other", get=None, put=None):
