@@ -956,6 +956,23 @@ class PySession {
   std::vector<std::pair<py::function, py::function>> hooks_;
 };
 
+// Hooks stay on a module when it is copied (copy.deepcopy copies its hook
+// dicts, torch.save pickles them): a copy (an EMA model, a frozen teacher, a
+// saved model loaded again) must not record under the original's
+// boundaries. So each hook remembers its module weakly and does nothing for
+// any other, deepcopy hands back the same hook (inert on the copy), and a
+// pickled hook loads as an InertHook, which does nothing.
+class PyInertHook {};
+
+// Whether `module` is the one whose weak reference `ref` holds (None: any).
+bool IsModuleOf(const py::object& ref, const py::handle& module) {
+  return ref.is_none() || PyWeakref_GetObject(ref.ptr()) == module.ptr();
+}
+
+py::object WeakModule(const py::object& module) {
+  return module.is_none() ? py::none() : py::object(py::weakref(module));
+}
+
 // One boundary dgrr.torch's hooks record under (python/dgrr/torch.py): the
 // tensor hook of an input gradient is its bound `record`, a module's forward
 // hook its bound `forward_hook`, so torch calls into C++ with no Python frame
@@ -966,9 +983,10 @@ class PySession {
 // alive through an object Python's collector cannot see into.
 class PySite {
  public:
-  PySite(const py::object& inst, std::string name, std::string phase, std::string kind, std::string module)
+  PySite(const py::object& inst, std::string name, std::string phase, std::string kind, std::string module,
+         const py::object& module_object = py::none())
       : inst_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
-        module_(std::move(module)) {}
+        module_(std::move(module)), module_ref_(WeakModule(module_object)) {}
 
   void Record(const py::handle& tensor) {
     if (!boundary_) Declare();
@@ -989,7 +1007,8 @@ class PySite {
 
   // A forward hook: a module's tensor output is recorded here; a tuple or
   // list goes to the Instrumentation, one boundary per tensor in it.
-  void ForwardHook(const py::handle&, const py::handle&, const py::handle& output) {
+  void ForwardHook(const py::handle& module, const py::handle&, const py::handle& output) {
+    if (!IsModuleOf(module_ref_, module)) return;  // a copy of the module
     const int is_tensor = PyObject_IsInstance(output.ptr(), TorchTensorType());
     if (is_tensor < 0) throw py::error_already_set();
     if (is_tensor == 1) {
@@ -1024,9 +1043,111 @@ class PySite {
 
   py::weakref inst_;
   std::string name_, phase_, kind_, module_;
+  py::object module_ref_;  // weak reference to the module it serves, or None
   std::optional<PyBoundary> boundary_;
   py::object session_object_;  // keeps session_ alive
   PySession* session_ = nullptr;
+};
+
+// The forward pre-hook that catches the gradient w.r.t. each input of a
+// single-input module (dgrr.torch._SINGLE_INPUT): every tensor input that
+// will get a gradient is replaced by a view of itself whose gradient hook is
+// the bound `record` of the Site `<module>.grad_in.<i>` (i counts the tensor
+// inputs). The view is the module's alone, so its gradient is exactly what
+// the module passes back. With `direct`, the hook goes in through the view's
+// hook dict and its grad_fn, as Tensor.register_hook does inside, without
+// the handle it makes (dgrr.torch._direct_tensor_hooks checks that this
+// works with the running torch).
+class PyInputGradHook {
+ public:
+  PyInputGradHook(const py::object& inst, std::string module, const py::object& module_object, bool direct)
+      : inst_(inst), module_(std::move(module)), module_ref_(WeakModule(module_object)), direct_(direct) {}
+
+  py::object Call(const py::handle& module, const py::tuple& inputs) {
+    if (!IsModuleOf(module_ref_, module) || !GradEnabled()) return py::none();
+    const size_t n = inputs.size();
+    if (n == 1) {  // the usual case
+      if (!NeedsGradient(inputs[0])) return py::none();
+      return py::make_tuple(Hooked(inputs[0], 0));
+    }
+    py::tuple wrapped(n);
+    bool changed = false;
+    size_t index = 0;
+    for (size_t i = 0; i < n; ++i) {
+      py::object x = inputs[i];
+      const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
+      if (is_tensor < 0) throw py::error_already_set();
+      if (is_tensor == 1) {
+        if (NeedsGradient(x)) {
+          x = Hooked(x, index);
+          changed = true;
+        }
+        ++index;
+      }
+      wrapped[i] = std::move(x);
+    }
+    return changed ? py::object(std::move(wrapped)) : py::none();
+  }
+
+ private:
+  static bool GradEnabled() {
+    static PyObject* const is_grad_enabled =
+        py::object(py::module_::import("torch").attr("is_grad_enabled")).release().ptr();
+    auto enabled = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(is_grad_enabled));
+    if (!enabled) throw py::error_already_set();
+    return enabled.ptr() == Py_True;
+  }
+
+  static bool NeedsGradient(const py::handle& x) {
+    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
+    const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
+    if (is_tensor < 0) throw py::error_already_set();
+    if (is_tensor == 0) return false;
+    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(x.ptr(), kRequiresGrad));
+    if (!flag) throw py::error_already_set();
+    return flag.ptr() == Py_True;
+  }
+
+  py::object RecordHook(size_t index) {
+    while (records_.size() <= index) {
+      py::object inst = inst_();
+      if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
+      py::object site = py::cast(PySite(inst, module_ + ".grad_in." + std::to_string(records_.size()),
+                                        "backward", "other", ""));
+      records_.push_back(site.attr("record"));
+    }
+    return records_[index];
+  }
+
+  py::object Hooked(const py::handle& x, size_t index) {
+    static PyObject* const kViewAs = PyUnicode_InternFromString("view_as");
+    static PyObject* const kHooks = PyUnicode_InternFromString("_backward_hooks");
+    static PyObject* const kGradFn = PyUnicode_InternFromString("grad_fn");
+    static PyObject* const kRegisterDict = PyUnicode_InternFromString("_register_hook_dict");
+    static PyObject* const kRegisterHook = PyUnicode_InternFromString("register_hook");
+    auto view = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(x.ptr(), kViewAs, x.ptr()));
+    if (!view) throw py::error_already_set();
+    py::object hook = RecordHook(index);
+    if (direct_) {
+      py::dict hooks;  // each view its own
+      hooks[py::int_(0)] = hook;
+      if (PyObject_SetAttr(view.ptr(), kHooks, hooks.ptr()) != 0) throw py::error_already_set();
+      auto grad_fn = py::reinterpret_steal<py::object>(PyObject_GetAttr(view.ptr(), kGradFn));
+      if (!grad_fn) throw py::error_already_set();
+      auto done = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(grad_fn.ptr(), kRegisterDict, view.ptr()));
+      if (!done) throw py::error_already_set();
+    } else {
+      auto handle = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(view.ptr(), kRegisterHook, hook.ptr()));
+      if (!handle) throw py::error_already_set();
+    }
+    return view;
+  }
+
+  py::weakref inst_;  // the Instrumentation, weakly (see PySite), for the Sites
+  std::string module_;
+  py::object module_ref_;
+  bool direct_;
+  std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
 };
 
 // The same (boundary, tensor) pairs recorded step after step (dgrr.torch's
@@ -1307,11 +1428,34 @@ PYBIND11_MODULE(_dgrr, m) {
         return "<dgrr.Boundary '" + b.name + "'" + (b.handle.recorded ? "" : " (not recorded)") + ">";
       });
 
+  // What a pickled dgrr.torch hook loads as (see PyInertHook).
+  py::class_<PyInertHook>(m, "InertHook", "A dgrr.torch hook of a module copied by pickling: does nothing.")
+      .def(py::init<>())
+      .def("__call__", [](const PyInertHook&, const py::args&, const py::kwargs&) {})
+      .def("record", [](const PyInertHook&, const py::args&) {})
+      .def("forward_hook", [](const PyInertHook&, const py::args&) {})
+      .def(py::pickle([](const PyInertHook&) { return py::tuple(); },
+                      [](const py::tuple&) { return PyInertHook(); }));
+  // deepcopy: the same hook, inert on the copy; pickle: an InertHook.
+  auto same_hook = [](const py::object& self, const py::object&) { return self; };
+  auto inert_hook = [](const py::object&) { return py::make_tuple(py::type::of<PyInertHook>(), py::tuple()); };
+
   py::class_<PySite>(m, "Site", "A boundary dgrr.torch's hooks record under (python/dgrr/torch.py).")
-      .def(py::init<const py::object&, std::string, std::string, std::string, std::string>(), py::arg("inst"),
-           py::arg("name"), py::arg("phase"), py::arg("kind"), py::arg("module") = "")
+      .def(py::init<const py::object&, std::string, std::string, std::string, std::string, const py::object&>(),
+           py::arg("inst"), py::arg("name"), py::arg("phase"), py::arg("kind"), py::arg("module") = "",
+           py::arg("module_object") = py::none())
       .def("record", &PySite::Record, py::arg("tensor"))
-      .def("forward_hook", &PySite::ForwardHook, py::arg("module"), py::arg("inputs"), py::arg("output"));
+      .def("forward_hook", &PySite::ForwardHook, py::arg("module"), py::arg("inputs"), py::arg("output"))
+      .def("__deepcopy__", same_hook)
+      .def("__reduce__", inert_hook);
+
+  py::class_<PyInputGradHook>(m, "InputGradHook",
+                              "dgrr.torch's forward pre-hook for a module's input gradients (python/dgrr/torch.py).")
+      .def(py::init<const py::object&, std::string, const py::object&, bool>(), py::arg("inst"), py::arg("module"),
+           py::arg("module_object"), py::arg("direct"))
+      .def("__call__", &PyInputGradHook::Call, py::arg("module"), py::arg("inputs"))
+      .def("__deepcopy__", same_hook)
+      .def("__reduce__", inert_hook);
 
   py::class_<PyRecordPlan>(m, "RecordPlan",
                            "(boundary, tensor) pairs recorded again each call (Session.record_plan).")

@@ -918,6 +918,48 @@ def _direct_tensor_hooks():
     return _direct_hooks_work
 
 
+class _FullBackwardHook:
+    """A module's full backward hook (modules with several inputs or of
+    unknown types): records each gradient of grad_input. Like the C++ hooks
+    (python/binding.cc, PyInertHook), it serves its own module only, holds
+    it and the Instrumentation weakly, stays inert on a deepcopy of the model
+    and pickles as an InertHook."""
+
+    def __init__(self, inst, name, module):
+        self._inst = _weakref.ref(inst)
+        self._module = _weakref.ref(module)
+        self._name = name
+
+    def __call__(self, module, grad_input, grad_output):
+        inst = self._inst()
+        if module is not self._module() or inst is None:
+            return
+        for i, t in _tensors(grad_input):
+            inst._record(f"{self._name}.grad_in.{i}", "backward", "other", t, inst.examples)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return (_dgrr.InertHook, ())
+
+
+class _Mark:
+    """What an instrumented model carries (as _INSTRUMENTED): its
+    Instrumentation, which the model so keeps alive while it is, and by
+    which instrument() refuses a second one. A copy of the model (deepcopy,
+    pickle) gets an empty mark: the copy is not instrumented."""
+
+    def __init__(self, inst=None):
+        self.inst = inst
+
+    def __deepcopy__(self, memo):
+        return _Mark()
+
+    def __reduce__(self):
+        return (_Mark, ())
+
+
 class Instrumentation:
     """The hooks instrument() placed; remove() takes them all off.
 
@@ -949,13 +991,16 @@ class Instrumentation:
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
             if session.records("forward", kind):
-                self._handles.append(module.register_forward_hook(self._forward_hook(name, kind)))
+                self._handles.append(
+                    module.register_forward_hook(self._forward_hook(name, kind, module)))
             if not records_backward:
                 continue
             if isinstance(module, _SINGLE_INPUT):
-                self._handles.append(module.register_forward_pre_hook(self._input_grad_hook(name)))
+                self._handles.append(
+                    module.register_forward_pre_hook(self._input_grad_hook(name, module)))
             else:
-                self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
+                self._handles.append(
+                    module.register_full_backward_hook(self._backward_hook(name, module)))
         if optimizer is not None:
             self._hook_optimizer(optimizer)
 
@@ -988,10 +1033,10 @@ class Instrumentation:
                 tensor = tensor.contiguous()
         self.session.record(b, tensor, examples[0], examples[1])
 
-    def _forward_hook(self, name, kind):
+    def _forward_hook(self, name, kind, module):
         """A module's forward hook: a dgrr._dgrr.Site's, in C++ (python/binding.cc);
         a tuple or list output comes back to _record_output_items."""
-        return _dgrr.Site(self, f"{name}.out", "forward", kind, name).forward_hook
+        return _dgrr.Site(self, f"{name}.out", "forward", kind, name, module).forward_hook
 
     def _record_output_items(self, name, kind, output):
         """Each tensor of a module's tuple or list output, as `<name>.out.<i>`."""
@@ -1002,52 +1047,14 @@ class Instrumentation:
                     self, f"{name}.out.{i}", "forward", kind)
             site.record(t)
 
-    def _input_grad_hook(self, name):
+    def _input_grad_hook(self, name, module):
         """A forward pre-hook: each tensor input that will get a gradient is
-        replaced by a view of itself whose gradient hook records it."""
-        sites = {}
+        replaced by a view of itself whose gradient hook records it (a
+        dgrr._dgrr.InputGradHook, in C++: python/binding.cc)."""
+        return _dgrr.InputGradHook(self, name, module, _direct_tensor_hooks())
 
-        def record_for(i):
-            site = sites.get(i)
-            if site is None:
-                site = sites[i] = _dgrr.Site(self, f"{name}.grad_in.{i}", "backward", "other").record
-            return site
-
-        first = record_for(0)
-        direct = _direct_tensor_hooks()
-
-        def pre_hook(module, inputs):
-            if len(inputs) == 1:   # the usual case, without the loop
-                x = inputs[0]
-                if (isinstance(x, _torch.Tensor) and x.requires_grad
-                        and _torch.is_grad_enabled()):
-                    x = x.view_as(x)
-                    if direct:
-                        x._backward_hooks = {0: first}   # each view its own
-                        x.grad_fn._register_hook_dict(x)
-                    else:
-                        x.register_hook(first)
-                    return (x,)
-                return None
-            if not _torch.is_grad_enabled():
-                return None
-            wrapped, index, changed = [], 0, False
-            for x in inputs:
-                if isinstance(x, _torch.Tensor):
-                    if x.requires_grad:
-                        x = x.view_as(x)
-                        x.register_hook(record_for(index))
-                        changed = True
-                    index += 1
-                wrapped.append(x)
-            return tuple(wrapped) if changed else None
-        return pre_hook
-
-    def _backward_hook(self, name):
-        def hook(module, grad_input, grad_output):
-            for i, t in _tensors(grad_input):
-                self._record(f"{name}.grad_in.{i}", "backward", "other", t, self.examples)
-        return hook
+    def _backward_hook(self, name, module):
+        return _FullBackwardHook(self, name, module)
 
     # -- optimizer ----------------------------------------------------------
     def _hook_optimizer(self, optimizer):
@@ -1190,7 +1197,7 @@ class Instrumentation:
         if self._restore_step is not None:
             self.optimizer.step = self._restore_step
             self._restore_step = None
-        if getattr(self.model, _INSTRUMENTED, None) is self:
+        if _instrumentation_of(self.model) is self:
             delattr(self.model, _INSTRUMENTED)
 
 
@@ -1203,7 +1210,7 @@ def instrument(session, model, optimizer=None, modules=None, backward=True):
     backward: also record the gradients flowing back through each module.
     Instrumenting a model twice is refused (every boundary would be recorded
     twice); remove() the first one."""
-    if getattr(model, _INSTRUMENTED, None) is not None:
+    if _instrumentation_of(model) is not None:
         raise FailedPreconditionError(
             "dgrr.torch: this model is already instrumented; call remove() on the first "
             "Instrumentation before instrumenting it again")
@@ -1211,8 +1218,13 @@ def instrument(session, model, optimizer=None, modules=None, backward=True):
         # The settings in force, named, when determinism() was not called.
         _warn_about(current_controls())
     inst = Instrumentation(session, model, optimizer, modules, backward)
-    setattr(model, _INSTRUMENTED, inst)
+    setattr(model, _INSTRUMENTED, _Mark(inst))
     return inst
+
+
+def _instrumentation_of(model):
+    mark = getattr(model, _INSTRUMENTED, None)
+    return mark.inst if isinstance(mark, _Mark) else None
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 checkpoints after steps 1, 3 and 5): identical runs, thread counts, a
 planted one-bit bug, SIGKILL and resume, and bad use."""
 
+import copy
 import gc
+import io
 import json
 import os
 import re
@@ -388,6 +390,60 @@ def test_input_gradients_are_the_same_however_their_hook_is_installed(tmp_path, 
     assert runs[0] == runs[1]
     assert [name for name, _, _ in runs[0][:5]] == [
         "0.out", "1.out", "2.out", "2.grad_in.0", "1.grad_in.0"]
+
+
+class LinearThenBilinear(torch.nn.Module):
+    """A single-input module (its input gradient caught through a view) and
+    a two-input one (through a full backward hook)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.pair = torch.nn.Bilinear(3, 3, 2)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.pair(h, x)
+
+
+def one_recorded_step(run_dir, with_copies):
+    """One recorded step of LinearThenBilinear; with_copies: a deepcopy and
+    a torch.save/torch.load copy of the instrumented model run forward and
+    backward inside the step too."""
+    torch.manual_seed(3)
+    model = LinearThenBilinear()
+    x = torch.randn(4, 3, requires_grad=True)
+    with dgrr.open(run_dir=run_dir, seed=1) as s:
+        inst = dgrr.torch.instrument(s, model)
+        s.resume()
+        inst.begin_step(0, (0, 4))
+        loss = model(x).square().mean()
+        inst.record_loss(loss)
+        loss.backward()
+        if with_copies:
+            saved = io.BytesIO()
+            torch.save(model, saved)
+            saved.seek(0)
+            copies = [copy.deepcopy(model), torch.load(saved)]
+            for other in copies:
+                other(x).square().mean().backward()
+            # The copies are not instrumented: each may be, on its own.
+            for other in copies:
+                dgrr.torch.instrument(s, other).remove()
+        s.end_step(0, loss.item())
+        inst.remove()
+
+
+def test_copies_of_an_instrumented_model_record_nothing(tmp_path):
+    """An EMA model or a saved one carries the hooks of the model it was
+    copied from: they must neither fail the copy (a hook that cannot be
+    pickled or deep-copied) nor record the copy's tensors under the
+    original's boundaries."""
+    one_recorded_step(tmp_path / "a", with_copies=False)
+    one_recorded_step(tmp_path / "b", with_copies=True)
+    r = compare(tmp_path / "a", tmp_path / "b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: no divergence" in r.stdout
 
 
 def test_hooks_do_not_keep_the_model_alive(session):
