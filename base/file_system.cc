@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/environment.h"
 #include "base/file.h"
 
 namespace dgrr {
@@ -293,8 +294,8 @@ class RefusingFileSystem final : public FileSystem {
 
 // The test hook, read once: DGRR_TEST_FAULT unset means plain POSIX.
 FileSystem* FileSystemFromEnvironment() {
-  const char* hook = std::getenv("DGRR_TEST_FAULT");
-  if (hook == nullptr || *hook == '\0') return FileSystem::Posix();
+  const std::string hook = GetEnvOrEmpty("DGRR_TEST_FAULT");
+  if (hook.empty()) return FileSystem::Posix();
   StatusOr<FaultSpec> spec = FaultSpec::Parse(hook);
   if (!spec.ok()) {
     static RefusingFileSystem refusing(

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <string>
 
+#include "base/environment.h"
+
 namespace dgrr {
 namespace {
 
@@ -20,9 +22,8 @@ struct KillSpec {
 // Parsed once; a malformed value disarms the hook rather than guess.
 KillSpec ParseSpec() {
   KillSpec spec;
-  const char* env = ::getenv("DGRR_TEST_KILL_AT");
-  if (env == nullptr || *env == '\0') return spec;
-  const std::string text(env);
+  const std::string text = GetEnvOrEmpty("DGRR_TEST_KILL_AT");
+  if (text.empty()) return spec;
   const size_t a = text.find(':');
   if (a == std::string::npos || a == 0) return spec;
   const size_t b = text.find(':', a + 1);
@@ -33,8 +34,7 @@ KillSpec ParseSpec() {
   } catch (const std::exception&) {
     return KillSpec{};
   }
-  if (const char* sig = ::getenv("DGRR_TEST_KILL_SIGNAL"); sig != nullptr && *sig != '\0') {
-    const std::string name(sig);
+  if (const std::string name = GetEnvOrEmpty("DGRR_TEST_KILL_SIGNAL"); !name.empty()) {
     if (name == "INT") {
       spec.signal = SIGINT;
     } else if (name == "TERM") {

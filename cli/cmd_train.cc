@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/coding.h"
+#include "base/environment.h"
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
@@ -276,8 +277,8 @@ struct Launched {
 
 Launched LaunchedByMpi() {
   auto number = [](const char* name) -> int {
-    const char* v = std::getenv(name);
-    return v != nullptr && *v != '\0' ? std::atoi(v) : -1;
+    const std::string v = GetEnvOrEmpty(name);
+    return !v.empty() ? std::atoi(v.c_str()) : -1;
   };
   Launched l;
   for (auto [size_var, rank_var] : {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},

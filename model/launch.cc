@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "base/environment.h"
 #include "base/file.h"
 #include "runtime/json_input.h"
 #include "runtime/session.h"
@@ -17,7 +18,7 @@ std::string g_executable;  // guarded by g_executable_mu
 }  // namespace
 
 std::string DgrrExecutable() {
-  if (const char* env = std::getenv("DGRR_EXECUTABLE"); env != nullptr && *env != '\0') return env;
+  if (std::string env = GetEnvOrEmpty("DGRR_EXECUTABLE"); !env.empty()) return env;
   std::lock_guard<std::mutex> lock(g_executable_mu);
   return g_executable;
 }

@@ -26,6 +26,7 @@
 #include <dgrr/dgrr.h>
 
 #include "base/dtype.h"
+#include "base/environment.h"
 #include "base/status.h"
 #include "fingerprint/tensor.h"
 #include "model/corpus.h"
@@ -651,7 +652,7 @@ class PyCommunicator {
 
 bool StartedByMpiLauncher() {
   for (const char* launcher_variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
-    if (std::getenv(launcher_variable) != nullptr) return true;
+    if (GetEnv(launcher_variable)) return true;
   }
   return false;
 }

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "base/coding.h"
+#include "base/environment.h"
 #include "base/file.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
@@ -317,8 +318,7 @@ Status CollectResults(int world_size, ReexecuteResult& result) {
 
 // `name` found in a directory of PATH, as an absolute path; NotFound otherwise.
 StatusOr<std::string> FindOnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "";
+  const std::string dirs = GetEnvOrEmpty("PATH");
   for (size_t begin = 0; begin <= dirs.size();) {
     const size_t end = std::min(dirs.find(':', begin), dirs.size());
     const std::string dir = dirs.substr(begin, end - begin);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/coding.h"
+#include "base/environment.h"
 #include "base/file.h"
 #include "runtime/json_input.h"
 
@@ -66,8 +67,8 @@ constexpr std::pair<StatusCode, const char*> kStatusWords[] = {
 }  // namespace
 
 StatusOr<std::optional<ControlFile>> ReadActiveControl() {
-  const char* path = std::getenv(kControlEnvVar);
-  if (path == nullptr || *path == '\0') return std::optional<ControlFile>();
+  const std::string path = GetEnvOrEmpty(kControlEnvVar);
+  if (path.empty()) return std::optional<ControlFile>();
   DGRR_ASSIGN_OR_RETURN(ControlFile control, ReadControlFile(path));
   return std::optional<ControlFile>(std::move(control));
 }

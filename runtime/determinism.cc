@@ -6,19 +6,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/environment.h"
+
 namespace dgrr {
 namespace {
 
 class RealEnvironment final : public ProcessEnvironment {
  public:
-  std::optional<std::string> Get(const std::string& name) const override {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  }
-  void Set(const std::string& name, const std::string& value) override {
-    ::setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
-  }
+  std::optional<std::string> Get(const std::string& name) const override { return GetEnv(name.c_str()); }
+  void Set(const std::string& name, const std::string& value) override { SetEnvIfUnset(name, value); }
   std::optional<std::string> ReadTextFile(const std::string& path) const override {
     std::ifstream in(path);
     if (!in) return std::nullopt;

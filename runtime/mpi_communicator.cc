@@ -1,5 +1,7 @@
 #include "runtime/mpi_communicator.h"
 
+#include "base/environment.h"
+
 #include <mpi.h>
 
 #include <sched.h>
@@ -134,7 +136,11 @@ StatusOr<std::unique_ptr<MpiCommunicator>> OpenMpiCommunicator() {
   MPI_Initialized(&initialized);
   bool owns_mpi = false;
   if (!initialized) {
-    DGRR_RETURN_IF_ERROR(CheckMpiLauncherEnvironment([](const char* name) { return std::getenv(name); }));
+    DGRR_RETURN_IF_ERROR(CheckMpiLauncherEnvironment([](const char* name) {
+      // The variable's string outlives the lock: setenv of others never frees it.
+      auto lock = LockEnvironment();
+      return static_cast<const char*>(std::getenv(name));
+    }));
     int provided = MPI_THREAD_SINGLE;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return Status::Internal("MPI_Init_thread failed: " + MpiError(rc));

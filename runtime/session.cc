@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "base/coding.h"
+#include "base/environment.h"
 #include "base/file.h"
 #include "base/kill_point.h"
 #include "base/version.h"
@@ -177,11 +178,11 @@ Status Session::Init() {
   ProcessEnvironment& env =
       options_.environment ? *options_.environment : RealProcessEnvironment();
   // setenv and getenv are not thread-safe against each other, and ranks often
-  // open their sessions from parallel threads: one process-wide lock covers
-  // applying the controls (the first session sets them, later ones only read)
-  // and collecting the environment (the CUDA runtime reads variables too).
-  static std::mutex environment_mutex;
-  std::unique_lock<std::mutex> environment_lock(environment_mutex);
+  // open their sessions from parallel threads: the process-wide environment
+  // lock (base/environment.h) covers applying the controls (the first session
+  // sets them, later ones only read) and collecting the environment (the CUDA
+  // runtime reads variables too).
+  auto environment_lock = LockEnvironment();
   DGRR_ASSIGN_OR_RETURN(controls_, DeterminismControls::Apply(det, env));
 
   // The caller's argument, not a file: a bad one is a usage error.
