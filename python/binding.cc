@@ -991,7 +991,8 @@ class PySite {
 
   void Record(const py::handle& tensor) {
     if (!boundary_) Declare();
-    if (!boundary_->handle.recorded) return;
+    // Outside a step (an evaluation between steps) nothing is recorded.
+    if (!boundary_->handle.recorded || !session_->Get().in_step()) return;
     const auto [first, count] = Examples();
     TensorView view;
     if (!FastViewTorch(tensor, view)) {
@@ -1065,7 +1066,7 @@ class PyInputGradHook {
       : inst_(inst), module_(std::move(module)), module_ref_(WeakModule(module_object)), direct_(direct) {}
 
   py::object Call(const py::handle& module, const py::tuple& inputs) {
-    if (!IsModuleOf(module_ref_, module) || !GradEnabled()) return py::none();
+    if (!IsModuleOf(module_ref_, module) || !GradEnabled() || !InStep()) return py::none();
     const size_t n = inputs.size();
     if (n == 1) {  // the usual case
       if (!NeedsGradient(inputs[0])) return py::none();
@@ -1109,11 +1110,23 @@ class PyInputGradHook {
     return flag.ptr() == Py_True;
   }
 
+  bool InStep() {
+    if (session_ == nullptr) {
+      session_object_ = Instrumentation().attr("session");
+      session_ = session_object_.cast<PySession*>();
+    }
+    return session_->Get().in_step();
+  }
+
+  py::object Instrumentation() {
+    py::object inst = inst_();
+    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
+    return inst;
+  }
+
   py::object RecordHook(size_t index) {
     while (records_.size() <= index) {
-      py::object inst = inst_();
-      if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
-      py::object site = py::cast(PySite(inst, module_ + ".grad_in." + std::to_string(records_.size()),
+      py::object site = py::cast(PySite(Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
                                         "backward", "other", ""));
       records_.push_back(site.attr("record"));
     }
@@ -1149,6 +1162,8 @@ class PyInputGradHook {
   py::object module_ref_;
   bool direct_;
   std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
+  py::object session_object_;  // keeps session_ alive
+  PySession* session_ = nullptr;
 };
 
 // The same (boundary, tensor) pairs recorded step after step (dgrr.torch's
@@ -1488,6 +1503,8 @@ PYBIND11_MODULE(_dgrr, m) {
            "capture() copies outside state into registered buffers (before each checkpoint "
            "and resume); restore() copies it back (after each resume).")
       .def("begin_step", &PySession::BeginStep, py::arg("step"))
+      .def_property_readonly("in_step", [](PySession& s) { return s.Get().in_step(); },
+                             "Whether begin_step was called and the step's end_step not yet.")
       .def("end_step", &PySession::EndStep, py::arg("step"), py::arg("loss"))
       .def("should_checkpoint",
            [](PySession& s, uint64_t step) { return s.Get().ShouldCheckpoint(step); },

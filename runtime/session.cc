@@ -517,6 +517,7 @@ Status Session::BeginStep(uint64_t step) {
     return Status::FailedPrecondition("call Resume() before the first step: it says where the run starts");
   }
   step_ = step;
+  in_step_ = true;
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::StepRecord r;
   r.step = step;
@@ -531,6 +532,7 @@ Status Session::EndStep(uint64_t step, float loss) {
     return Status::InvalidArgument("EndStep(" + std::to_string(step) + ") does not match BeginStep(" +
                                    std::to_string(step_) + ")");
   }
+  in_step_ = false;
   DGRR_RETURN_IF_ERROR(deferred_error_);
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::StepRecord r;

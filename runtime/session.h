@@ -252,6 +252,11 @@ class Session {
   Status RecordEvent(trace::EventKind kind, std::string_view payload);
 
   uint64_t current_step() const { return step_; }
+  // Between BeginStep and EndStep of the same step. Hooks that record
+  // whatever runs through a model (dgrr.torch's) record only then: a
+  // forward pass outside a step (an evaluation between steps) is not part
+  // of any step's record.
+  bool in_step() const { return in_step_; }
   // Index of the next trace record (what a checkpoint stores to cut at).
   // Records still waiting for a device fingerprint are not counted: Sync()
   // first for the position after everything recorded so far.
@@ -348,6 +353,7 @@ class Session {
   uint64_t state_config_digest_ = 0;  // what checkpoints carry (state_config_json)
   std::string env_text_, config_text_;  // rank<R>.env.json and config.json, written with the trace
   uint64_t step_ = 0;
+  bool in_step_ = false;
   uint64_t next_seq_ = 0;
   std::vector<SdcMismatch> sdc_mismatches_;
   // Boundary names by the session's own id (BoundaryHandle::name_id): the

@@ -932,7 +932,7 @@ class _FullBackwardHook:
 
     def __call__(self, module, grad_input, grad_output):
         inst = self._inst()
-        if module is not self._module() or inst is None:
+        if module is not self._module() or inst is None or not inst.session.in_step:
             return
         for i, t in _tensors(grad_input):
             inst._record(f"{self._name}.grad_in.{i}", "backward", "other", t, inst.examples)

@@ -446,6 +446,46 @@ def test_copies_of_an_instrumented_model_record_nothing(tmp_path):
     assert "result: no divergence" in r.stdout
 
 
+def steps_with_evaluations(run_dir, evaluate):
+    """Three recorded steps of LinearThenBilinear; evaluate: forward passes
+    between the steps (after end_step, before begin_step), with and without
+    torch.no_grad, as a validation loop makes them."""
+    torch.manual_seed(3)
+    model = LinearThenBilinear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 3)
+    with dgrr.open(run_dir=run_dir, seed=1) as s:
+        inst = dgrr.torch.instrument(s, model, optimizer)
+        s.resume()
+        for step in range(3):
+            if evaluate:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.ones(5, 3))
+                model(torch.ones(2, 3, requires_grad=True)).sum().backward()
+                model.train()
+            inst.begin_step(step, (4 * step, 4))
+            loss = model(x).square().mean()
+            inst.record_loss(loss)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            s.end_step(step, loss.item())
+        inst.remove()
+
+
+def test_forward_passes_between_steps_are_not_recorded(tmp_path):
+    """An evaluation between steps is not part of any step: before, its
+    outputs were recorded into the step before it, under the training
+    batch's examples, and compare could pair nothing past them."""
+    steps_with_evaluations(tmp_path / "a", evaluate=False)
+    steps_with_evaluations(tmp_path / "b", evaluate=True)
+    r = compare(tmp_path / "a", tmp_path / "b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no_counterpart" not in r.stdout, r.stdout
+    assert re.search(r"certified prefix: \d+ pairs, 3 steps", r.stdout), r.stdout
+
+
 def test_hooks_do_not_keep_the_model_alive(session):
     model = Tiny()
     alive = weakref.ref(model)
