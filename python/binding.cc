@@ -866,8 +866,38 @@ class PySession {
     entry.role = ParseRole(role);
     entry.replicated = replicated;
     entry.where = view.ref.where;
+    const bool parameter = entry.role == StateRole::kParameter;
     Check(s.state().Register(std::move(entry)));
+    if (LooksLikeTorchTensor(array)) registered_tensors_.push_back({state_.size(), name, parameter});
     state_.push_back(std::move(view));  // the memory stays valid while the session lives
+  }
+
+  // A registered torch tensor keeps its Python object alive, not its
+  // memory: model.double(), model.to(...), `param.data = ...` or a resize_
+  // give the same Parameter other memory and free the old, which the
+  // session would then fingerprint, checkpoint and restore into. So before
+  // it does, each such tensor is read again (parameters only at end_step,
+  // every one at checkpoint and resume) and must still have the pointer,
+  // dtype and size it was registered with.
+  void CheckRegisteredMemory(bool parameters_only, const char* when) {
+    for (const RegisteredTensor& r : registered_tensors_) {
+      if (parameters_only && !r.parameter) continue;
+      const TensorView& registered = state_[r.index];
+      TensorView now;
+      if (!FastViewTorch(registered.owner, now)) {
+        ViewTorch(registered.owner, "state '" + r.name + "'", now, TensorUse::kState);
+      }
+      if (now.ref.data == registered.ref.data && now.ref.bytes == registered.ref.bytes &&
+          now.ref.dtype == registered.ref.dtype) {
+        continue;
+      }
+      Throw(Status::FailedPrecondition(
+          std::string(when) + ": state '" + r.name + "' is no longer in the memory it was registered with (" +
+          std::string(DTypeName(registered.ref.dtype)) + ", " + std::to_string(registered.ref.bytes) + " bytes; now " +
+          std::string(DTypeName(now.ref.dtype)) + ", " + std::to_string(now.ref.bytes) +
+          " bytes elsewhere): the model or tensor was moved, converted or resized after it was registered "
+          "(model.to(), .double(), param.data = ...); register state after such changes"));
+    }
   }
 
   // State that lives outside registered memory (a generator inside torch,
@@ -882,6 +912,7 @@ class PySession {
 
   uint64_t Resume() {
     Session& s = Get();
+    CheckRegisteredMemory(/*parameters_only=*/false, "resume");
     CaptureHooks();
     StatusOr<uint64_t> start = Status::Internal("unset");
     {
@@ -895,11 +926,13 @@ class PySession {
 
   void Checkpoint(uint64_t step) {
     Get();
+    CheckRegisteredMemory(/*parameters_only=*/false, "checkpoint");
     CaptureHooks();
     Released([&](Session& s) { return s.Checkpoint(step); });
   }
   void BeginStep(uint64_t step) { Check(Get().BeginStep(step)); }
   void EndStep(uint64_t step, float loss) {
+    CheckRegisteredMemory(/*parameters_only=*/true, "end_step");
     Released([&](Session& s) { return s.EndStep(step, loss); });
   }
 
@@ -931,6 +964,7 @@ class PySession {
   }
   void Release() {
     hooks_.clear();
+    registered_tensors_.clear();
     state_.clear();
     if (PyCommunicator* c = Communicator()) c->RemoveUser(this);
     communicator_ = py::none();
@@ -954,6 +988,12 @@ class PySession {
   std::unique_ptr<Session> session_;
   py::object communicator_;  // the PyCommunicator its RankGroup uses, or None
   std::vector<TensorView> state_;
+  struct RegisteredTensor {
+    size_t index;  // into state_
+    std::string name;
+    bool parameter;
+  };
+  std::vector<RegisteredTensor> registered_tensors_;  // the torch tensors among state_
   std::vector<std::pair<py::function, py::function>> hooks_;
 };
 

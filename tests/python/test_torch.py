@@ -486,6 +486,30 @@ def test_forward_passes_between_steps_are_not_recorded(tmp_path):
     assert re.search(r"certified prefix: \d+ pairs, 3 steps", r.stdout), r.stdout
 
 
+def test_state_moved_after_registration_is_refused_by_name(tmp_path):
+    """model.double() gives each Parameter new memory and frees the old,
+    which the session would fingerprint, checkpoint and restore into: the
+    next end_step (parameters), checkpoint or resume names the state."""
+    model = Tiny()
+    with dgrr.open(run_dir=tmp_path / "a", seed=1) as s:
+        dgrr.torch.register_torch_state(s, model)
+        model.double()
+        with pytest.raises(dgrr.FailedPreconditionError,
+                           match=r"resume: state 'model.fc.weight' is no longer in the memory"):
+            s.resume()
+    model = Tiny()
+    with dgrr.open(run_dir=tmp_path / "b", seed=1) as s:
+        dgrr.torch.register_torch_state(s, model)
+        s.resume()
+        s.begin_step(0)
+        model.fc.weight.data = torch.zeros(2, 3)   # same dtype and size, other memory
+        with pytest.raises(dgrr.FailedPreconditionError,
+                           match=r"end_step: state 'model.fc.weight' is no longer in the memory"):
+            s.end_step(0, 0.0)
+        with pytest.raises(dgrr.FailedPreconditionError, match=r"checkpoint: state 'model.fc"):
+            s.checkpoint(0)
+
+
 def test_hooks_do_not_keep_the_model_alive(session):
     model = Tiny()
     alive = weakref.ref(model)
