@@ -968,8 +968,9 @@ class Instrumentation:
     of matmul and elementwise modules), unless a control file is in force (a
     dump may name any boundary)."""
 
-    def __init__(self, session, model, optimizer, modules, backward):
+    def __init__(self, session, model, optimizer, modules, backward, prefix=""):
         self.session = session
+        self.prefix = prefix
         self.model = model
         self.optimizer = optimizer
         # The examples of the step's batch, for the forward and backward
@@ -1020,7 +1021,7 @@ class Instrumentation:
         key = (name, phase)
         b = self._boundaries.get(key)
         if b is None:
-            b = self.session.declare_boundary(name, phase, "output", kind)
+            b = self.session.declare_boundary(self.prefix + name, phase, "output", kind)
             self._boundaries[key] = b
         return b
 
@@ -1199,27 +1200,42 @@ class Instrumentation:
             self._restore_step = None
         if _instrumentation_of(self.model) is self:
             delattr(self.model, _INSTRUMENTED)
+        _live_instrumentations.get(self.session, set()).discard(self)
 
 
-def instrument(session, model, optimizer=None, modules=None, backward=True):
+def instrument(session, model, optimizer=None, modules=None, backward=True, prefix=""):
     """Records the model's module boundaries, its parameter gradients and
     the optimizer's update through hooks (see the module docstring).
 
     modules: None (every leaf module), a list of names from
     model.named_modules(), or a predicate f(name, module) -> bool.
     backward: also record the gradients flowing back through each module.
+    prefix: put before every boundary name; several models instrumented in
+    one session (a GAN's generator and discriminator) each need their own,
+    or their boundaries would share names ("fc.out", "loss"...).
     Instrumenting a model twice is refused (every boundary would be recorded
     twice); remove() the first one."""
     if _instrumentation_of(model) is not None:
         raise FailedPreconditionError(
             "dgrr.torch: this model is already instrumented; call remove() on the first "
             "Instrumentation before instrumenting it again")
+    others = _live_instrumentations.setdefault(session, _weakref.WeakSet())
+    if any(other.prefix == prefix for other in others):
+        raise InvalidArgumentError(
+            f"dgrr.torch: another model is instrumented in this session with prefix {prefix!r}: "
+            f"their boundaries would share names; give each model its own prefix= "
+            f"(say 'generator.' and 'discriminator.'), or remove() the other first")
     if not _applied:
         # The settings in force, named, when determinism() was not called.
         _warn_about(current_controls())
-    inst = Instrumentation(session, model, optimizer, modules, backward)
+    inst = Instrumentation(session, model, optimizer, modules, backward, prefix)
     setattr(model, _INSTRUMENTED, _Mark(inst))
+    others.add(inst)
     return inst
+
+
+# session -> the Instrumentations on it not yet removed (for their prefixes).
+_live_instrumentations = _weakref.WeakKeyDictionary()
 
 
 def _instrumentation_of(model):

@@ -429,7 +429,7 @@ def one_recorded_step(run_dir, with_copies):
                 other(x).square().mean().backward()
             # The copies are not instrumented: each may be, on its own.
             for other in copies:
-                dgrr.torch.instrument(s, other).remove()
+                dgrr.torch.instrument(s, other, prefix="copy.").remove()
         s.end_step(0, loss.item())
         inst.remove()
 
@@ -508,6 +508,32 @@ def test_state_moved_after_registration_is_refused_by_name(tmp_path):
             s.end_step(0, 0.0)
         with pytest.raises(dgrr.FailedPreconditionError, match=r"checkpoint: state 'model.fc"):
             s.checkpoint(0)
+
+
+def test_two_models_in_one_session_need_their_own_prefixes(tmp_path):
+    """A GAN's generator and discriminator are both Tiny-shaped: without a
+    prefix their boundaries ("fc.out", "loss"...) would share names."""
+    generator, discriminator = Tiny(), Tiny()
+    with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
+        g = dgrr.torch.instrument(s, generator, prefix="generator.")
+        with pytest.raises(dgrr.InvalidArgumentError, match=r"another model is instrumented .* prefix 'generator.'"):
+            dgrr.torch.instrument(s, discriminator, prefix="generator.")
+        d = dgrr.torch.instrument(s, discriminator, prefix="discriminator.")
+        s.resume()
+        g.begin_step(0, (0, 1))
+        loss = discriminator(generator(torch.ones(1, 3, requires_grad=True)).repeat(1, 2)[:, :3]).sum()
+        d.record_loss(loss)
+        loss.backward()
+        s.end_step(0, 0.0)
+        d.remove()
+        # A removed Instrumentation frees its prefix.
+        dgrr.torch.instrument(s, Tiny(), prefix="discriminator.").remove()
+        g.remove()
+    listing = subprocess.run([CLI, "inspect", str(tmp_path / "r" / "rank0.trace")],
+                             capture_output=True, text=True).stdout
+    names = set(re.findall(r'name +id=\d+ .*"(.*)"', listing))
+    assert {"generator.fc.out", "generator.fc.grad_in.0", "discriminator.fc.out",
+            "discriminator.fc.grad_in.0", "discriminator.loss"} <= names, listing
 
 
 def test_hooks_do_not_keep_the_model_alive(session):
