@@ -389,6 +389,9 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
                        lambda: [{k: v for k, v in g.items() if k != "params"}
                                 for g in optimizer.param_groups],
                        lambda groups: [g.update(s) for g, s in zip(optimizer.param_groups, groups)])
+    _registered_optimizers.setdefault(session, _weakref.WeakSet())
+    if optimizer is not None:
+        _registered_optimizers[session].add(optimizer)
     if scheduler is not None:
         register_object_state(session, f"{prefix}scheduler", scheduler, role="counter")
     if sampler is not None:
@@ -1228,6 +1231,15 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
     if not _applied:
         # The settings in force, named, when determinism() was not called.
         _warn_about(current_controls())
+    registered = _registered_optimizers.get(session)
+    if optimizer is not None and registered is not None and optimizer not in registered:
+        # A forgotten optimizer: its moments would start from zero again after
+        # every resume, and the run would part from the uninterrupted one.
+        warnings.warn(
+            f"dgrr.torch: the optimizer instrumented ({type(optimizer).__name__}) is not registered "
+            f"as state: checkpoints will not hold it, and a resumed run will differ from the "
+            f"uninterrupted one; pass it to register_torch_state(session, model, optimizer)",
+            NondeterminismWarning, stacklevel=2)
     inst = Instrumentation(session, model, optimizer, modules, backward, prefix)
     setattr(model, _INSTRUMENTED, _Mark(inst))
     others.add(inst)
@@ -1236,6 +1248,8 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
 
 # session -> the Instrumentations on it not yet removed (for their prefixes).
 _live_instrumentations = _weakref.WeakKeyDictionary()
+# session -> the optimizers register_torch_state registered on it.
+_registered_optimizers = _weakref.WeakKeyDictionary()
 
 
 def _instrumentation_of(model):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 import weakref
 
 import numpy as np
@@ -534,6 +535,20 @@ def test_two_models_in_one_session_need_their_own_prefixes(tmp_path):
     names = set(re.findall(r'name +id=\d+ .*"(.*)"', listing))
     assert {"generator.fc.out", "generator.fc.grad_in.0", "discriminator.fc.out",
             "discriminator.fc.grad_in.0", "discriminator.loss"} <= names, listing
+
+
+def test_an_optimizer_instrumented_but_not_registered_is_warned_of(tmp_path):
+    model = Tiny()
+    optimizer = torch.optim.Adam(model.parameters())
+    with dgrr.open(run_dir=tmp_path / "a", seed=1) as s:
+        dgrr.torch.register_torch_state(s, model, optimizer)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*not registered as state")
+            dgrr.torch.instrument(s, model, optimizer).remove()
+        other = torch.optim.Adam(model.parameters())   # made again after registering
+        with pytest.warns(dgrr.torch.NondeterminismWarning,
+                          match=r"the optimizer instrumented \(Adam\) is not registered as state"):
+            dgrr.torch.instrument(s, model, other).remove()
 
 
 def test_hooks_do_not_keep_the_model_alive(session):

@@ -129,7 +129,9 @@ def test_dgrr_dropout_needs_no_generator_state_to_resume(tmp_path):
 
 
 def test_a_skipped_optimizer_state_restore_is_named(plain, tmp_path):
-    killed_and_resumed(tmp_path / "k", "--no-restore", "optimizer")
+    r = killed_and_resumed(tmp_path / "k", "--no-restore", "optimizer")
+    # Warned of before it happens: the optimizer is instrumented, not registered.
+    assert "the optimizer instrumented (Adam) is not registered as state" in r.stderr, r.stderr
     line = first_divergence(plain, tmp_path / "k")
     # Forward and backward of step 4 agree (parameters were restored); the
     # Adam update from zeroed moments is the first thing that differs.
