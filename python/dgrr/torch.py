@@ -370,8 +370,10 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
                                        the global generators (generators=True, or
                                        some of ("torch", "python", "numpy"))
 
-    The tensors must stay the same objects (no `p.data = ...`, no
-    load_state_dict after this)."""
+    The tensors must stay the same objects in the same memory (no
+    `p.data = ...`, model.to() or .double(), no load_state_dict after this):
+    end_step, checkpoint and resume refuse a registered tensor whose memory
+    changed, by name."""
     for name, p in model.named_parameters():
         session.register_state(f"{prefix}model.{name}", p, "parameter")
     for name, b in model.named_buffers():
