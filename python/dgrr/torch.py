@@ -748,9 +748,12 @@ class PermutationSampler(_torch.utils.data.Sampler):
     however far the run had come. Each iter() yields the rest of the current
     epoch; once it is exhausted the next iter() starts the next epoch.
 
-    A DataLoader with workers prefetches indices ahead of the step that
-    consumes them; use num_workers=0, or seek() to the consumed position
-    before checkpointing."""
+    A DataLoader with workers takes indices ahead of the step that consumes
+    them (prefetch). Read through EndlessBatches, `state` is what the steps
+    consumed instead (EndlessBatches moves it batch by batch), and a resume
+    is exact with any num_workers; iterated directly, it is what was handed
+    out: use num_workers=0 then, or seek() to the consumed position before
+    checkpointing."""
 
     def __init__(self, num_examples, seed, epoch=0):
         if not 0 < int(num_examples) < (1 << 32):
@@ -759,6 +762,10 @@ class PermutationSampler(_torch.utils.data.Sampler):
         self.num_examples, self.seed = int(num_examples), int(seed)
         self.state = _torch.tensor([int(epoch), 0], dtype=_torch.int64)
         self._order_epoch, self._order = None, None
+        # Set by EndlessBatches: then it moves `state` as batches are
+        # consumed, and an iteration only reads where to start.
+        self.consumer_moves_state = False
+        self.pass_start = (int(epoch), 0)
 
     @property
     def epoch(self):
@@ -787,10 +794,12 @@ class PermutationSampler(_torch.utils.data.Sampler):
     def __iter__(self):
         if self.position >= self.num_examples:
             self.state[0], self.state[1] = self.epoch + 1, 0
-        order = self.order(self.epoch)
-        while self.position < self.num_examples:
-            i = self.position
-            self.state[1] = i + 1
+        epoch, first = self.epoch, self.position
+        self.pass_start = (epoch, first)
+        order = self.order(epoch)
+        for i in range(first, self.num_examples):
+            if not self.consumer_moves_state:
+                self.state[1] = i + 1
             yield int(order[i])
 
     def __len__(self):
@@ -819,16 +828,40 @@ class EndlessBatches:
 
     def __init__(self, loader):
         self.loader, self.it = loader, None
+        # A PermutationSampler's state follows the batches handed to the
+        # steps, not the indices the loader (its workers' prefetch) took.
+        sampler = loader.sampler
+        self.sampler = (sampler if isinstance(sampler, PermutationSampler)
+                        and loader.batch_size is not None else None)
+        if self.sampler is not None:
+            self.sampler.consumer_moves_state = True
+        self.batches_this_pass = 0
 
     def next(self):
         for _ in range(3):
             if self.it is not None:
                 try:
-                    return next(self.it)
+                    batch = next(self.it)
                 except StopIteration:
-                    pass
+                    if self.sampler is not None:   # the pass is over; a short rest was dropped
+                        self.sampler.state[1] = self.sampler.num_examples
+                else:
+                    self.batches_this_pass += 1
+                    self._consumed()
+                    return batch
             self.it = iter(self.loader)
+            self.batches_this_pass = 0
         raise RuntimeError("the data loader yields no batch")
+
+    def _consumed(self):
+        """The sampler's state: where the batches handed out in this pass end
+        (the pass started where its iteration did; each batch is batch_size
+        examples, the last of an epoch possibly fewer)."""
+        if self.sampler is None:
+            return
+        epoch, first = self.sampler.pass_start
+        end = min(first + self.batches_this_pass * self.loader.batch_size, self.sampler.num_examples)
+        self.sampler.state[0], self.sampler.state[1] = epoch, end
 
 
 def _kind_of(module):

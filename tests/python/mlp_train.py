@@ -71,10 +71,10 @@ def batch(step):
     return x, y
 
 
-def dataset():
+def dataset(num_examples):
     g = torch.Generator().manual_seed(SEED + 17)
-    xs = torch.randn(NUM_EXAMPLES, DIM_IN, generator=g)
-    ys = torch.randn(NUM_EXAMPLES, DIM_OUT, generator=g)
+    xs = torch.randn(num_examples, DIM_IN, generator=g)
+    ys = torch.randn(num_examples, DIM_OUT, generator=g)
     return torch.utils.data.TensorDataset(xs, ys)
 
 
@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--global-rng", action="store_true")
     ap.add_argument("--scheduler", action="store_true")
     ap.add_argument("--sampler", action="store_true")
+    ap.add_argument("--workers", type=int, default=0, help="the DataLoader's num_workers (--sampler)")
+    ap.add_argument("--examples", type=int, default=NUM_EXAMPLES, help="the dataset's size (--sampler)")
     ap.add_argument("--no-restore", choices=["optimizer", "generators"], default=None)
     ap.add_argument("--optimizer", choices=["adam", "sgd-momentum"], default="adam")
     ap.add_argument("--plant", default="", help="KIND@MODULE@STEP")
@@ -160,12 +162,12 @@ def main():
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.5) if args.scheduler else None
-    sampler = dgrr.torch.PermutationSampler(NUM_EXAMPLES, SEED) if args.sampler else None
+    sampler = dgrr.torch.PermutationSampler(args.examples, SEED) if args.sampler else None
     # The loader gets a generator of its own: each iter() of a DataLoader
     # draws its workers' base seed from its generator, torch's global one by
     # default, and a resumed run creates its iterator at another point.
     batches = (dgrr.torch.EndlessBatches(torch.utils.data.DataLoader(
-        dataset(), batch_size=BATCH, sampler=sampler, drop_last=True,
+        dataset(args.examples), batch_size=BATCH, sampler=sampler, drop_last=True, num_workers=args.workers,
         generator=torch.Generator().manual_seed(SEED))) if sampler else None)
 
     state = {"step": -1}

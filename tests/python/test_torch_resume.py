@@ -91,6 +91,22 @@ def test_resume_is_bitwise_with_global_generators_scheduler_and_sampler(tmp_path
             assert name in rank0, sorted(rank0)
 
 
+def test_a_sampler_read_ahead_by_loader_workers_resumes_bitwise(tmp_path):
+    # Two workers with the default prefetch take indices from the sampler
+    # up to four batches ahead of the step that uses them: the checkpoint
+    # must hold what the steps consumed, not what the workers were handed.
+    # 200 examples: 12 batches an epoch, so the checkpoint of step 3 falls
+    # inside the first with the workers ahead of it.
+    args = ["--sampler", "--workers", "2", "--examples", "200"]
+    train(tmp_path / "ref", *args, "--params-out", str(tmp_path / "ref.npz"))
+    killed_and_resumed(tmp_path / "k", *args, "--params-out", str(tmp_path / "k.npz"))
+    assert load(tmp_path / "ref.npz") == load(tmp_path / "k.npz")
+    assert_equal_runs(tmp_path / "ref", tmp_path / "k")
+    import h5py
+    with h5py.File(tmp_path / "k" / "ckpt" / "step-00000003.rank-0.h5", "r") as f:
+        assert list(f["ranks/0/sampler"][()]) == [0, 64]
+
+
 def test_sgd_momentum_buffers_resume_bitwise(tmp_path):
     # SGD creates its momentum buffers in its first step (clones of the
     # gradient); the checkpoint of step 3 holds them and the resumed run
