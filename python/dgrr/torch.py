@@ -395,6 +395,7 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     if optimizer is not None:
         _registered_optimizers[session].add(optimizer)
     if scheduler is not None:
+        _materialize_scheduler_state(scheduler)
         register_object_state(session, f"{prefix}scheduler", scheduler, role="counter")
     if sampler is not None:
         sampler.register(session, f"{prefix}sampler")
@@ -558,6 +559,16 @@ class _MomentumBuffers:
                 self.optimizer.state[p]["momentum_buffer"] = buffer
             else:
                 self.optimizer.state.get(p, {}).pop("momentum_buffer", None)
+
+
+def _materialize_scheduler_state(scheduler):
+    """State a scheduler adds in its first step(), made now, as that step
+    would make it, so that its registered shape holds: torch 1.13's
+    ReduceLROnPlateau sets _last_lr (the groups' rates after the step) only
+    then; each step overwrites it."""
+    if (isinstance(scheduler, _torch.optim.lr_scheduler.ReduceLROnPlateau)
+            and not hasattr(scheduler, "_last_lr")):
+        scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
 def register_object_state(session, name, obj=None, role="other", get=None, put=None):

@@ -551,6 +551,47 @@ def test_an_optimizer_instrumented_but_not_registered_is_warned_of(tmp_path):
             dgrr.torch.instrument(s, model, other).remove()
 
 
+@pytest.mark.parametrize("make", [
+    lambda o: torch.optim.lr_scheduler.ReduceLROnPlateau(o, patience=0, factor=0.5),
+    lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=10),
+    lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+        torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=2),
+        torch.optim.lr_scheduler.CosineAnnealingLR(o, 8)], milestones=[2]),
+], ids=["ReduceLROnPlateau", "OneCycleLR", "SequentialLR"])
+def test_schedulers_are_checkpointed_and_resumed(tmp_path, make):
+    """Two steps and a checkpoint, then a fresh model, optimizer and
+    scheduler resumed from it: the scheduler's state_dict is the first's.
+    (ReduceLROnPlateau makes part of its state in its first step.)"""
+    def run(steps):
+        torch.manual_seed(0)
+        model = Tiny()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+        scheduler = make(optimizer)
+        with dgrr.open(run_dir=tmp_path / "r", seed=1, checkpoint_every=2, total_steps=4) as s:
+            dgrr.torch.register_torch_state(s, model, optimizer, scheduler)
+            start = s.resume()
+            for step in range(start, steps):
+                s.begin_step(step)
+                loss = model(torch.ones(2, 3)).square().sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    scheduler.step(loss.item())
+                else:
+                    scheduler.step()
+                s.end_step(step, loss.item())
+                if s.should_checkpoint(step):
+                    s.checkpoint(step)
+        return scheduler.state_dict(), optimizer.param_groups[0]["lr"]
+
+    saved, lr = run(2)
+    resumed, resumed_lr = run(2)   # resumes after step 1: no step left to run
+    keep = lambda d: {k: v for k, v in d.items() if not callable(v) and k != "_schedulers"}
+    assert keep(resumed) == keep(saved)
+    assert resumed_lr == lr
+
+
 def test_hooks_do_not_keep_the_model_alive(session):
     model = Tiny()
     alive = weakref.ref(model)
