@@ -289,8 +289,9 @@ def materialize_optimizer_state(optimizer):
     step() would (torch creates it lazily, inside that step), so it can be
     registered before Session.resume() restores it. The first step then
     finds the state present and updates it in place, bitwise as if it had
-    made it. Supported: Adam, AdamW, and SGD without momentum (no state);
-    anything else is refused, naming it. (SGD with momentum cannot be made
+    made it. Supported: Adam, AdamW, RMSprop, Adagrad (made by its
+    constructor), and SGD without momentum (no state); anything else is
+    refused, naming it. (SGD with momentum cannot be made
     early: its first step stores a clone of the gradient, not zeros updated
     in place. register_torch_state registers its buffers another way.)"""
     if isinstance(optimizer, _torch.optim.SGD):
@@ -300,10 +301,15 @@ def materialize_optimizer_state(optimizer):
                 "clones of the gradient; they cannot be made early (register_torch_state "
                 "registers them without that)")
         return
+    if isinstance(optimizer, _torch.optim.Adagrad):
+        return   # its constructor makes its state (step, sum)
+    if isinstance(optimizer, _torch.optim.RMSprop):
+        _materialize_rmsprop_state(optimizer)
+        return
     if not _adam_like(optimizer):
         raise InvalidArgumentError(
             f"dgrr.torch: optimizer {type(optimizer).__name__} is not supported yet "
-            "(Adam, AdamW, SGD without momentum)")
+            "(Adam, AdamW, RMSprop, Adagrad, SGD)")
     for group in optimizer.param_groups:
         # torch 1.13 and 2.x: a float32 step tensor, (1,)-shaped on the
         # parameter's device when capturable or fused.
@@ -320,6 +326,32 @@ def materialize_optimizer_state(optimizer):
             state["exp_avg_sq"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
             if group.get("amsgrad", False):
                 state["max_exp_avg_sq"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
+
+
+def _materialize_rmsprop_state(optimizer):
+    """RMSprop's first step makes square_avg (and momentum_buffer with
+    momentum, grad_avg when centered) as zeros, then updates them in place.
+    Its step counter enters no arithmetic; torch 1.13 keeps it as a Python
+    int, which dgrr cannot register, so it is made here as torch 2.x makes
+    it, a float32 scalar tensor, which `step += 1` then updates in place (a
+    differentiable RMSprop refuses a tensor step, so it is refused here)."""
+    for group in optimizer.param_groups:
+        if group.get("differentiable", False):
+            raise InvalidArgumentError(
+                "dgrr.torch: a differentiable RMSprop keeps an int step, which dgrr cannot "
+                "register; use differentiable=False")
+        on_device = group.get("capturable", False)
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if len(state) != 0:
+                continue
+            state["step"] = (_torch.zeros((), dtype=_torch.float, device=p.device) if on_device
+                             else _torch.tensor(0.0))
+            state["square_avg"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
+            if group["momentum"] > 0:
+                state["momentum_buffer"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
+            if group["centered"]:
+                state["grad_avg"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
 
 
 def _parameter_names(model):

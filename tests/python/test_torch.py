@@ -625,9 +625,13 @@ def test_an_unsupported_module_name_or_optimizer_is_refused(session):
     model = Tiny()
     with pytest.raises(dgrr.InvalidArgumentError, match="no module named 'fc9'"):
         dgrr.torch.instrument(session, model, modules=["fc9"])
-    rmsprop = torch.optim.RMSprop(model.parameters(), lr=0.1)
-    with pytest.raises(dgrr.InvalidArgumentError, match="RMSprop is not supported"):
-        dgrr.torch.register_torch_state(session, model, rmsprop)
+    adamax = torch.optim.Adamax(model.parameters(), lr=0.1)
+    with pytest.raises(dgrr.InvalidArgumentError, match="Adamax is not supported"):
+        dgrr.torch.register_torch_state(session, model, adamax)
+    # torch 1.13's differentiable RMSprop insists on an int step.
+    rmsprop = torch.optim.RMSprop(model.parameters(), lr=0.1, differentiable=True)
+    with pytest.raises(dgrr.InvalidArgumentError, match="differentiable RMSprop"):
+        dgrr.torch.materialize_optimizer_state(rmsprop)
     # SGD's momentum buffers are the clones its first step makes: they
     # cannot be made early, only registered (register_torch_state).
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -107,11 +107,14 @@ def test_a_sampler_read_ahead_by_loader_workers_resumes_bitwise(tmp_path):
         assert list(f["ranks/0/sampler"][()]) == [0, 64]
 
 
-def test_sgd_momentum_buffers_resume_bitwise(tmp_path):
+@pytest.mark.parametrize("optimizer", ["sgd-momentum", "rmsprop", "adagrad"])
+def test_other_optimizers_resume_bitwise(tmp_path, optimizer):
     # SGD creates its momentum buffers in its first step (clones of the
-    # gradient); the checkpoint of step 3 holds them and the resumed run
-    # continues from them, ending with the uninterrupted run's bits.
-    args = ("--optimizer", "sgd-momentum")
+    # gradient), RMSprop (centered, with momentum) its averages and an int
+    # step, Adagrad its sums in its constructor: the checkpoint of step 3
+    # holds them and the resumed run continues from them, ending with the
+    # uninterrupted run's bits.
+    args = ("--optimizer", optimizer)
     train(tmp_path / "ref", *args, "--params-out", str(tmp_path / "ref.npz"))
     killed_and_resumed(tmp_path / "k", *args, "--params-out", str(tmp_path / "k.npz"))
     assert load(tmp_path / "ref.npz") == load(tmp_path / "k.npz")
