@@ -289,9 +289,9 @@ def materialize_optimizer_state(optimizer):
     step() would (torch creates it lazily, inside that step), so it can be
     registered before Session.resume() restores it. The first step then
     finds the state present and updates it in place, bitwise as if it had
-    made it. Supported: Adam, AdamW, RMSprop, Adagrad (made by its
-    constructor), and SGD without momentum (no state); anything else is
-    refused, naming it. (SGD with momentum cannot be made
+    made it. Supported: Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad
+    (made by its constructor), and SGD without momentum (no state); anything
+    else is refused, naming it. (SGD with momentum cannot be made
     early: its first step stores a clone of the gradient, not zeros updated
     in place. register_torch_state registers its buffers another way.)"""
     if isinstance(optimizer, _torch.optim.SGD):
@@ -306,10 +306,14 @@ def materialize_optimizer_state(optimizer):
     if isinstance(optimizer, _torch.optim.RMSprop):
         _materialize_rmsprop_state(optimizer)
         return
+    layout = _lazy_state_layout(optimizer)
+    if layout is not None:
+        _materialize_lazy_state(optimizer, layout)
+        return
     if not _adam_like(optimizer):
         raise InvalidArgumentError(
             f"dgrr.torch: optimizer {type(optimizer).__name__} is not supported yet "
-            "(Adam, AdamW, RMSprop, Adagrad, SGD)")
+            "(Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad, SGD)")
     for group in optimizer.param_groups:
         # torch 1.13 and 2.x: a float32 step tensor, (1,)-shaped on the
         # parameter's device when capturable or fused.
@@ -326,6 +330,36 @@ def materialize_optimizer_state(optimizer):
             state["exp_avg_sq"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
             if group.get("amsgrad", False):
                 state["max_exp_avg_sq"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
+
+
+def _lazy_state_layout(optimizer):
+    """The state the first step() of an Adam-family optimizer makes for each
+    parameter, in the order it makes it, as (key, kind): a scalar step at 0,
+    NAdam's scalar mu_product at 1, zeros like the parameter (torch 1.13 and
+    2.x alike). None for other optimizers."""
+    if isinstance(optimizer, _torch.optim.Adamax):
+        return [("step", 0.0), ("exp_avg", "zeros"), ("exp_inf", "zeros")]
+    if isinstance(optimizer, _torch.optim.NAdam):
+        return [("step", 0.0), ("mu_product", 1.0), ("exp_avg", "zeros"), ("exp_avg_sq", "zeros")]
+    if isinstance(optimizer, _torch.optim.RAdam):
+        return [("step", 0.0), ("exp_avg", "zeros"), ("exp_avg_sq", "zeros")]
+    return None
+
+
+def _materialize_lazy_state(optimizer, layout):
+    for group in optimizer.param_groups:
+        on_device = group.get("capturable", False)
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if len(state) != 0:
+                continue
+            for key, kind in layout:
+                if kind == "zeros":
+                    state[key] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
+                elif on_device:
+                    state[key] = _torch.full((), kind, dtype=_torch.float, device=p.device)
+                else:
+                    state[key] = _torch.tensor(kind)
 
 
 def _materialize_rmsprop_state(optimizer):

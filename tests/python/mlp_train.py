@@ -3,7 +3,7 @@
     python3 mlp_train.py RUN_DIR [--steps N] [--threads T] [--ckpt-every K]
                          [--dropout none|torch|dgrr] [--global-rng] [--scheduler]
                          [--sampler] [--no-restore optimizer|generators]
-                         [--optimizer adam|sgd-momentum|rmsprop|adagrad]
+                         [--optimizer adam|sgd-momentum|rmsprop|adagrad|nadam]
                          [--flip-bit MODULE@STEP] [--plant KIND@MODULE@STEP]
                          [--params-out FILE]
 
@@ -146,7 +146,7 @@ def main():
     ap.add_argument("--workers", type=int, default=0, help="the DataLoader's num_workers (--sampler)")
     ap.add_argument("--examples", type=int, default=NUM_EXAMPLES, help="the dataset's size (--sampler)")
     ap.add_argument("--no-restore", choices=["optimizer", "generators"], default=None)
-    ap.add_argument("--optimizer", choices=["adam", "sgd-momentum", "rmsprop", "adagrad"],
+    ap.add_argument("--optimizer", choices=["adam", "sgd-momentum", "rmsprop", "adagrad", "nadam"],
                     default="adam")
     ap.add_argument("--plant", default="", help="KIND@MODULE@STEP")
     args = ap.parse_args()
@@ -164,6 +164,8 @@ def main():
         optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.5, centered=True)
     elif args.optimizer == "adagrad":
         optimizer = torch.optim.Adagrad(model.parameters(), lr=1e-2)
+    elif args.optimizer == "nadam":
+        optimizer = torch.optim.NAdam(model.parameters(), lr=1e-2)
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.5) if args.scheduler else None

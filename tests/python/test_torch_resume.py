@@ -107,11 +107,12 @@ def test_a_sampler_read_ahead_by_loader_workers_resumes_bitwise(tmp_path):
         assert list(f["ranks/0/sampler"][()]) == [0, 64]
 
 
-@pytest.mark.parametrize("optimizer", ["sgd-momentum", "rmsprop", "adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd-momentum", "rmsprop", "adagrad", "nadam"])
 def test_other_optimizers_resume_bitwise(tmp_path, optimizer):
     # SGD creates its momentum buffers in its first step (clones of the
     # gradient), RMSprop (centered, with momentum) its averages and an int
-    # step, Adagrad its sums in its constructor: the checkpoint of step 3
+    # step, Adagrad its sums in its constructor, NAdam its moments and two
+    # scalars (step, mu_product) in its first step: the checkpoint of step 3
     # holds them and the resumed run continues from them, ending with the
     # uninterrupted run's bits.
     args = ("--optimizer", optimizer)
