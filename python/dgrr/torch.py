@@ -35,6 +35,7 @@ import os
 import random as _random
 import weakref as _weakref
 import warnings
+from collections.abc import Mapping as _Mapping
 
 import torch as _torch
 
@@ -961,6 +962,29 @@ def _tensors(value):
     return []
 
 
+_MAX_OUTPUT_DEPTH = 4
+
+
+def _tensor_leaves(value, path=()):
+    """(path, tensor) for each tensor in a module's output, in order: tuples
+    and lists by index, mappings by key (in their order), nested up to
+    _MAX_OUTPUT_DEPTH deep; other entries (None, numbers) are skipped."""
+    if isinstance(value, _torch.Tensor):
+        return [(path, value)]
+    if len(path) >= _MAX_OUTPUT_DEPTH:
+        return []
+    if isinstance(value, (tuple, list)):
+        items = enumerate(value)
+    elif isinstance(value, _Mapping):
+        items = value.items()
+    else:
+        return []
+    leaves = []
+    for key, item in items:
+        leaves.extend(_tensor_leaves(item, path + (key,)))
+    return leaves
+
+
 def _same_referents(refs, objects):
     """Whether weak references (None for None) point at these objects, in order."""
     return len(refs) == len(objects) and all(
@@ -1155,12 +1179,14 @@ class Instrumentation:
         return _dgrr.Site(self, f"{name}.out", "forward", kind, name, module).forward_hook
 
     def _record_output_items(self, name, kind, output):
-        """Each tensor of a module's tuple or list output, as `<name>.out.<i>`."""
-        for i, t in _tensors(output):
-            site = self._output_sites.get((name, i))
+        """Each tensor of a module's structured output (tuples, lists and
+        dicts of tensors, nested: an LSTM's (output, (h, c)), a Hugging Face
+        ModelOutput), as `<name>.out.<path>`: `.out.1.0`, `.out.logits`."""
+        for path, t in _tensor_leaves(output):
+            site = self._output_sites.get((name, path))
             if site is None:
-                site = self._output_sites[(name, i)] = _dgrr.Site(
-                    self, f"{name}.out.{i}", "forward", kind)
+                site = self._output_sites[(name, path)] = _dgrr.Site(
+                    self, f"{name}.out." + ".".join(str(k) for k in path), "forward", kind)
             site.record(t)
 
     def _input_grad_hook(self, name, module):

@@ -592,6 +592,41 @@ def test_schedulers_are_checkpointed_and_resumed(tmp_path, make):
     assert resumed_lr == lr
 
 
+class StructuredOutputs(torch.nn.Module):
+    """An LSTM, whose output is (output, (h, c)), and a module returning a
+    dict with a nested tuple, as Hugging Face models return ModelOutputs."""
+
+    class Heads(torch.nn.Module):
+        def forward(self, x):
+            return {"logits": x * 2, "extra": (x + 1, None, x.sum())}
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(3, 4, batch_first=True)
+        self.heads = StructuredOutputs.Heads()
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.heads(out)["logits"]
+
+
+def test_nested_and_dict_outputs_are_recorded_by_path(tmp_path):
+    model = StructuredOutputs()
+    with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
+        inst = dgrr.torch.instrument(s, model)
+        s.resume()
+        inst.begin_step(0, (0, 2))
+        model(torch.ones(2, 5, 3)).sum().backward()
+        s.end_step(0, 0.0)
+        inst.remove()
+    listing = subprocess.run([CLI, "inspect", str(tmp_path / "r" / "rank0.trace")],
+                             capture_output=True, text=True).stdout
+    names = set(re.findall(r'name +id=\d+ .*"(.*)"', listing))
+    # Before, h and c (nested) and every dict entry went unrecorded.
+    assert {"lstm.out.0", "lstm.out.1.0", "lstm.out.1.1", "heads.out.logits",
+            "heads.out.extra.0", "heads.out.extra.2"} <= names, sorted(names)
+
+
 def test_hooks_do_not_keep_the_model_alive(session):
     model = Tiny()
     alive = weakref.ref(model)
