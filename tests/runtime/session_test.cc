@@ -107,6 +107,22 @@ TEST_F(SessionTest, StepRecordCarriesFingerprintOfParametersAfterUpdate) {
   EXPECT_EQ(last->params_xxh3, expected.xxh3);
 }
 
+// What hooks that record whatever runs through a model ask before they do
+// (dgrr.torch: an evaluation between steps is no step's record).
+TEST_F(SessionTest, InStepFromBeginStepToItsEndStep) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok());
+  Session& session = **s;
+  EXPECT_FALSE(session.in_step());
+  ASSERT_TRUE(session.BeginStep(0).ok());
+  EXPECT_TRUE(session.in_step());
+  EXPECT_FALSE(session.EndStep(1, 0.0f).ok());  // not this step's end: still in it
+  EXPECT_TRUE(session.in_step());
+  ASSERT_TRUE(session.EndStep(0, 0.0f).ok());
+  EXPECT_FALSE(session.in_step());
+  ASSERT_TRUE(session.Close().ok());
+}
+
 TEST_F(SessionTest, ModesChooseWhatIsRecorded) {
   auto count = [&](RecordMode mode) {
     std::filesystem::remove_all(dir_);
