@@ -931,6 +931,10 @@ class PySession {
     Released([&](Session& s) { return s.Checkpoint(step); });
   }
   void BeginStep(uint64_t step) { Check(Get().BeginStep(step)); }
+  // Inside a step of an open session: what dgrr.torch's hooks ask before
+  // they record. A closed session is in no step, so a model used after its
+  // session ended (evaluated, saved) runs as if it had no hooks.
+  bool InStep() const { return session_ != nullptr && session_->in_step(); }
   void EndStep(uint64_t step, float loss) {
     CheckRegisteredMemory(/*parameters_only=*/true, "end_step");
     Released([&](Session& s) { return s.EndStep(step, loss); });
@@ -1030,9 +1034,11 @@ class PySite {
         module_(std::move(module)), module_ref_(WeakModule(module_object)) {}
 
   void Record(const py::handle& tensor) {
+    // Outside a step (an evaluation between steps, or after the session
+    // closed) nothing is recorded.
+    if (!InStep()) return;
     if (!boundary_) Declare();
-    // Outside a step (an evaluation between steps) nothing is recorded.
-    if (!boundary_->handle.recorded || !session_->Get().in_step()) return;
+    if (!boundary_->handle.recorded) return;
     const auto [first, count] = Examples();
     TensorView view;
     if (!FastViewTorch(tensor, view)) {
@@ -1067,11 +1073,16 @@ class PySite {
     return inst;
   }
 
+  bool InStep() {
+    if (session_ == nullptr) {
+      session_object_ = Instrumentation().attr("session");
+      session_ = session_object_.cast<PySession*>();
+    }
+    return session_->InStep();
+  }
+
   void Declare() {
-    py::object inst = Instrumentation();
-    py::object boundary = inst.attr("_boundary")(name_, phase_, kind_);
-    session_object_ = inst.attr("session");
-    session_ = session_object_.cast<PySession*>();
+    py::object boundary = Instrumentation().attr("_boundary")(name_, phase_, kind_);
     boundary_ = boundary.cast<PyBoundary>();
   }
 
@@ -1155,7 +1166,7 @@ class PyInputGradHook {
       session_object_ = Instrumentation().attr("session");
       session_ = session_object_.cast<PySession*>();
     }
-    return session_->Get().in_step();
+    return session_->InStep();
   }
 
   py::object Instrumentation() {
@@ -1543,8 +1554,9 @@ PYBIND11_MODULE(_dgrr, m) {
            "capture() copies outside state into registered buffers (before each checkpoint "
            "and resume); restore() copies it back (after each resume).")
       .def("begin_step", &PySession::BeginStep, py::arg("step"))
-      .def_property_readonly("in_step", [](PySession& s) { return s.Get().in_step(); },
-                             "Whether begin_step was called and the step's end_step not yet.")
+      .def_property_readonly("in_step", &PySession::InStep,
+                             "Whether begin_step was called and the step's end_step not yet "
+                             "(False once the session is closed).")
       .def("end_step", &PySession::EndStep, py::arg("step"), py::arg("loss"))
       .def("should_checkpoint",
            [](PySession& s, uint64_t step) { return s.Get().ShouldCheckpoint(step); },

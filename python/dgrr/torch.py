@@ -1248,7 +1248,7 @@ class Instrumentation:
         RecordPlan, made once they are seen to stay (with set_to_none, torch
         2.x's default, they are new each step and no plan holds them)."""
         kind = "collective" if phase == "collective" else "other"
-        if not self.session.records(phase, kind):
+        if not self.session.in_step or not self.session.records(phase, kind):
             return
         entries = self._parameter_boundaries(phase, ".grad", kind)
         grads = [p.grad for _, p in entries]
@@ -1276,7 +1276,7 @@ class Instrumentation:
     def record_update(self):
         """The parameters and the optimizer's state after its step, in one
         call into the session."""
-        if not self.session.records("optimizer", "optimizer"):
+        if not self.session.in_step or not self.session.records("optimizer", "optimizer"):
             return
         plan = self._update_plan()
         if plan is None:

@@ -627,6 +627,30 @@ def test_nested_and_dict_outputs_are_recorded_by_path(tmp_path):
             "heads.out.extra.0", "heads.out.extra.2"} <= names, sorted(names)
 
 
+def test_a_model_used_after_its_session_closed_runs_unrecorded(tmp_path):
+    """Evaluating or fine-tuning a model after the training's `with
+    dgrr.open(...)` block raised "the dgrr session is closed" from its hooks."""
+    model = LinearThenBilinear()
+    optimizer = torch.optim.Adam(model.parameters())
+    with dgrr.open(run_dir=tmp_path / "r", seed=1) as s:
+        inst = dgrr.torch.instrument(s, model, optimizer)
+        s.resume()
+        inst.begin_step(0, (0, 2))
+        loss = model(torch.ones(2, 3)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        s.end_step(0, loss.item())
+    assert not s.in_step
+    with torch.no_grad():
+        model(torch.ones(2, 3))
+    loss = model(torch.ones(2, 3, requires_grad=True)).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    inst.remove()
+
+
 def test_hooks_do_not_keep_the_model_alive(session):
     model = Tiny()
     alive = weakref.ref(model)
