@@ -1018,25 +1018,55 @@ py::object WeakModule(const py::object& module) {
   return module.is_none() ? py::none() : py::object(py::weakref(module));
 }
 
+// What dgrr.torch's hooks hold of their Instrumentation: a weak reference
+// (the model holds its hooks, and a strong reference back would keep the
+// model alive through an object Python's collector cannot see into), and
+// its session, resolved on first use.
+class HookOwner {
+ public:
+  explicit HookOwner(const py::object& inst) : inst_(inst) {}
+
+  py::object Instrumentation() const {
+    py::object inst = inst_();
+    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
+    return inst;
+  }
+
+  PySession& Session() {
+    if (session_ == nullptr) {
+      session_object_ = Instrumentation().attr("session");
+      session_ = session_object_.cast<PySession*>();
+    }
+    return *session_;
+  }
+
+  // Hooks record only inside a step of an open session (PySession::InStep).
+  bool InStep() { return Session().InStep(); }
+
+ private:
+  py::weakref inst_;
+  py::object session_object_;  // keeps session_ alive
+  PySession* session_ = nullptr;
+};
+
 // One boundary dgrr.torch's hooks record under (python/dgrr/torch.py): the
 // tensor hook of an input gradient is its bound `record`, a module's forward
 // hook its bound `forward_hook`, so torch calls into C++ with no Python frame
 // between. The boundary is declared by the Instrumentation on the first
 // record (Instrumentation._boundary), and each record reads the
-// Instrumentation's `examples` then. The Instrumentation is held weakly: the
-// model holds its hooks, and a strong reference back would keep the model
-// alive through an object Python's collector cannot see into.
+// Instrumentation's `examples` then. The Instrumentation is held weakly
+// (HookOwner).
 class PySite {
  public:
   PySite(const py::object& inst, std::string name, std::string phase, std::string kind, std::string module,
          const py::object& module_object = py::none())
-      : inst_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
+      : owner_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
         module_(std::move(module)), module_ref_(WeakModule(module_object)) {}
 
   void Record(const py::handle& tensor) {
     // Outside a step (an evaluation between steps, or after the session
     // closed) nothing is recorded.
-    if (!InStep()) return;
+    if (!owner_.InStep()) return;
     if (!boundary_) Declare();
     if (!boundary_->handle.recorded) return;
     const auto [first, count] = Examples();
@@ -1050,11 +1080,12 @@ class PySite {
       }
       view = PySession::RecordedView(*boundary_, t);
     }
-    session_->RecordView(*boundary_, view, first, count);
+    owner_.Session().RecordView(*boundary_, view, first, count);
   }
 
-  // A forward hook: a module's tensor output is recorded here; a tuple or
-  // list goes to the Instrumentation, one boundary per tensor in it.
+  // A forward hook: a module's tensor output is recorded here; any other
+  // output (tuples, lists, dicts of tensors) goes to the Instrumentation,
+  // one boundary per tensor in it.
   void ForwardHook(const py::handle& module, const py::handle&, const py::handle& output) {
     if (!IsModuleOf(module_ref_, module)) return;  // a copy of the module
     const int is_tensor = PyObject_IsInstance(output.ptr(), TorchTensorType());
@@ -1063,43 +1094,27 @@ class PySite {
       Record(output);
       return;
     }
-    Instrumentation().attr("_record_output_items")(module_, kind_, output);
+    owner_.Instrumentation().attr("_record_output_items")(module_, kind_, output);
   }
 
  private:
-  py::object Instrumentation() {
-    py::object inst = inst_();
-    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
-    return inst;
-  }
-
-  bool InStep() {
-    if (session_ == nullptr) {
-      session_object_ = Instrumentation().attr("session");
-      session_ = session_object_.cast<PySession*>();
-    }
-    return session_->InStep();
-  }
-
   void Declare() {
-    py::object boundary = Instrumentation().attr("_boundary")(name_, phase_, kind_);
+    py::object boundary = owner_.Instrumentation().attr("_boundary")(name_, phase_, kind_);
     boundary_ = boundary.cast<PyBoundary>();
   }
 
   std::pair<uint64_t, uint32_t> Examples() {
     static PyObject* const kExamples = PyUnicode_InternFromString("examples");
-    auto examples = py::reinterpret_steal<py::object>(PyObject_GetAttr(Instrumentation().ptr(), kExamples));
+    auto examples = py::reinterpret_steal<py::object>(PyObject_GetAttr(owner_.Instrumentation().ptr(), kExamples));
     if (!examples) throw py::error_already_set();
     auto pair = examples.cast<std::pair<uint64_t, uint32_t>>();
     return pair;
   }
 
-  py::weakref inst_;
+  HookOwner owner_;
   std::string name_, phase_, kind_, module_;
   py::object module_ref_;  // weak reference to the module it serves, or None
   std::optional<PyBoundary> boundary_;
-  py::object session_object_;  // keeps session_ alive
-  PySession* session_ = nullptr;
 };
 
 // The forward pre-hook that catches the gradient w.r.t. each input of a
@@ -1114,13 +1129,13 @@ class PySite {
 class PyInputGradHook {
  public:
   PyInputGradHook(const py::object& inst, std::string module, const py::object& module_object, bool direct)
-      : inst_(inst), module_(std::move(module)), module_ref_(WeakModule(module_object)), direct_(direct) {}
+      : owner_(inst), module_(std::move(module)), module_ref_(WeakModule(module_object)), direct_(direct) {}
 
   py::object Call(const py::handle& module, const py::tuple& inputs) {
-    if (!IsModuleOf(module_ref_, module) || !GradEnabled() || !InStep()) return py::none();
+    if (!IsModuleOf(module_ref_, module) || !GradEnabled() || !owner_.InStep()) return py::none();
     const size_t n = inputs.size();
     if (n == 1) {  // the usual case
-      if (!NeedsGradient(inputs[0])) return py::none();
+      if (!IsTensor(inputs[0]) || !RequiresGrad(inputs[0])) return py::none();
       return py::make_tuple(Hooked(inputs[0], 0));
     }
     py::tuple wrapped(n);
@@ -1128,10 +1143,8 @@ class PyInputGradHook {
     size_t index = 0;
     for (size_t i = 0; i < n; ++i) {
       py::object x = inputs[i];
-      const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
-      if (is_tensor < 0) throw py::error_already_set();
-      if (is_tensor == 1) {
-        if (NeedsGradient(x)) {
+      if (IsTensor(x)) {
+        if (RequiresGrad(x)) {
           x = Hooked(x, index);
           changed = true;
         }
@@ -1151,33 +1164,22 @@ class PyInputGradHook {
     return enabled.ptr() == Py_True;
   }
 
-  static bool NeedsGradient(const py::handle& x) {
-    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
+  static bool IsTensor(const py::handle& x) {
     const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
     if (is_tensor < 0) throw py::error_already_set();
-    if (is_tensor == 0) return false;
-    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(x.ptr(), kRequiresGrad));
+    return is_tensor == 1;
+  }
+
+  static bool RequiresGrad(const py::handle& tensor) {
+    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
+    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), kRequiresGrad));
     if (!flag) throw py::error_already_set();
     return flag.ptr() == Py_True;
   }
 
-  bool InStep() {
-    if (session_ == nullptr) {
-      session_object_ = Instrumentation().attr("session");
-      session_ = session_object_.cast<PySession*>();
-    }
-    return session_->InStep();
-  }
-
-  py::object Instrumentation() {
-    py::object inst = inst_();
-    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
-    return inst;
-  }
-
   py::object RecordHook(size_t index) {
     while (records_.size() <= index) {
-      py::object site = py::cast(PySite(Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
+      py::object site = py::cast(PySite(owner_.Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
                                         "backward", "other", ""));
       records_.push_back(site.attr("record"));
     }
@@ -1208,13 +1210,11 @@ class PyInputGradHook {
     return view;
   }
 
-  py::weakref inst_;  // the Instrumentation, weakly (see PySite), for the Sites
+  HookOwner owner_;
   std::string module_;
-  py::object module_ref_;
+  py::object module_ref_;  // weak reference to the module it serves
   bool direct_;
   std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
-  py::object session_object_;  // keeps session_ alive
-  PySession* session_ = nullptr;
 };
 
 // The same (boundary, tensor) pairs recorded step after step (dgrr.torch's

@@ -1175,7 +1175,7 @@ class Instrumentation:
 
     def _forward_hook(self, name, kind, module):
         """A module's forward hook: a dgrr._dgrr.Site's, in C++ (python/binding.cc);
-        a tuple or list output comes back to _record_output_items."""
+        any other output than a tensor comes back to _record_output_items."""
         return _dgrr.Site(self, f"{name}.out", "forward", kind, name, module).forward_hook
 
     def _record_output_items(self, name, kind, output):
