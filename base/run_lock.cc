@@ -1,19 +1,60 @@
 #include "base/run_lock.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 namespace dgrr {
 namespace {
+
+// The descriptors of the locks this process holds. A forked child (a
+// DataLoader worker, a subprocess before its exec) shares each descriptor's
+// open file description, and with it the flock: without this, a child still
+// alive kept the run locked after its parent released it (a Python script
+// whose loader workers outlived the session could not open the run again).
+// The child closes its copies at once (pthread_atfork), which releases
+// nothing the parent holds. Slots, not a container: the child handler runs
+// in a process where another thread may have held any lock at the fork.
+constexpr int kLockSlots = 64;
+std::atomic<int> held_fds[kLockSlots];
+std::once_flag atfork_once;
+
+void CloseHeldLocksInChild() {
+  for (auto& slot : held_fds) {
+    const int fd = slot.exchange(-1);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void RememberHeld(int fd) {
+  std::call_once(atfork_once, [] {
+    for (auto& slot : held_fds) slot.store(-1);
+    ::pthread_atfork(nullptr, nullptr, CloseHeldLocksInChild);
+  });
+  for (auto& slot : held_fds) {
+    int empty = -1;
+    if (slot.compare_exchange_strong(empty, fd)) return;
+  }
+  // More than kLockSlots runs locked at once: this one stays shared with children.
+}
+
+void ForgetHeld(int fd) {
+  for (auto& slot : held_fds) {
+    int expected = fd;
+    if (slot.compare_exchange_strong(expected, -1)) return;
+  }
+}
 
 // /proc/locks in as few read(2) calls as it takes, from the start: a
 // seq_file regenerates its text at every call, so reading it at offsets
@@ -84,6 +125,7 @@ StatusOr<RunLock> RunLock::Acquire(const std::string& run_dir) {
                            (pid.empty() ? std::string("pid unknown") : "pid " + pid) +
                            "); wait for it to finish");
   }
+  RememberHeld(fd);
   return RunLock(fd, run_dir);
 }
 
@@ -92,7 +134,10 @@ RunLock::RunLock(RunLock&& other) noexcept
 
 RunLock& RunLock::operator=(RunLock&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) {
+      ForgetHeld(fd_);
+      ::close(fd_);
+    }
     fd_ = std::exchange(other.fd_, -1);
     dir_ = std::move(other.dir_);
   }
@@ -101,7 +146,10 @@ RunLock& RunLock::operator=(RunLock&& other) noexcept {
 
 // Closing the descriptor releases the flock.
 RunLock::~RunLock() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ForgetHeld(fd_);
+    ::close(fd_);
+  }
 }
 
 }  // namespace dgrr

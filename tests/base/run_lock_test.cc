@@ -72,6 +72,34 @@ TEST_F(RunLockTest, AHolderKilledBySigkillDoesNotBlock) {
   ::close(ready[1]);
 }
 
+TEST_F(RunLockTest, AChildForkedWhileTheLockIsHeldDoesNotKeepIt) {
+  // A DataLoader worker or any other forked child: alive after the parent
+  // released the lock, it must not hold the run.
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  pid_t child;
+  {
+    auto held = RunLock::Acquire(dir_);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    child = ::fork();
+    if (child == 0) {
+      char c;
+      ssize_t n = ::read(go[0], &c, 1);  // stays alive until the parent says
+      ::_exit(n == 1 ? 0 : 1);
+    }
+    // While the parent holds it, it is held.
+    EXPECT_FALSE(RunLock::Acquire(dir_).ok());
+  }
+  auto again = RunLock::Acquire(dir_);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::close(go[0]);
+  ::close(go[1]);
+}
+
 TEST_F(RunLockTest, LockingWritesNothingAndTouchesNoFileOfTheUsers) {
   // A user's own file named like a lock, and a link out of the directory:
   // neither is opened, let alone truncated.
