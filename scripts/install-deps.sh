@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything dgrr needs to build and test, from Debian packages only.
-# Idempotent: packages already present are not reinstalled, and apt is not
-# touched at all when nothing is missing. Must run as root (or via sudo).
+# Installs everything dgrr needs to build and test: Debian packages, then a
+# Python virtual environment with PyTorch from PyPI (below). Idempotent:
+# packages already present are not reinstalled, apt is not touched at all when
+# nothing is missing, and the environment is left alone when it already holds
+# what scripts/python-requirements.txt pins. Must run as root (or via sudo).
 set -euo pipefail
 
 packages=(
@@ -41,10 +43,7 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
-  exit 0
-fi
-
+if ((${#missing[@]})); then
 echo "install-deps: installing ${missing[*]}" >&2
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
@@ -56,3 +55,27 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# The Python environment: Debian's interpreter, torch from PyPI. At a fixed
+# place outside the checkout, so a fresh clone (CI's) reuses it and a machine
+# downloads torch once; a stamp records the requirements it was made from.
+venv=${DGRR_VENV:-/opt/dgrr/venv-torch}
+requirements=$(dirname "$0")/python-requirements.txt
+want=$(sha256sum < "$requirements" | cut -d' ' -f1)
+if [[ -f "$venv/.dgrr-requirements" && "$(cat "$venv/.dgrr-requirements")" == "$want" ]] &&
+   "$venv/bin/python" -c 'import torch, torchdata' 2>/dev/null; then
+  exit 0
+fi
+echo "install-deps: creating the Python environment $venv with torch 2.11.0 from PyPI" >&2
+echo "install-deps: PyPI's torch is a CUDA build: ~3 GB to download, ~4.6 GB on disk (once per machine)" >&2
+if [ "$(id -u)" -ne 0 ] && ! mkdir -p "$venv" 2>/dev/null; then
+  echo "install-deps: cannot create $venv: run as root or set DGRR_VENV to a writable place" >&2; exit 2
+fi
+mkdir -p "$(dirname "$venv")"
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+# pip prints one line per file it downloads (with its size) and per step.
+"$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+  -r "$requirements" 2>&1 | sed -u 's/^/install-deps: pip: /' >&2
+"$venv/bin/python" -c 'import torch, torchdata; print("install-deps: torch", torch.__version__, "ready in '"$venv"'")' >&2
+echo "$want" > "$venv/.dgrr-requirements"
