@@ -31,8 +31,13 @@ gradients across the processes of an `mpirun` job in dgrr's canonical tree,
 so the run has the bits of one process.
 """
 
+import base64 as _base64
+import inspect as _inspect
+import json as _json
 import os
 import random as _random
+import sys as _sys
+import types as _types
 import weakref as _weakref
 import warnings
 from collections.abc import Mapping as _Mapping
@@ -41,11 +46,30 @@ import torch as _torch
 
 from . import FailedPreconditionError, InvalidArgumentError, _dgrr
 
+# The torch versions dgrr.torch supports: 2.x (tested on 2.11, the GPU
+# machines' version) and 1.13 (Debian 12's; a smoke test). Older ones lack
+# hooks it relies on (full backward hooks on every module, _register_hook_dict).
+SUPPORTED_TORCH = "1.13 or 2.x (tested: 2.11.0, and 1.13.0 as a smoke test)"
+
+
+def _torch_version(text):
+    parts = []
+    for piece in text.split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+if not (1, 13) <= _torch_version(_torch.__version__) < (3, 0):
+    raise ImportError(f"dgrr.torch: torch {_torch.__version__} is not supported; "
+                      f"dgrr.torch needs torch {SUPPORTED_TORCH}")
+
 __all__ = ["instrument", "register_torch_state", "determinism", "deterministic", "Instrumentation",
            "materialize_optimizer_state", "register_generators", "register_object_state",
            "Dropout", "RandomContext", "random_context", "replace_dropout", "PermutationSampler",
            "NondeterminismWarning", "torch_info", "current_controls", "DataParallel",
-           "EndlessBatches"]
+           "EndlessBatches", "register_numpy_generator", "register_torch_generator",
+           "register_encoded_state", "register_data_loader"]
 
 _INSTRUMENTED = "_dgrr_instrumentation"
 
@@ -389,8 +413,27 @@ def _materialize_rmsprop_state(optimizer):
                 state["grad_avg"] = _torch.zeros_like(p, memory_format=_torch.preserve_format)
 
 
+def _is_compiled(module):
+    """A torch.compile'd module (torch._dynamo's OptimizedModule, told by
+    its name and attribute so that torch._dynamo is not imported for it)."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+def _plain_name(name):
+    """A parameter's, buffer's or module's name without torch.compile's
+    `_orig_mod.`: a compiled model keeps the names (in traces and
+    checkpoints) of the model it compiled."""
+    if "_orig_mod" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
+
+
+def _named_parameters(model):
+    return [(_plain_name(n), p) for n, p in model.named_parameters()]
+
+
 def _parameter_names(model):
-    return {id(p): name for name, p in model.named_parameters()}
+    return {id(p): name for name, p in _named_parameters(model)}
 
 
 def _optimizer_entries(model, optimizer):
@@ -441,11 +484,11 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     `p.data = ...`, model.to() or .double(), no load_state_dict after this):
     end_step, checkpoint and resume refuse a registered tensor whose memory
     changed, by name."""
-    for name, p in model.named_parameters():
+    for name, p in _named_parameters(model):
         session.register_state(f"{prefix}model.{name}", p, "parameter")
     for name, b in model.named_buffers():
         if b is not None:
-            session.register_state(f"{prefix}model.{name}", b, "other")
+            session.register_state(f"{prefix}model.{_plain_name(name)}", b, "other")
     if optimizer is not None:
         if _sgd_with_momentum(optimizer):
             _MomentumBuffers(session, model, optimizer, prefix)
@@ -475,46 +518,130 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
 # State that lives outside registered memory, mirrored into it
 # ---------------------------------------------------------------------------
 def _leaves(value, path=()):
-    """(path, value) of every number and tensor in a nested state (dicts by
-    sorted key, lists and tuples by index). Anything else (None, strings,
-    functions) is configuration, not state: left where it is."""
+    """(path, value) of every number, tensor and NumPy array in a nested
+    state (dicts by sorted key, lists and tuples by index). Anything else
+    (None, strings, functions) is configuration, not state: left where it is."""
     if isinstance(value, dict):
         for k in sorted(value, key=str):
             yield from _leaves(value[k], path + (k,))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             yield from _leaves(v, path + (i,))
-    elif isinstance(value, (bool, int, float, _torch.Tensor)):
+    elif isinstance(value, (bool, int, float, _torch.Tensor)) or _is_ndarray(value):
         yield path, value
+
+
+def _is_ndarray(value):
+    np = _sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.ndarray)
+
+
+def _int_limbs(value):
+    """How many 64-bit limbs an int's magnitude takes: 1 when it fits int64
+    (kept as one int64, as every int was before); otherwise a multiple of 2,
+    so that a 128-bit state (a NumPy PCG64's) keeps its width whatever its
+    value. Such an int is kept as [sign, limbs...] (int64 words holding the
+    magnitude's bits, least significant first)."""
+    if -(1 << 63) <= value < (1 << 63):
+        return 1
+    limbs = (abs(value).bit_length() + 63) // 64
+    return max(2, limbs + (limbs % 2))
 
 
 def _leaf_kind(value):
     if isinstance(value, _torch.Tensor):
         return ("tensor", value.dtype, tuple(value.shape))
+    if _is_ndarray(value):
+        return ("ndarray", value.dtype.str, tuple(value.shape))
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return ("int", _int_limbs(value))
     return type(value).__name__
 
 
-def _buffer_for(value, what):
+def _fits(kind, value):
+    """Whether value can be held by a leaf registered as kind: the same kind,
+    or an int whose magnitude fits the registered number of limbs."""
+    now = _leaf_kind(value)
+    if now == kind:
+        return True
+    return (isinstance(kind, tuple) and kind[0] == "int" and isinstance(now, tuple)
+            and now[0] == "int" and kind[1] > 1 and abs(value).bit_length() <= 64 * kind[1])
+
+
+def _signed64(word):
+    return word - (1 << 64) if word >= (1 << 63) else word
+
+
+def _int_to_words(value, limbs):
+    if limbs == 1:
+        return [value]
+    magnitude = abs(value)
+    return [1 if value < 0 else 0] + [
+        _signed64((magnitude >> (64 * i)) & 0xFFFFFFFFFFFFFFFF) for i in range(limbs)]
+
+
+def _int_from_words(words):
+    if len(words) == 1:
+        return int(words[0])
+    magnitude = 0
+    for i, w in enumerate(words[1:]):
+        magnitude |= (int(w) & 0xFFFFFFFFFFFFFFFF) << (64 * i)
+    return -magnitude if words[0] else magnitude
+
+
+def _buffer_for(value, kind, label="a value"):
     if isinstance(value, _torch.Tensor):
         if value.device.type != "cpu":
             value = value.cpu()
         return value.detach().clone().contiguous()
+    if _is_ndarray(value):
+        # Unsigned NumPy types wider than a byte (a bit generator's uint32 and
+        # uint64 words), which torch has few operations for, are kept in the
+        # signed type of their width: the same bytes, viewed back on restore.
+        import numpy as np
+        array = np.ascontiguousarray(value)
+        if array.dtype.kind not in "biuf":
+            raise InvalidArgumentError(
+                f"dgrr.torch: state {label} is a NumPy {array.dtype} array; "
+                "only bool, integer and float arrays can be registered")
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        if array.dtype.kind == "u" and array.dtype.itemsize > 1:
+            array = array.view(f"i{array.dtype.itemsize}")
+        return _torch.from_numpy(array.copy())
     if isinstance(value, bool):
         return _torch.tensor([value], dtype=_torch.bool)
     if isinstance(value, int):
-        if not -(1 << 63) <= value < (1 << 63):
-            raise InvalidArgumentError(f"dgrr.torch: state {what} = {value} does not fit in int64")
-        return _torch.tensor([value], dtype=_torch.int64)
+        return _torch.tensor(_int_to_words(value, kind[1]), dtype=_torch.int64)
     return _torch.tensor([value], dtype=_torch.float64)
+
+
+def _fill(buffer, value, kind):
+    """Copies a leaf's value into its registered buffer, in place."""
+    if isinstance(value, _torch.Tensor):
+        buffer.copy_(value.detach())
+    elif _is_ndarray(value):
+        buffer.copy_(_buffer_for(value, kind))
+    elif isinstance(value, bool):
+        buffer[0] = value
+    elif isinstance(value, int):
+        buffer.copy_(_torch.tensor(_int_to_words(value, kind[1]), dtype=_torch.int64))
+    else:
+        buffer[0] = value
 
 
 def _value_from(buffer, template):
     if isinstance(template, _torch.Tensor):
         return buffer.clone().to(template.device)
+    if _is_ndarray(template):
+        native = template.dtype.newbyteorder("=")
+        return buffer.numpy().view(native).astype(template.dtype).reshape(template.shape)
     if isinstance(template, bool):
         return bool(buffer[0])
     if isinstance(template, int):
-        return int(buffer[0])
+        return _int_from_words(buffer.tolist())
     return float(buffer[0])
 
 
@@ -526,6 +653,12 @@ def _rebuild(template, values, path=()):
         items = [_rebuild(v, values, path + (i,)) for i, v in enumerate(template)]
         return items if isinstance(template, list) else type(template)(items)
     return values.get(path, template)
+
+
+def _kind_text(kind):
+    if isinstance(kind, tuple) and kind[0] == "int":
+        return f"a {64 * kind[1]}-bit int"
+    return str(kind)
 
 
 class _MirroredState:
@@ -541,8 +674,9 @@ class _MirroredState:
         self._buffers = {}
         for path, value in _leaves(get()):
             label = self._label(path)
-            buffer = _buffer_for(value, label)
-            self._kinds[path] = _leaf_kind(value)
+            kind = _leaf_kind(value)
+            buffer = _buffer_for(value, kind, label)
+            self._kinds[path] = kind
             self._buffers[path] = buffer
             session.register_state(label, buffer, role)
         session.add_state_hooks(self.capture, self.restore)
@@ -558,15 +692,12 @@ class _MirroredState:
                 f"dgrr: the state of {self.name} changed shape since it was registered "
                 f"({', '.join(changed[:6])}); register state whose entries stay the same")
         for path, value in now.items():
-            if _leaf_kind(value) != self._kinds[path]:
+            kind = self._kinds[path]
+            if not _fits(kind, value):
                 raise FailedPreconditionError(
-                    f"dgrr: {self._label(path)} changed from {self._kinds[path]} to "
-                    f"{_leaf_kind(value)} since it was registered")
-            buffer = self._buffers[path]
-            if isinstance(value, _torch.Tensor):
-                buffer.copy_(value.detach())
-            else:
-                buffer[0] = value
+                    f"dgrr: {self._label(path)} changed from {_kind_text(kind)} to "
+                    f"{_kind_text(_leaf_kind(value))} since it was registered")
+            _fill(self._buffers[path], value, kind)
 
     def restore(self):
         template = self._get()
@@ -638,23 +769,241 @@ def _materialize_scheduler_state(scheduler):
         scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
+def _state_accessors(what, obj, get, put):
+    if obj is not None:
+        if get is not None or put is not None:
+            raise InvalidArgumentError(f"{what}: pass obj or get/put, not both")
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise InvalidArgumentError(
+                f"{what}: {type(obj).__name__} has no state_dict/load_state_dict; "
+                "pass get= and put= callables")
+        return obj.state_dict, obj.load_state_dict
+    if get is None or put is None:
+        raise InvalidArgumentError(f"{what}: pass obj, or both get= and put=")
+    return get, put
+
+
 def register_object_state(session, name, obj=None, role="other", get=None, put=None):
     """Registers any object with state_dict()/load_state_dict() (an LR
     scheduler, a GradScaler, a user's own class), or a pair of callables
-    get() -> state and put(state): every number and tensor of its state is
-    checkpointed as <name>.<key>... and restored, bitwise, on resume. Call
-    it before session.resume()."""
-    if obj is not None:
-        if get is not None or put is not None:
-            raise InvalidArgumentError("register_object_state: pass obj or get/put, not both")
-        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-            raise InvalidArgumentError(
-                f"register_object_state: {type(obj).__name__} has no state_dict/load_state_dict; "
-                "pass get= and put= callables")
-        get, put = obj.state_dict, obj.load_state_dict
-    elif get is None or put is None:
-        raise InvalidArgumentError("register_object_state: pass obj, or both get= and put=")
+    get() -> state and put(state): every number (ints of any size), tensor
+    and NumPy array of its state is checkpointed as <name>.<key>... and
+    restored, bitwise, on resume. The state's entries must stay the same
+    from registration on (register_encoded_state takes state that changes
+    shape). Call it before session.resume()."""
+    get, put = _state_accessors("register_object_state", obj, get, put)
     return _MirroredState(session, name, role, get, put)
+
+
+def register_numpy_generator(session, name, generator, role="rng"):
+    """Registers a NumPy Generator (np.random.default_rng(...)) or a bit
+    generator (PCG64, PCG64DXSM, MT19937, Philox, SFC64): its whole state,
+    128-bit integers included, is checkpointed as <name>.state... and given
+    back on resume, so the resumed run draws what the uninterrupted one drew.
+    Call it before session.resume()."""
+    bit_generator = getattr(generator, "bit_generator", generator)
+    if not hasattr(bit_generator, "state"):
+        raise InvalidArgumentError(
+            f"register_numpy_generator: {type(generator).__name__} is not a NumPy Generator or "
+            "bit generator")
+    kind = bit_generator.state.get("bit_generator")
+
+    def put(state):
+        if state.get("bit_generator") != kind:
+            raise FailedPreconditionError(
+                f"dgrr.torch: {name} is a {state.get('bit_generator')} now, registered as {kind}")
+        bit_generator.state = state
+
+    return _MirroredState(session, name, role, lambda: bit_generator.state, put)
+
+
+def register_torch_generator(session, name, generator, role="rng"):
+    """Registers a torch.Generator a script made itself (a DataLoader's or a
+    sampler's generator=, a CUDA one): its state is checkpointed as
+    <name>.state and set back on resume. The global generators are
+    register_generators()'s."""
+    if not isinstance(generator, _torch.Generator):
+        raise InvalidArgumentError(
+            f"register_torch_generator: {type(generator).__name__} is not a torch.Generator")
+    return _MirroredState(session, name, role, lambda: {"state": generator.get_state()},
+                          lambda s: generator.set_state(s["state"]))
+
+
+# ---------------------------------------------------------------------------
+# State whose shape changes: encoded into a registered byte buffer
+# ---------------------------------------------------------------------------
+def _encode(value, path):
+    """value as JSON-able data that _decode turns back into an equal value
+    with the same types: tuples, non-string keys, non-finite floats, tensors
+    and NumPy arrays tagged. Anything else is refused by its path: a
+    checkpoint holds data, never code (nothing is unpickled)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"$float": repr(value)}
+        return value
+    if isinstance(value, list):
+        return [_encode(v, path + (i,)) for i, v in enumerate(value)]
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v, path + (i,)) for i, v in enumerate(value)]}
+    if isinstance(value, dict):
+        return {"$dict": [[_encode(k, path + ("<key>",)), _encode(v, path + (k,))]
+                          for k, v in value.items()]}
+    if isinstance(value, _torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        raw = t.view(_torch.uint8) if t.numel() and t.dtype != _torch.bool else t.to(_torch.uint8)
+        return {"$tensor": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+                "data": _base64.b64encode(bytes(raw.numpy().tobytes())).decode("ascii")}
+    if _is_ndarray(value):
+        import numpy as np
+        a = np.ascontiguousarray(value)
+        if a.dtype.kind not in "biuf":
+            raise InvalidArgumentError(
+                f"dgrr.torch: state {'.'.join(map(str, path))} is a NumPy {a.dtype} array")
+        return {"$ndarray": a.dtype.str, "shape": list(a.shape),
+                "data": _base64.b64encode(a.tobytes()).decode("ascii")}
+    raise InvalidArgumentError(
+        f"dgrr.torch: state {'.'.join(map(str, path)) or '(the whole state)'} is a "
+        f"{type(value).__name__}: only None, bool, int, float, str, lists, tuples, dicts, "
+        "tensors and NumPy arrays can be checkpointed")
+
+
+def _decode(data, where):
+    if isinstance(data, list):
+        return [_decode(v, where) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if len(data) == 1 and "$float" in data:
+        return float(data["$float"])
+    if len(data) == 1 and "$tuple" in data:
+        return tuple(_decode(v, where) for v in data["$tuple"])
+    if len(data) == 1 and "$dict" in data:
+        return {_decode(k, where): _decode(v, where) for k, v in data["$dict"]}
+    if set(data) == {"$tensor", "shape", "data"}:
+        dtype = getattr(_torch, str(data["$tensor"]), None)
+        if not isinstance(dtype, _torch.dtype):
+            raise FailedPreconditionError(f"dgrr.torch: {where}: unknown tensor dtype {data['$tensor']!r}")
+        raw = bytearray(_base64.b64decode(data["data"]))
+        flat = _torch.frombuffer(raw, dtype=_torch.uint8) if raw else _torch.zeros(0, dtype=_torch.uint8)
+        t = flat.to(_torch.bool) if dtype == _torch.bool else flat.view(dtype)
+        return t.reshape(data["shape"]).clone()
+    if set(data) == {"$ndarray", "shape", "data"}:
+        import numpy as np
+        return np.frombuffer(_base64.b64decode(data["data"]),
+                             dtype=np.dtype(data["$ndarray"])).reshape(data["shape"]).copy()
+    raise FailedPreconditionError(f"dgrr.torch: {where}: unknown encoded value {sorted(data)[:3]}")
+
+
+class _EncodedState:
+    """An object's state of any shape (a StatefulDataLoader's: it grows worker
+    snapshots and iterator positions as it runs) kept in one registered uint8
+    tensor of `capacity` bytes, <name>.encoded: 8 bytes of little-endian
+    length, then the state as UTF-8 JSON (docs/python.md, "Encoded state").
+    Copied in before each checkpoint, decoded and handed to `put` after each
+    resume."""
+
+    def __init__(self, session, name, role, get, put, capacity):
+        capacity = int(capacity)
+        if capacity < 16:
+            raise InvalidArgumentError(f"dgrr.torch: {name}: capacity {capacity} is under 16 bytes")
+        self.name, self._get, self._put = name, get, put
+        self.buffer = _torch.zeros(capacity, dtype=_torch.uint8)
+        self.capture()      # refuses an unencodable state now, not at the first checkpoint
+        session.register_state(f"{name}.encoded", self.buffer, role)
+        session.add_state_hooks(self.capture, self.restore)
+
+    def capture(self):
+        text = _json.dumps(_encode(self._get(), ()), separators=(",", ":"),
+                           allow_nan=False).encode("utf-8")
+        capacity = self.buffer.numel() - 8
+        if len(text) > capacity:
+            raise FailedPreconditionError(
+                f"dgrr.torch: the state of {self.name} takes {len(text)} bytes encoded, over its "
+                f"capacity of {capacity}; register it with a larger capacity=")
+        payload = len(text).to_bytes(8, "little") + text
+        self.buffer.zero_()
+        self.buffer[:len(payload)] = _torch.frombuffer(bytearray(payload), dtype=_torch.uint8)
+        self._captured = payload
+
+    def restore(self):
+        raw = bytes(self.buffer.numpy().tobytes())
+        if raw[:len(self._captured)] == self._captured and not any(raw[len(self._captured):]):
+            # What the object holds already (a run starting fresh: resume()
+            # captures, finds no checkpoint, restores): not handed back, as
+            # load_state_dict is not always a no-op (a StatefulDataLoader's).
+            return
+        length = int.from_bytes(raw[:8], "little")
+        where = f"{self.name}.encoded"
+        if length > len(raw) - 8:
+            raise FailedPreconditionError(
+                f"dgrr.torch: {where}: length {length} is over the buffer's {len(raw) - 8} bytes")
+        try:
+            data = _json.loads(raw[8:8 + length].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise FailedPreconditionError(f"dgrr.torch: {where}: not an encoded state ({e})") from None
+        self._put(_decode(data, where))
+
+
+def register_encoded_state(session, name, obj=None, role="other", get=None, put=None,
+                           capacity=1 << 16):
+    """Like register_object_state, for state whose shape changes as the
+    program runs (entries that appear, lists that grow, strings): the whole
+    state is encoded into one registered byte buffer of `capacity` bytes
+    (refused by name at a checkpoint when it no longer fits). Only data is
+    kept (None, bool, int of any size, float, str, lists, tuples, dicts,
+    tensors, NumPy arrays): a checkpoint never holds code."""
+    get, put = _state_accessors("register_encoded_state", obj, get, put)
+    return _EncodedState(session, name, role, get, put, capacity)
+
+
+def register_data_loader(session, loader, name="data_loader", capacity=1 << 16):
+    """Registers a torchdata StatefulDataLoader (or any loader with
+    state_dict()/load_state_dict()): where it is in its epoch, its sampler's
+    generator and its workers' positions are checkpointed, and a resumed
+    run's loader continues with the batch the uninterrupted run took next.
+    Call it before session.resume(), and start iterating after it. torch's
+    own DataLoader keeps no such state: use StatefulDataLoader, or dgrr's
+    PermutationSampler with EndlessBatches."""
+    if not (hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict")):
+        raise InvalidArgumentError(
+            f"register_data_loader: a {type(loader).__name__} has no state_dict(): use "
+            "torchdata.stateful_dataloader.StatefulDataLoader, or dgrr.torch.PermutationSampler "
+            "with EndlessBatches")
+    generator = getattr(loader, "generator", None)
+    if not isinstance(generator, _torch.Generator):
+        generator = None
+
+    def get():
+        return {"loader": loader.state_dict(),
+                "generator": None if generator is None else generator.get_state()}
+
+    def put(state):
+        loader.load_state_dict(state["loader"])
+        if generator is None or state["generator"] is None or not hasattr(loader, "_get_iterator"):
+            return
+        # torchdata 0.11's StatefulDataLoader restores its sampler's
+        # generator to where the epoch began and draws the epoch's order
+        # again, but the iterator it makes draws its base seed first, so the
+        # generator ends one draw ahead of the uninterrupted run's and every
+        # later epoch's order differs (single-process loading; measured in
+        # tests/python/test_torch_state.py). The first iterator made after
+        # the resume is given the generator's state as it was at the checkpoint.
+        saved = state["generator"]
+        original = loader._get_iterator
+
+        def first_iterator():
+            loader.__dict__.pop("_get_iterator", None)
+            iterator = original()
+            generator.set_state(saved)
+            return iterator
+
+        loader._get_iterator = first_iterator
+
+    return register_encoded_state(session, name, get=get, put=put, role="cursor",
+                                  capacity=capacity)
 
 
 def _python_random_state():
@@ -992,21 +1341,48 @@ def _same_referents(refs, objects):
 
 
 def _select_modules(model, modules):
+    """The (name, module) pairs to hook. A torch.compile'd module is recorded
+    at its own boundary, as one leaf (its forward output and the gradients
+    of its inputs, outside the compiled code): the modules inside it run in
+    compiled code, where a hook would break the graph, so they are never
+    hooked, and naming one is refused. A compiled model itself is recorded
+    as `model`."""
     named = list(model.named_modules())
+    compiled = [n for n, m in named if _is_compiled(m)]
+
+    def inside_compiled(n):
+        return any(n != c and (c == "" or n.startswith(c + ".")) for c in compiled)
+
+    def label(n):
+        return _plain_name(n) or "model"
+
     if modules is None:
         # Leaf modules: where the arithmetic happens. Containers would
         # record their last child's output a second time.
-        return [(n, m) for n, m in named if n and not any(True for _ in m.children())]
+        return [(label(n), m) for n, m in named
+                if not inside_compiled(n) and (_is_compiled(m) or (n and not any(True for _ in m.children())))]
     if callable(modules):
-        return [(n, m) for n, m in named if modules(n, m)]
-    wanted = list(modules)
-    by_name = dict(named)
-    missing = [n for n in wanted if n not in by_name]
-    if missing:
-        raise InvalidArgumentError(
-            f"dgrr.torch: no module named {', '.join(repr(n) for n in missing)} in the model "
-            f"(named_modules() has {', '.join(repr(n) for n in list(by_name)[:12] if n)}...)")
-    return [(n, by_name[n]) for n in wanted]
+        chosen = [(label(n), n, m) for n, m in named if modules(n, m)]
+    else:
+        wanted = list(modules)
+        by_name = {}
+        for n, m in named:
+            by_name.setdefault(n, (n, m))
+            by_name.setdefault(_plain_name(n), (n, m))
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise InvalidArgumentError(
+                f"dgrr.torch: no module named {', '.join(repr(n) for n in missing)} in the model "
+                f"(named_modules() has {', '.join(repr(n) for n in list(by_name)[:12] if n)}...)")
+        chosen = [(w, *by_name[w]) for w in wanted]
+    for _, n, _ in chosen:
+        if inside_compiled(n):
+            outer = max((c for c in compiled if c == "" or n.startswith(c + ".")), key=len)
+            raise InvalidArgumentError(
+                f"dgrr.torch: module {_plain_name(n)!r} runs inside the torch.compile'd module "
+                f"{label(outer)!r}: dgrr records a compiled module at its own boundary only; "
+                f"record {label(outer)!r}, or compile a smaller part of the model")
+    return [(name, m) for name, _, m in chosen]
 
 
 # Leaf modules whose forward takes a single tensor. For them the gradient
@@ -1083,6 +1459,64 @@ class _FullBackwardHook:
         return (_dgrr.InertHook, ())
 
 
+# torch >= 2.0: forward pre-hooks can see and replace keyword arguments.
+_KWARGS_HOOKS = "with_kwargs" in _inspect.signature(_torch.nn.Module.register_forward_pre_hook).parameters
+
+
+def _takes_keywords(module):
+    """Whether a module's forward can be given a tensor by keyword: any
+    parameter past the first, or **kwargs."""
+    try:
+        params = list(_inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    return len(params) > 1 or any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+class _KeywordInputGradHook:
+    """A forward pre-hook with keyword arguments (torch >= 2.0) for modules
+    on the full backward hook's path, whose grad_input holds positional
+    inputs only: each keyword tensor input that will get a gradient is
+    replaced by a view of itself whose gradient hook records it as
+    `<module>.grad_in.<keyword>`. Weak, inert on copies, like _FullBackwardHook."""
+
+    def __init__(self, inst, name, module):
+        self._inst = _weakref.ref(inst)
+        self._module = _weakref.ref(module)
+        self._name = name
+
+    def __call__(self, module, args, kwargs):
+        if not kwargs or module is not self._module() or not _torch.is_grad_enabled():
+            return None
+        inst = self._inst()
+        if inst is None or not inst.session.in_step:
+            return None
+        changed = None
+        for key, value in kwargs.items():
+            if isinstance(value, _torch.Tensor) and value.requires_grad:
+                view = value.view_as(value)
+                view.register_hook(self._recorder(f"{self._name}.grad_in.{key}"))
+                if changed is None:
+                    changed = dict(kwargs)
+                changed[key] = view
+        return None if changed is None else (args, changed)
+
+    def _recorder(self, boundary):
+        inst_ref = self._inst
+
+        def record(grad):
+            inst = inst_ref()
+            if inst is not None and inst.session.in_step:
+                inst._record(boundary, "backward", "other", grad, inst.examples)
+        return record
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return (_dgrr.InertHook, ())
+
+
 class _Mark:
     """What an instrumented model carries (as _INSTRUMENTED): its
     Instrumentation, which the model so keeps alive while it is, and by
@@ -1141,6 +1575,9 @@ class Instrumentation:
             else:
                 self._handles.append(
                     module.register_full_backward_hook(self._backward_hook(name, module)))
+                if _KWARGS_HOOKS and _takes_keywords(module):
+                    self._handles.append(module.register_forward_pre_hook(
+                        _KeywordInputGradHook(self, name, module), with_kwargs=True))
         if optimizer is not None:
             self._hook_optimizer(optimizer)
 
@@ -1154,6 +1591,27 @@ class Instrumentation:
             self.examples = (int(first), int(count))
         random_context.set(seed=self.session.seed, step=step,
                            examples=self.examples if self.examples[1] > 0 else None)
+
+    def micro_batch(self, first, count):
+        """Gradient accumulation: `with inst.micro_batch(first, count):` around
+        one micro-batch's forward and backward gives its records (forward
+        outputs, input gradients, the loss) and dgrr Dropout's masks the
+        micro-batch's global examples [first, first + count); on leaving, the
+        step's whole batch (begin_step's examples) is in force again, for the
+        gradients and the optimizer's update that follow.
+
+            inst.begin_step(step, (step * 32, 32))
+            for k in range(4):
+                with inst.micro_batch(step * 32 + 8 * k, 8):
+                    loss = loss_fn(model(x[8 * k:8 * k + 8]), y[8 * k:8 * k + 8]) / 4
+                    inst.record_loss(loss)
+                    loss.backward()
+            optimizer.step()"""
+        return _MicroBatch(self, int(first), int(count))
+
+    def _set_examples(self, examples):
+        self.examples = examples
+        random_context.set(examples=examples if examples[1] > 0 else None)
 
     # -- boundaries ---------------------------------------------------------
     def _boundary(self, name, phase, kind):
@@ -1207,10 +1665,12 @@ class Instrumentation:
             self._handles.append(optimizer.register_step_post_hook(
                 lambda opt, args, kwargs: self.record_update()))
             return
-        # torch 1.13 has no step hooks: wrap this optimizer's step.
+        # torch 1.13 has no step hooks: wrap this optimizer's step, as a
+        # method of it (an LR scheduler made later wraps it again through
+        # its __self__ and __func__).
         original = optimizer.step
 
-        def step(*args, **kwargs):
+        def step(_optimizer, *args, **kwargs):
             if not self._gradients_recorded_by_all_reduce:
                 self.record_gradients()
             result = original(*args, **kwargs)
@@ -1221,7 +1681,7 @@ class Instrumentation:
         # the mark, or it warns that step() was overridden (it still counts).
         if getattr(original, "_with_counter", False):
             step._with_counter = True
-        optimizer.step = step
+        optimizer.step = _types.MethodType(step, optimizer)
         self._restore_step = original
 
     def _parameter_boundaries(self, phase, suffix, kind):
@@ -1231,7 +1691,7 @@ class Instrumentation:
         if entries is None:
             entries = self._param_boundaries[key] = [
                 (self._boundary(f"{name}{suffix}", phase, kind), p)
-                for name, p in self.model.named_parameters()]
+                for name, p in _named_parameters(self.model)]
         return entries
 
     def _record_many(self, records):
@@ -1344,6 +1804,26 @@ class Instrumentation:
         _live_instrumentations.get(self.session, set()).discard(self)
 
 
+class _MicroBatch:
+    """Instrumentation.micro_batch's context."""
+    __slots__ = ("inst", "examples", "outer")
+
+    def __init__(self, inst, first, count):
+        if first < 0 or count < 1:
+            raise InvalidArgumentError(
+                f"dgrr.torch: micro_batch({first}, {count}): examples are first >= 0, count >= 1")
+        self.inst, self.examples, self.outer = inst, (first, count), None
+
+    def __enter__(self):
+        self.outer = self.inst.examples
+        self.inst._set_examples(self.examples)
+        return self
+
+    def __exit__(self, *exc):
+        self.inst._set_examples(self.outer)
+        return False
+
+
 def instrument(session, model, optimizer=None, modules=None, backward=True, prefix=""):
     """Records the model's module boundaries, its parameter gradients and
     the optimizer's update through hooks (see the module docstring).
@@ -1378,6 +1858,10 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
             f"as state: checkpoints will not hold it, and a resumed run will differ from the "
             f"uninterrupted one; pass it to register_torch_state(session, model, optimizer)",
             NondeterminismWarning, stacklevel=2)
+    if (_torch.distributed.is_available() and _torch.distributed.is_initialized()
+            and _torch.distributed.get_world_size() > 1):
+        _warn_torch_dropout(model, f"{_torch.distributed.get_world_size()} torch.distributed "
+                                   "processes")
     inst = Instrumentation(session, model, optimizer, modules, backward, prefix)
     setattr(model, _INSTRUMENTED, _Mark(inst))
     others.add(inst)
@@ -1388,6 +1872,21 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
 _live_instrumentations = _weakref.WeakKeyDictionary()
 # session -> the optimizers register_torch_state registered on it.
 _registered_optimizers = _weakref.WeakKeyDictionary()
+
+
+def _warn_torch_dropout(model, parallel, stacklevel=3):
+    """torch's own Dropout draws its masks from each process's generator in
+    the order of that process's batch: under data parallelism they depend on
+    the process count, and so does every result after the first step."""
+    names = [n for n, m in model.named_modules()
+             if isinstance(m, _torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+    if names:
+        warnings.warn(
+            f"dgrr.torch: torch Dropout at {', '.join(names[:4])}{'...' if len(names) > 4 else ''} "
+            f"under data parallelism ({parallel}): its masks depend on how the batch is split "
+            f"across processes, so results differ between process counts; "
+            f"dgrr.torch.replace_dropout(model) keys them by example instead",
+            NondeterminismWarning, stacklevel=stacklevel)
 
 
 def _instrumentation_of(model):
@@ -1440,7 +1939,9 @@ class DataParallel:
                 f"of {micro_batch}")
         self.inst, self.communicator = inst, communicator
         self.batch, self.micro_batch, self.threads = batch, micro_batch, int(threads)
-        self.params = [(n, p) for n, p in inst.model.named_parameters() if p.requires_grad]
+        if communicator.size > 1:
+            _warn_torch_dropout(inst.model, f"{communicator.size} processes")
+        self.params = [(n, p) for n, p in _named_parameters(inst.model) if p.requires_grad]
         for name, p in self.params:
             if p.dtype != _torch.float32 or p.device.type != "cpu":
                 raise InvalidArgumentError(
@@ -1527,5 +2028,4 @@ class DataParallel:
         return total / len(losses) if mean else total
 
     def _set_examples(self, examples):
-        self.inst.examples = examples
-        random_context.set(examples=examples)
+        self.inst._set_examples(examples)
