@@ -1,5 +1,5 @@
 // dgrr compare, run in-process: exit codes, the text report, the JSON schema
-// (dgrr.compare/3), --ignore, --perfetto, configs listed first, bad input.
+// (dgrr.compare/4), --ignore, --perfetto, configs listed first, bad input.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -130,7 +130,7 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   std::string out;
   ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
   json doc = json::parse(out);
-  EXPECT_EQ(doc["schema"], "dgrr.compare/3");
+  EXPECT_EQ(doc["schema"], "dgrr.compare/4");
   EXPECT_EQ(doc["verdict"], "divergence");
   for (const char* side : {"a", "b"}) {
     const json& s = doc[side];
