@@ -434,7 +434,7 @@ std::string DivergenceHtml(const CompareResult& r) {
   }
   if (d.difference != Difference::kValues) {
     o << " <span id=\"divergence-difference\">It differs in its tensor type: " << Html(DifferenceText(d))
-      << " (A -> B).</span>";
+      << " (A &rarr; B).</span>";
   }
   o << "</p>\n<p class=\"records\">A: record #" << d.a.record_index << " of <code>" << Html(d.a.trace)
     << "</code><br>B: record #" << d.b.record_index << " of <code>" << Html(d.b.trace) << "</code></p>\n";
@@ -442,11 +442,10 @@ std::string DivergenceHtml(const CompareResult& r) {
     o << "<p class=\"verdict uncovered\" id=\"divergence-earlier\">This is the first <em>compared</em> difference: "
       << Plural(r.earlier_uncompared, "boundary", "boundaries")
       << " before it could not be compared, and the true first divergence may be among them";
-    o << (r.earlier_uncompared > r.earlier_uncompared_listed.size() ? " (the first " +
-                                                                          std::to_string(r.earlier_uncompared_listed.size()) +
-                                                                          " listed)"
-                                                                    : std::string())
-      << ":</p>\n<ul class=\"earlier-uncompared\">\n";
+    if (r.earlier_uncompared > r.earlier_uncompared_listed.size()) {
+      o << " (the first " << r.earlier_uncompared_listed.size() << " listed)";
+    }
+    o << ":</p>\n<ul class=\"earlier-uncompared\">\n";
     for (const UncomparedBoundary& u : r.earlier_uncompared_listed) {
       const trace::BoundaryRecord& x = u.boundary.record;
       o << "<li>" << u.side << " #" << u.boundary.index << " " << UnpairedName(u.why) << ": step " << x.step
