@@ -1,5 +1,5 @@
 // dgrr compare A B: where two runs provably agree and where they first differ
-// (docs/compare.md; JSON schema dgrr.compare/3, docs/json/compare.md).
+// (docs/compare.md; JSON schema dgrr.compare/4, docs/json/compare.md).
 #include <iostream>
 
 #include "cli/command.h"
@@ -16,7 +16,7 @@ int RunCompare(const std::vector<std::string>& args) {
   options.add_options()
       ("a", po::value<std::string>()->required(), "run A: a trace file or a run directory")
       ("b", po::value<std::string>()->required(), "run B: a trace file or a run directory")
-      ("json", po::bool_switch(), "print the dgrr.compare/3 JSON document instead of the report")
+      ("json", po::bool_switch(), "print the dgrr.compare/4 JSON document instead of the report")
       ("context", po::value<uint32_t>()->default_value(3), "aligned pairs shown before and after "
                                                            "the first divergence")
       ("ignore", po::value<std::vector<std::string>>()->composing(),

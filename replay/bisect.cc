@@ -384,10 +384,16 @@ nlohmann::ordered_json BisectJson(const BisectResult& r) {
   }
   if (r.compare) {
     ordered_json c = CompareJson(*r.compare);
-    j["divergence"] = c.at("divergence").is_null() ? ordered_json(nullptr) : c.at("divergence").at("first");
+    const bool diverged = !c.at("divergence").is_null();
+    j["divergence"] = diverged ? c.at("divergence").at("first") : ordered_json(nullptr);
+    // Boundaries of the replays never compared before that pair: when not 0
+    // it is only the first compared difference (compare's same key).
+    j["earlier_uncompared"] =
+        diverged ? c.at("divergence").at("earlier_uncompared") : ordered_json(nullptr);
     j["compare"] = std::move(c);
   } else {
     j["divergence"] = nullptr;
+    j["earlier_uncompared"] = nullptr;
     j["compare"] = nullptr;
   }
   return j;

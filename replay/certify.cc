@@ -3,14 +3,6 @@
 #include <algorithm>
 
 namespace dgrr::replay {
-namespace {
-
-inline bool FingerprintsEqual(const BoundaryItem& a, const BoundaryItem& b) {
-  return a.xor64 == b.xor64 && a.xxh3 == b.xxh3;
-}
-
-}  // namespace
-
 const char* DivergenceKindName(DivergenceKind kind) {
   switch (kind) {
     case DivergenceKind::kNone: return "none";
@@ -47,7 +39,8 @@ bool CertifyWalker::StopCutsLastRun(bool past_a, bool past_b, uint64_t next_step
 
 void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& a,
                         const BoundaryItem& b) {
-  const bool equal = FingerprintsEqual(a, b);
+  const Difference difference = DifferenceOf(a, b);
+  const bool equal = difference == Difference::kNone;
   const uint64_t ordinal = report_.pairs++;
   const bool past_a = stop_a_ && index_a > stop_a_->index;
   const bool past_b = stop_b_ && index_b > stop_b_->index;
@@ -68,13 +61,14 @@ void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& 
       }
       if (options_.context > 0) {
         if (recent_.size() == options_.context) recent_.pop_front();
-        recent_.push_back({ordinal, index_a, index_b, a, b, PairStatus::kEqual});
+        recent_.push_back({ordinal, index_a, index_b, a, b, PairStatus::kEqual, Difference::kNone});
       }
       return;
     }
     diverged_ = true;
     ++report_.differing;
-    report_.first_divergence = PairView{ordinal, index_a, index_b, a, b, PairStatus::kDiffers};
+    report_.first_divergence =
+        PairView{ordinal, index_a, index_b, a, b, PairStatus::kDiffers, difference};
     report_.before.assign(recent_.begin(), recent_.end());
     recent_.clear();
     // The divergent pair's step is not certified even if it began in the prefix.
@@ -87,8 +81,8 @@ void CertifyWalker::Add(uint64_t index_a, uint64_t index_b, const BoundaryItem& 
     ++report_.later_differing;
   }
   if (report_.after.size() < options_.context) {
-    report_.after.push_back(
-        {ordinal, index_a, index_b, a, b, equal ? PairStatus::kEqual : PairStatus::kDiffers});
+    report_.after.push_back({ordinal, index_a, index_b, a, b,
+                             equal ? PairStatus::kEqual : PairStatus::kDiffers, difference});
   }
   if (judged_after_ < options_.isolation_window) {
     ++judged_after_;
@@ -113,7 +107,8 @@ void CertifyWalker::AddEqualLockstepRun(uint64_t first, std::span<const Boundary
   report_.certified_pairs += n;
   for (size_t k = n - keep; k < n; ++k) {
     if (recent_.size() == options_.context) recent_.pop_front();
-    recent_.push_back({ordinal + k, first + k, first + k, a[k], b[k], PairStatus::kEqual});
+    recent_.push_back(
+        {ordinal + k, first + k, first + k, a[k], b[k], PairStatus::kEqual, Difference::kNone});
   }
 }
 
@@ -172,7 +167,7 @@ bool LockstepComparer::Feed(std::span<const BoundaryItem> a, std::span<const Bou
       lines_up_ = false;
       return false;
     }
-    if (a[k].xor64 != b[k].xor64 || a[k].xxh3 != b[k].xxh3) {
+    if (!SameContent(a[k], b[k])) {
       flush_run(k);
       walker_.Add(position_, position_, a[k], b[k]);
       run_start = k + 1;

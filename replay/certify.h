@@ -1,7 +1,8 @@
 // Prefix certification (docs/compare.md, "Certification"): walk the aligned
 // pairs in order of their index in A; the certified prefix is the longest
-// leading run of pairs whose two fingerprints (xor64 and xxh3) are both
-// equal. The first pair that breaks the run is the first divergence; the
+// leading run of pairs whose dtype, shape and two fingerprints (xor64 and
+// xxh3) are all equal. The first pair that breaks the run is the first
+// divergence (of values, dtype or shape: Difference); the
 // report places it in context and says whether it is isolated (the pairs
 // right after it agree again) or propagates.
 //
@@ -30,6 +31,7 @@ struct PairView {
   BoundaryItem a;
   BoundaryItem b;
   PairStatus status = PairStatus::kEqual;
+  Difference difference = Difference::kNone;  // kNone exactly when status is kEqual
 };
 
 enum class DivergenceKind : uint8_t {

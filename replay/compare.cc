@@ -117,21 +117,34 @@ Alignment AlignFromFirstMismatch(const std::vector<BoundaryItem>& a,
   return whole;
 }
 
-// The first few uncompared boundaries of both sides, by position.
-void ListUncompared(const Alignment& alignment,
+// Boundaries never compared (replicas are compared) of one side before
+// index `end`: `unmatched` is ascending.
+uint64_t UncomparedBefore(const std::vector<uint64_t>& unmatched, const std::vector<Unpaired>& why,
+                          uint64_t end) {
+  uint64_t n = 0;
+  for (size_t k = 0; k < unmatched.size() && unmatched[k] < end; ++k) {
+    n += (k < why.size() ? why[k] : Unpaired::kNoCounterpart) != Unpaired::kReplica;
+  }
+  return n;
+}
+
+// The first few uncompared boundaries of both sides, by position; only those
+// of A before index `end_a` and of B before `end_b`.
+void ListUncompared(const Alignment& alignment, uint64_t end_a, uint64_t end_b,
                     std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>>* out) {
   std::vector<std::pair<uint64_t, std::pair<char, Unpaired>>> all;
-  auto collect = [&](char side, const std::vector<uint64_t>& unmatched, const std::vector<Unpaired>& why) {
+  auto collect = [&](char side, const std::vector<uint64_t>& unmatched, const std::vector<Unpaired>& why,
+                     uint64_t end) {
     size_t taken = 0;
-    for (size_t k = 0; k < unmatched.size() && taken < kListedUncompared; ++k) {
+    for (size_t k = 0; k < unmatched.size() && unmatched[k] < end && taken < kListedUncompared; ++k) {
       const Unpaired w = k < why.size() ? why[k] : Unpaired::kNoCounterpart;
       if (w == Unpaired::kReplica) continue;
       all.push_back({unmatched[k], {side, w}});
       ++taken;
     }
   };
-  collect('A', alignment.unmatched_a, alignment.why_a);
-  collect('B', alignment.unmatched_b, alignment.why_b);
+  collect('A', alignment.unmatched_a, alignment.why_a, end_a);
+  collect('B', alignment.unmatched_b, alignment.why_b, end_b);
   std::stable_sort(all.begin(), all.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   if (all.size() > kListedUncompared) all.resize(kListedUncompared);
@@ -164,6 +177,7 @@ StatusOr<ReportedPair> ReportPair(const RunInput& ra, const NameTable& na, const
   ReportedPair pair;
   pair.ordinal = view.ordinal;
   pair.status = view.status;
+  pair.difference = view.difference;
   DGRR_ASSIGN_OR_RETURN(pair.a, Report(ra, na, view.a, view.index_a));
   DGRR_ASSIGN_OR_RETURN(pair.b, Report(rb, nb, view.b, view.index_b));
   return pair;
@@ -437,6 +451,9 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   bool streamed = false;
   std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>> uncompared;  // side, index, why
   std::vector<BoundaryItem> uncompared_items;
+  // The same for those before the first divergence on their side.
+  std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>> earlier;
+  std::vector<BoundaryItem> earlier_items;
   if (!options.keep_sequences) {
     DGRR_ASSIGN_OR_RETURN(streamed, TryLockstep(*sa, *sb, result.ranks_paired, certify_options,
                                                 std::max<size_t>(1, options.chunk_items),
@@ -479,9 +496,20 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
     result.unmatched_a = alignment.unmatched_a.size();
     result.unmatched_b = alignment.unmatched_b.size();
     result.coverage = CoverageOf(alignment);
-    ListUncompared(alignment, &uncompared);
+    ListUncompared(alignment, UINT64_MAX, UINT64_MAX, &uncompared);
     for (const auto& [side, at] : uncompared) {
       uncompared_items.push_back(side == 'A' ? items_a[at.first] : items_b[at.first]);
+    }
+    if (const auto& first = result.certify.first_divergence) {
+      // What could not be compared before the first differing pair: the
+      // true first divergence may be there (docs/compare.md §4).
+      result.earlier_uncompared =
+          UncomparedBefore(alignment.unmatched_a, alignment.why_a, first->index_a) +
+          UncomparedBefore(alignment.unmatched_b, alignment.why_b, first->index_b);
+      ListUncompared(alignment, first->index_a, first->index_b, &earlier);
+      for (const auto& [side, at] : earlier) {
+        earlier_items.push_back(side == 'A' ? items_a[at.first] : items_b[at.first]);
+      }
     }
     if (options.keep_sequences) {
       result.has_sequences = true;
@@ -499,15 +527,24 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   DGRR_RETURN_IF_ERROR(ReportRankDisagreements(ra, side_a, 'A', &result));
   DGRR_RETURN_IF_ERROR(ReportRankDisagreements(rb, side_b, 'B', &result));
 
-  for (size_t k = 0; k < uncompared.size(); ++k) {
-    const auto& [side, at] = uncompared[k];
-    UncomparedBoundary u;
-    u.side = side;
-    u.why = at.second;
-    DGRR_ASSIGN_OR_RETURN(u.boundary, Report(side == 'A' ? ra : rb, side == 'A' ? sa->names() : sb->names(),
-                                             uncompared_items[k], at.first));
-    result.uncompared.push_back(std::move(u));
-  }
+  auto report_uncompared = [&](const std::vector<std::pair<char, std::pair<uint64_t, Unpaired>>>& list,
+                               const std::vector<BoundaryItem>& items,
+                               std::vector<UncomparedBoundary>* out) -> Status {
+    for (size_t k = 0; k < list.size(); ++k) {
+      const auto& [side, at] = list[k];
+      UncomparedBoundary u;
+      u.side = side;
+      u.why = at.second;
+      DGRR_ASSIGN_OR_RETURN(u.boundary, Report(side == 'A' ? ra : rb,
+                                               side == 'A' ? sa->names() : sb->names(), items[k],
+                                               at.first));
+      out->push_back(std::move(u));
+    }
+    return Status::OK();
+  };
+  DGRR_RETURN_IF_ERROR(report_uncompared(uncompared, uncompared_items, &result.uncompared));
+  DGRR_RETURN_IF_ERROR(
+      report_uncompared(earlier, earlier_items, &result.earlier_uncompared_listed));
   const CertifyReport& c = result.certify;
   if (c.first_divergence) {
     DGRR_ASSIGN_OR_RETURN(result.first_divergence,
@@ -569,8 +606,20 @@ const char* StatusName(PairStatus s) { return s == PairStatus::kEqual ? "equal" 
 ordered_json PairJson(const ReportedPair& p) {
   return {{"ordinal", p.ordinal},
           {"status", StatusName(p.status)},
+          {"difference", p.difference == Difference::kNone ? ordered_json(nullptr)
+                                                           : ordered_json(DifferenceName(p.difference))},
           {"a", BoundaryJson(p.a)},
           {"b", BoundaryJson(p.b)}};
+}
+
+ordered_json UncomparedJson(const std::vector<UncomparedBoundary>& list) {
+  ordered_json out = ordered_json::array();
+  for (const UncomparedBoundary& u : list) {
+    out.push_back({{"side", std::string(1, u.side)},
+                   {"reason", UnpairedName(u.why)},
+                   {"boundary", BoundaryJson(u.boundary)}});
+  }
+  return out;
 }
 
 ordered_json SideJson(const SideSummary& s) {
@@ -600,7 +649,7 @@ ordered_json CompareJson(const CompareResult& r) {
   const CertifyReport& c = r.certify;
   const AlignmentStats& s = r.stats;
   ordered_json out;
-  out["schema"] = "dgrr.compare/3";
+  out["schema"] = "dgrr.compare/4";
   out["verdict"] = r.found_difference() ? "divergence" : "no_divergence";
   out["a"] = SideJson(r.a);
   out["b"] = SideJson(r.b);
@@ -624,18 +673,12 @@ ordered_json CompareJson(const CompareResult& r) {
                       {"moved_pairs", s.moved_pairs},
                       {"repeat_key_pairs", s.repeat_key_pairs},
                       {"fingerprint_pairs", s.fingerprint_pairs}};
-  ordered_json listed = ordered_json::array();
-  for (const UncomparedBoundary& u : r.uncompared) {
-    listed.push_back({{"side", std::string(1, u.side)},
-                      {"reason", UnpairedName(u.why)},
-                      {"boundary", BoundaryJson(u.boundary)}});
-  }
   out["coverage"] = {{"uncompared", r.coverage.uncompared()},
                      {"no_counterpart", r.coverage.no_counterpart},
                      {"outside_reach", r.coverage.outside_reach},
                      {"ambiguous", r.coverage.ambiguous},
                      {"replicas", r.coverage.replicas},
-                     {"first", listed}};
+                     {"first", UncomparedJson(r.uncompared)}};
   out["certification"] = {{"pairs", c.pairs},
                           {"certified_pairs", c.certified_pairs},
                           {"prefix_ends_at", r.prefix_ends_at_rank_disagreement ? "rank_disagreement"
@@ -664,10 +707,27 @@ ordered_json CompareJson(const CompareResult& r) {
     out["divergence"] = {{"kind", DivergenceKindName(c.kind)},
                          {"first", PairJson(*r.first_divergence)},
                          {"before", before},
-                         {"after", after}};
+                         {"after", after},
+                         {"earlier_uncompared", r.earlier_uncompared},
+                         {"earlier_uncompared_first", UncomparedJson(r.earlier_uncompared_listed)}};
   } else {
     out["divergence"] = nullptr;
   }
+  return out;
+}
+
+std::string DifferenceText(const ReportedPair& p) {
+  const trace::BoundaryRecord& a = p.a.record;
+  const trace::BoundaryRecord& b = p.b.record;
+  std::string out;
+  if (p.difference == Difference::kDtype || p.difference == Difference::kDtypeAndShape) {
+    out += "dtype " + std::string(DTypeName(a.dtype)) + " -> " + std::string(DTypeName(b.dtype));
+  }
+  if (p.difference == Difference::kShape || p.difference == Difference::kDtypeAndShape) {
+    if (!out.empty()) out += ", ";
+    out += "shape " + ShapeText(a) + " -> " + ShapeText(b);
+  }
+  if (p.difference == Difference::kValues) out = "values differ";
   return out;
 }
 
@@ -752,8 +812,16 @@ std::string DescribePair(const ReportedPair& p, bool logical) {
 
 void PrintContextPair(std::ostringstream& o, const ReportedPair& p, const char* marker,
                       bool logical) {
-  o << "  " << marker << " #" << p.ordinal << " " << StatusName(p.status) << "  "
-    << DescribePair(p, logical) << "\n";
+  o << "  " << marker << " #" << p.ordinal << " " << StatusName(p.status);
+  if (p.difference != Difference::kNone && p.difference != Difference::kValues) {
+    o << " (" << DifferenceText(p) << ")";
+  }
+  o << "  " << DescribePair(p, logical) << "\n";
+}
+
+void PrintUncompared(std::ostringstream& o, const char* indent, const UncomparedBoundary& u) {
+  o << indent << u.side << " #" << u.boundary.index << " " << UnpairedName(u.why) << "  "
+    << Describe(u.boundary) << "  record #" << u.boundary.record_index << "\n";
 }
 
 void PrintRankDisagreements(std::ostringstream& o, const CompareResult& r) {
@@ -838,10 +906,7 @@ std::string CompareText(const CompareResult& r) {
     o << "coverage: " << cov.uncompared() << " boundaries never compared (" << cov.no_counterpart
       << " without a counterpart, " << cov.outside_reach << " outside the reach of --band, "
       << cov.ambiguous << " ambiguous)\n";
-    for (const UncomparedBoundary& u : r.uncompared) {
-      o << "  " << u.side << " #" << u.boundary.index << " " << UnpairedName(u.why) << "  "
-        << Describe(u.boundary) << "  record #" << u.boundary.record_index << "\n";
-    }
+    for (const UncomparedBoundary& u : r.uncompared) PrintUncompared(o, "  ", u);
     if (cov.uncompared() > r.uncompared.size()) {
       o << "  ... (" << cov.uncompared() - r.uncompared.size() << " more)\n";
     }
@@ -858,11 +923,24 @@ std::string CompareText(const CompareResult& r) {
     return o.str();
   }
   const ReportedPair& d = *r.first_divergence;
-  o << "first divergence: pair #" << d.ordinal << ": " << DescribePair(d, r.logical) << "\n"
+  o << "first divergence: pair #" << d.ordinal;
+  if (d.difference != Difference::kValues) o << " (" << DifferenceText(d) << ")";
+  o << ": " << DescribePair(d, r.logical) << "\n"
     << "  A xor64=" << Hex64(d.a.record.xor64) << " xxh3=" << Hex64(d.a.record.xxh3) << "  record #"
     << d.a.record_index << " of " << d.a.trace << "\n"
     << "  B xor64=" << Hex64(d.b.record.xor64) << " xxh3=" << Hex64(d.b.record.xxh3) << "  record #"
     << d.b.record_index << " of " << d.b.trace << "\n";
+  if (r.earlier_uncompared > 0) {
+    o << "  caution: " << r.earlier_uncompared << " boundar"
+      << (r.earlier_uncompared == 1 ? "y" : "ies")
+      << " before this pair could not be compared: it is the first compared difference, and the "
+         "true first divergence may be "
+      << (r.earlier_uncompared == 1 ? "that boundary" : "among them") << ":\n";
+    for (const UncomparedBoundary& u : r.earlier_uncompared_listed) PrintUncompared(o, "    ", u);
+    if (r.earlier_uncompared > r.earlier_uncompared_listed.size()) {
+      o << "    ... (" << r.earlier_uncompared - r.earlier_uncompared_listed.size() << " more)\n";
+    }
+  }
   if (!r.before.empty() || !r.after.empty()) o << "context:\n";
   for (const ReportedPair& p : r.before) PrintContextPair(o, p, " ", r.logical);
   PrintContextPair(o, d, ">", r.logical);

@@ -71,6 +71,7 @@ struct ReportedBoundary {
 struct ReportedPair {
   uint64_t ordinal = 0;
   PairStatus status = PairStatus::kEqual;
+  Difference difference = Difference::kNone;  // what differs: values, dtype, shape
   ReportedBoundary a;
   ReportedBoundary b;
 };
@@ -131,6 +132,12 @@ struct CompareResult {
   bool prefix_ends_at_rank_disagreement = false;
   std::optional<ReportedPair> first_divergence;
   std::vector<ReportedPair> before, after;
+  // Boundaries never compared that lie before the first divergence on their
+  // own side (A before its A boundary, B before its B boundary): when not 0,
+  // the first divergence is only the first *compared* difference, and the
+  // true first may be among these. The first few of them, by position.
+  uint64_t earlier_uncompared = 0;
+  std::vector<UncomparedBoundary> earlier_uncompared_listed;
 
   // Only with CompareOptions::keep_sequences (then has_sequences).
   bool has_sequences = false;
@@ -157,9 +164,13 @@ std::vector<KeyDifference> DiffJson(const nlohmann::json& a, const nlohmann::jso
 // fields (collected_unix_ns, host.hostname) dropped, controls keyed by name.
 nlohmann::json EnvironmentForDiff(const nlohmann::json& env);
 
-// The dgrr.compare/3 document (docs/json/compare.md).
+// The dgrr.compare/4 document (docs/json/compare.md).
 nlohmann::ordered_json CompareJson(const CompareResult& result);
 // The short human report.
 std::string CompareText(const CompareResult& result);
+// What a differing pair differs in, for people: "values differ",
+// "dtype f32 -> bf16", "shape [8,32] -> [8,16]" (A -> B), or both of the
+// last two joined by ", "; empty for an equal pair.
+std::string DifferenceText(const ReportedPair& pair);
 
 }  // namespace dgrr::replay

@@ -22,10 +22,6 @@ class StreamSource : public ItemSource {
   std::unique_ptr<BoundaryStream> stream_;
 };
 
-bool SameFingerprints(const BoundaryItem& x, const BoundaryItem& y) {
-  return x.xor64 == y.xor64 && x.xxh3 == y.xxh3;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<ItemSource>> OpenStreamSource(const RunInput& run, RankOrder order,
@@ -145,7 +141,7 @@ void LogicalRunSource::CheckReplicas(uint64_t step, uint32_t r,
       continue;
     }
     matched[found] = true;
-    if (!SameFingerprints(reference[found], copy)) {
+    if (!SameContent(reference[found], copy)) {  // fingerprints, dtype or shape
       d.kind = RankDisagreement::Kind::kDiffers;
       d.reference = reference[found];
       d.copy = copy;

@@ -110,9 +110,9 @@ int64_t PredictFromPairs(const std::vector<uint64_t>& xs, const std::vector<uint
   return static_cast<int64_t>(ys[k]) + (static_cast<int64_t>(x) - static_cast<int64_t>(xs[k]));
 }
 
-inline bool Identical(const BoundaryItem& x, const BoundaryItem& y) {
-  return x.xor64 == y.xor64 && x.xxh3 == y.xxh3;
-}
+// Identical copies: same dtype, shape and fingerprints. A pair that differs
+// in any of them is a divergence, so only this counts as evidence.
+inline bool Identical(const BoundaryItem& x, const BoundaryItem& y) { return SameContent(x, y); }
 
 constexpr int64_t kNone = -1;
 // Rounds of (key evidence, fingerprint evidence); each round can only pair
@@ -325,6 +325,17 @@ const char* PairOriginName(PairOrigin origin) {
   return "unknown";
 }
 
+const char* DifferenceName(Difference difference) {
+  switch (difference) {
+    case Difference::kNone: return "none";
+    case Difference::kValues: return "values";
+    case Difference::kDtype: return "dtype";
+    case Difference::kShape: return "shape";
+    case Difference::kDtypeAndShape: return "dtype_and_shape";
+  }
+  return "unknown";
+}
+
 const char* UnpairedName(Unpaired why) {
   switch (why) {
     case Unpaired::kNoCounterpart: return "no_counterpart";
@@ -360,10 +371,9 @@ Coverage CoverageOf(const Alignment& alignment) {
 
 uint64_t KeyDigest(const BoundaryKey& key, bool compare_rank) {
   uint64_t h = Mix64(key.name_hash);
-  h = Combine(h, key.shape_digest);
   h = Combine(h, key.first_example);
   h = Combine(h, (uint64_t{key.example_count} << 32) | (uint64_t{key.phase} << 16) |
-                     (uint64_t{key.direction} << 8) | key.dtype);
+                     (uint64_t{key.direction} << 8));
   if (compare_rank) h = Combine(h, key.rank);
   return h;
 }

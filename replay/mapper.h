@@ -10,8 +10,8 @@
 // anchors, which predict where any other boundary should sit on the other
 // side. A boundary of a repeated key pairs only with the unique consistent
 // candidate within reach (`band`) of its prediction, seen from both sides;
-// when several remain, identical fingerprints are the only other evidence
-// accepted. Whatever stays unpaired is reported with its reason (no
+// when several remain, identical contents (dtype, shape and fingerprints) are
+// the only other evidence accepted. Whatever stays unpaired is reported with its reason (no
 // counterpart, outside reach, ambiguous), never as a divergence.
 #pragma once
 
@@ -23,28 +23,57 @@
 
 namespace dgrr::replay {
 
-// What must agree for two boundaries to be pairable. Names are compared
-// through a 64-bit hash of the boundary's name string, because name ids are
-// private to each trace; the caller maps names to hashes.
+// What must agree for two boundaries to be pairable: which boundary it is,
+// not what it holds. Names are compared through a 64-bit hash of the
+// boundary's name string, because name ids are private to each trace; the
+// caller maps names to hashes. The tensor's dtype and shape are not part of
+// the key: a boundary recorded as bf16 in one run and f32 in the other (or
+// with another shape) is the same boundary holding a different tensor, so it
+// pairs and is reported as a divergence of that kind (docs/compare.md §1).
 struct BoundaryKey {
   uint64_t name_hash = 0;
-  uint64_t shape_digest = 0;   // digest of the tensor's dimensions
   uint64_t first_example = 0;  // the example range [first_example, first_example + example_count)
   uint32_t example_count = 0;
   uint32_t rank = 0;
   uint8_t phase = 0;      // forward, backward, optimizer, ... (trace-format values)
   uint8_t direction = 0;  // input or output of the operator
-  uint8_t dtype = 0;      // dgrr::DType value
 };
 
-// One boundary as the mapper and certification see it.
+// One boundary as the mapper and certification see it: its key, and what is
+// compared once it is paired (dtype, shape, the two fingerprints).
 struct BoundaryItem {
   BoundaryKey key;
   uint64_t step = 0;
   uint64_t record_index = 0;  // where the record sits in its trace file
+  uint64_t shape_digest = 0;  // digest of the tensor's dimensions
   uint64_t xor64 = 0;         // the two fingerprints of the tensor
   uint64_t xxh3 = 0;
+  uint8_t dtype = 0;          // dgrr::DType value
 };
+
+// What a pair of boundaries differs in. A dtype or shape difference is
+// reported as such (the fingerprints of tensors of different types say
+// nothing more); kValues: same dtype and shape, fingerprints differ.
+enum class Difference : uint8_t { kNone, kValues, kDtype, kShape, kDtypeAndShape };
+// "none", "values", "dtype", "shape", "dtype_and_shape".
+const char* DifferenceName(Difference difference);
+
+inline Difference DifferenceOf(const BoundaryItem& a, const BoundaryItem& b) {
+  const bool dtype = a.dtype != b.dtype;
+  const bool shape = a.shape_digest != b.shape_digest;
+  if (dtype && shape) return Difference::kDtypeAndShape;
+  if (dtype) return Difference::kDtype;
+  if (shape) return Difference::kShape;
+  return a.xor64 == b.xor64 && a.xxh3 == b.xxh3 ? Difference::kNone : Difference::kValues;
+}
+
+// Same dtype, shape and fingerprints: a paired boundary that agrees, or an
+// identical copy (the mapper's fingerprint evidence, replicas).
+// (One test of or-ed xors: the lockstep loop asks this of every record.)
+inline bool SameContent(const BoundaryItem& a, const BoundaryItem& b) {
+  return ((a.xor64 ^ b.xor64) | (a.xxh3 ^ b.xxh3) | (a.shape_digest ^ b.shape_digest) |
+          uint64_t{static_cast<uint8_t>(a.dtype ^ b.dtype)}) == 0;
+}
 
 // Ranks are comparable when both runs have the same world size: then a
 // boundary of rank r pairs only with rank r. With different world sizes the
@@ -56,10 +85,9 @@ inline bool RanksComparable(uint32_t world_size_a, uint32_t world_size_b) {
 
 // Are a and b pairable? All key fields equal; rank only if compare_rank.
 inline bool Pairable(const BoundaryKey& a, const BoundaryKey& b, bool compare_rank) {
-  return a.name_hash == b.name_hash && a.shape_digest == b.shape_digest &&
-         a.first_example == b.first_example && a.example_count == b.example_count &&
-         a.phase == b.phase && a.direction == b.direction && a.dtype == b.dtype &&
-         (!compare_rank || a.rank == b.rank);
+  return a.name_hash == b.name_hash && a.first_example == b.first_example &&
+         a.example_count == b.example_count && a.phase == b.phase &&
+         a.direction == b.direction && (!compare_rank || a.rank == b.rank);
 }
 
 // A 64-bit digest of the pairable part of a key: equal keys give equal

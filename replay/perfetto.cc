@@ -81,7 +81,9 @@ ordered_json DivergenceArgs(const CompareResult& r) {
           {"xxh3_a", Hex64(d.a.record.xxh3)},
           {"xor64_b", Hex64(d.b.record.xor64)},
           {"xxh3_b", Hex64(d.b.record.xxh3)},
-          {"kind", DivergenceKindName(r.certify.kind)}};
+          {"kind", DivergenceKindName(r.certify.kind)},
+          {"difference", DifferenceName(d.difference)},
+          {"earlier_uncompared", r.earlier_uncompared}};
 }
 
 }  // namespace
@@ -130,7 +132,7 @@ StatusOr<ordered_json> PerfettoJson(const CompareResult& r, const PerfettoOption
   for (uint64_t k = first; k < last; ++k) {
     const BoundaryItem& a = r.items_a[pairs[k].index_a];
     const BoundaryItem& b = r.items_b[pairs[k].index_b];
-    const char* s = (a.xor64 == b.xor64 && a.xxh3 == b.xxh3) ? "equal" : "differs";
+    const char* s = SameContent(a, b) ? "equal" : "differs";
     status_a[pairs[k].index_a - lo_a] = s;
     status_b[pairs[k].index_b - lo_b] = s;
   }

@@ -244,7 +244,7 @@ class MapBuilder {
       const BoundaryItem& b = r_.items_b[p.index_b];
       Cell& cell = At(row_a_[p.index_a], a.step);
       ++cell.compared;
-      if (a.xor64 != b.xor64 || a.xxh3 != b.xxh3) {
+      if (!SameContent(a, b)) {  // fingerprints, dtype or shape
         ++cell.differing;
         const size_t column = ColumnOf(a.step);
         ++differing_by_column_[column];
@@ -344,8 +344,18 @@ std::string VerdictHtml(const CompareResult& r) {
     const ReportedPair& d = *r.first_divergence;
     o << "<p class=\"verdict diverged\" id=\"verdict\">The runs diverge at step "
       << d.a.record.step << ": boundary <code>" << Html(d.a.name) << "</code> on rank "
-      << d.a.record.rank << " (pair #" << d.ordinal << ") is the first whose fingerprints differ; "
-      << Plural(c.differing, "pair differs", "pairs differ") << " in all.</p>\n";
+      << d.a.record.rank << " (pair #" << d.ordinal << ") is the first "
+      << (r.earlier_uncompared > 0 ? "compared pair " : "")
+      << (d.difference == Difference::kValues ? std::string("whose fingerprints differ")
+                                              : "that differs, in its tensor type (" +
+                                                    Html(DifferenceText(d)) + ")")
+      << "; " << Plural(c.differing, "pair differs", "pairs differ") << " in all.";
+    if (r.earlier_uncompared > 0) {
+      o << " <span id=\"earlier-uncompared\">Caution: "
+        << Plural(r.earlier_uncompared, "boundary", "boundaries")
+        << " before it could not be compared; the true first divergence may be among them.</span>";
+    }
+    o << "</p>\n";
   } else if (r.coverage.uncompared() > 0) {
     o << "<p class=\"verdict uncovered\" id=\"verdict\">No compared pair differs, but "
       << Plural(r.coverage.uncompared(), "boundary was", "boundaries were")
@@ -392,7 +402,12 @@ std::string PairRow(const ReportedPair& p, bool divergent) {
   if (b.rank != a.rank) o << "/" << b.rank;  // ranks paired by example when world sizes differ
   o << "</td><td>"
     << trace::PhaseName(a.phase) << " " << trace::DirectionName(a.direction) << "</td><td><code>"
-    << Html(p.a.name) << "</code></td><td>" << DTypeName(a.dtype) << ShapeText(a) << "</td><td>"
+    << Html(p.a.name) << "</code></td><td>" << DTypeName(a.dtype) << ShapeText(a);
+  if (p.difference == Difference::kDtype || p.difference == Difference::kShape ||
+      p.difference == Difference::kDtypeAndShape) {
+    o << " &rarr; " << DTypeName(b.dtype) << ShapeText(b);  // the tensor type changed
+  }
+  o << "</td><td>"
     << a.first_example << "+" << a.example_count << "</td><td class=\"fp\">" << Hex64(a.xor64) << "<br>"
     << Hex64(a.xxh3) << "</td><td class=\"fp\">" << Hex64(b.xor64) << "<br>" << Hex64(b.xxh3)
     << "</td></tr>\n";
@@ -417,8 +432,29 @@ std::string DivergenceHtml(const CompareResult& r) {
       break;
     default: o << "It is the last pair compared: nothing after it to judge by."; break;
   }
+  if (d.difference != Difference::kValues) {
+    o << " <span id=\"divergence-difference\">It differs in its tensor type: " << Html(DifferenceText(d))
+      << " (A &rarr; B).</span>";
+  }
   o << "</p>\n<p class=\"records\">A: record #" << d.a.record_index << " of <code>" << Html(d.a.trace)
     << "</code><br>B: record #" << d.b.record_index << " of <code>" << Html(d.b.trace) << "</code></p>\n";
+  if (r.earlier_uncompared > 0) {
+    o << "<p class=\"verdict uncovered\" id=\"divergence-earlier\">This is the first <em>compared</em> difference: "
+      << Plural(r.earlier_uncompared, "boundary", "boundaries")
+      << " before it could not be compared, and the true first divergence may be among them";
+    if (r.earlier_uncompared > r.earlier_uncompared_listed.size()) {
+      o << " (the first " << r.earlier_uncompared_listed.size() << " listed)";
+    }
+    o << ":</p>\n<ul class=\"earlier-uncompared\">\n";
+    for (const UncomparedBoundary& u : r.earlier_uncompared_listed) {
+      const trace::BoundaryRecord& x = u.boundary.record;
+      o << "<li>" << u.side << " #" << u.boundary.index << " " << UnpairedName(u.why) << ": step " << x.step
+        << ", rank " << x.rank << ", " << trace::PhaseName(x.phase) << " " << trace::DirectionName(x.direction)
+        << " <code>" << Html(u.boundary.name) << "</code> " << DTypeName(x.dtype) << ShapeText(x) << ", record #"
+        << u.boundary.record_index << "</li>\n";
+    }
+    o << "</ul>\n";
+  }
   o << "<table class=\"context\"><tr><th>pair</th><th>status</th><th>step</th><th>rank</th><th>phase</th>"
        "<th>boundary</th><th>tensor</th><th>examples</th><th>A xor64 / xxh3</th><th>B xor64 / xxh3</th></tr>\n";
   for (const ReportedPair& p : r.before) o << PairRow(p, false);
@@ -772,7 +808,9 @@ void AddVerdict(const CompareResult& r, ordered_json& data) {
     const ReportedPair& d = *r.first_divergence;
     data["divergence"] = {{"step", d.a.record.step}, {"rank", d.a.record.rank},
                           {"rank_b", d.b.record.rank}, {"boundary", ValidUtf8(d.a.name)},
-                          {"ordinal", d.ordinal}, {"kind", DivergenceKindName(r.certify.kind)}};
+                          {"ordinal", d.ordinal}, {"kind", DivergenceKindName(r.certify.kind)},
+                          {"difference", DifferenceName(d.difference)},
+                          {"earlier_uncompared", r.earlier_uncompared}};
   } else {
     data["divergence"] = nullptr;
   }

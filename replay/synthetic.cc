@@ -48,7 +48,7 @@ struct Entry {
 BoundaryItem OnlyInB(const BoundaryItem& neighbour, uint64_t serial, SplitMix* rng) {
   BoundaryItem item = neighbour;
   item.key.name_hash = Mix64(kOnlyInBSalt + serial);
-  item.key.shape_digest = rng->Next();
+  item.shape_digest = rng->Next();
   item.xor64 = rng->Next();
   item.xxh3 = rng->Next();
   return item;
@@ -75,13 +75,13 @@ BoundaryItem SyntheticBoundary(const SyntheticOptions& options, uint64_t i) {
   const bool repeated = repeated_key >= 0;
   const uint64_t salt = kRepeatedNameSalt + 16 * static_cast<uint64_t>(repeated_key);
   item.key.name_hash = repeated ? Mix64(salt) : Mix64(kNameSalt + k);
-  item.key.shape_digest = repeated ? Mix64(salt + 1) : Mix64(kNameSalt + (k / 2) + (1u << 20));
+  item.shape_digest = repeated ? Mix64(salt + 1) : Mix64(kNameSalt + (k / 2) + (1u << 20));
   item.key.first_example = step * options.examples_per_step;
   item.key.example_count = options.examples_per_step;
   item.key.rank = options.rank;
   item.key.phase = (3 * k < 2 * per_step) ? 0 : 1;  // two thirds forward, one third backward
   item.key.direction = static_cast<uint8_t>(k % 2);
-  item.key.dtype = static_cast<uint8_t>(DType::kF32);
+  item.dtype = static_cast<uint8_t>(DType::kF32);
   item.step = step;
   item.record_index = i;
   item.xor64 = Mix64(kFingerprintSalt ^ (2 * i));

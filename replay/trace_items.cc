@@ -46,13 +46,13 @@ BoundaryItem MakeBoundaryItem(const trace::BoundaryRecord& record, uint64_t name
                               uint64_t record_index, uint64_t shape_digest) {
   BoundaryItem item;
   item.key.name_hash = name_hash;
-  item.key.shape_digest = shape_digest;
+  item.shape_digest = shape_digest;
   item.key.first_example = record.first_example;
   item.key.example_count = record.example_count;
   item.key.rank = record.rank;
   item.key.phase = static_cast<uint8_t>(record.phase);
   item.key.direction = static_cast<uint8_t>(record.direction);
-  item.key.dtype = static_cast<uint8_t>(record.dtype);
+  item.dtype = static_cast<uint8_t>(record.dtype);
   item.step = record.step;
   item.record_index = record_index;
   item.xor64 = record.xor64;
@@ -219,13 +219,13 @@ size_t BoundaryStream::ItemsFromRun(RankReader& rank, BoundaryItem* out, size_t 
     }
     BoundaryItem& item = out[n++];
     item.key.name_hash = rank.hash_of_id[name_id];
-    item.key.shape_digest = rank.last_shape_digest;
+    item.shape_digest = rank.last_shape_digest;
     item.key.first_example = b.first_example();
     item.key.example_count = b.example_count();
     item.key.rank = b.rank();
     item.key.phase = static_cast<uint8_t>(b.phase());
     item.key.direction = static_cast<uint8_t>(b.direction());
-    item.key.dtype = static_cast<uint8_t>(b.dtype());
+    item.dtype = static_cast<uint8_t>(b.dtype());
     item.step = b.step();
     item.record_index = rank.run.first_index + at;
     item.xor64 = b.xor64();

@@ -1,11 +1,12 @@
 // dgrr compare, run in-process: exit codes, the text report, the JSON schema
-// (dgrr.compare/3), --ignore, --perfetto, configs listed first, bad input.
+// (dgrr.compare/4), --ignore, --perfetto, configs listed first, bad input.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/dtype.h"
 #include "base/file.h"
 #include "runtime/session.h"
 #include "cli/command.h"
@@ -20,8 +21,9 @@ using nlohmann::json;
 
 class CompareCommandTest : public trace::testing::TempDirTest {
  protected:
-  // 3 steps x 6 boundaries "layer<k>.out"; `flip` changes one xxh3 bit.
-  void WriteTrace(const std::string& path, int flip = -1) {
+  // 3 steps x 6 boundaries "layer<k>.out"; `flip` changes one xxh3 bit;
+  // layer2.out is bf16 (other bits) from step `bf16_from` on.
+  void WriteTrace(const std::string& path, int flip = -1, int bf16_from = -1) {
     trace::TraceHeader header;
     auto writer = trace::TraceWriter::Create(path, header);
     ASSERT_TRUE(writer.ok());
@@ -38,13 +40,18 @@ class CompareCommandTest : public trace::testing::TempDirTest {
       r.example_count = 2;
       r.xor64 = 0xabc0 + k;
       r.xxh3 = (0xdef0 + k) ^ (k == flip ? 0x100 : 0);
+      if (bf16_from >= 0 && k % 6 == 2 && k / 6 >= bf16_from) {
+        r.dtype = DType::kBF16;
+        r.xxh3 ^= 0x200;
+      }
       ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
     }
     ASSERT_TRUE((*writer)->Close().ok());
   }
   // The same trace as WriteTrace, with an extra boundary "debug.probe"
-  // before boundary `extra_before` and boundary `drop` left out.
-  void WriteChangedTrace(const std::string& path, int extra_before, int drop) {
+  // before boundary `extra_before`, boundary `drop` left out and boundary
+  // `flip`'s xxh3 changed.
+  void WriteChangedTrace(const std::string& path, int extra_before, int drop, int flip = -1) {
     trace::TraceHeader header;
     auto writer = trace::TraceWriter::Create(path, header);
     ASSERT_TRUE(writer.ok());
@@ -68,7 +75,7 @@ class CompareCommandTest : public trace::testing::TempDirTest {
       r.seq = 2 * k + 1;
       r.name_id = *id;
       r.xor64 = 0xabc0 + k;
-      r.xxh3 = 0xdef0 + k;
+      r.xxh3 = (0xdef0 + k) ^ (k == flip ? 0x100 : 0);
       ASSERT_TRUE((*writer)->AppendBoundary(r).ok());
     }
     ASSERT_TRUE((*writer)->Close().ok());
@@ -130,7 +137,7 @@ TEST_F(CompareCommandTest, JsonFollowsTheSchema) {
   std::string out;
   ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
   json doc = json::parse(out);
-  EXPECT_EQ(doc["schema"], "dgrr.compare/3");
+  EXPECT_EQ(doc["schema"], "dgrr.compare/4");
   EXPECT_EQ(doc["verdict"], "divergence");
   for (const char* side : {"a", "b"}) {
     const json& s = doc[side];
@@ -234,6 +241,59 @@ TEST_F(CompareCommandTest, BoundariesNeverComparedAreCountedListedAndEndThePrefi
   doc = json::parse(out);
   EXPECT_EQ(doc["coverage"]["uncompared"], 1);
   EXPECT_EQ(doc["certification"]["certified_pairs"], 13);
+}
+
+// A layer recorded as bf16 from step 1 (autocast): that boundary is the
+// divergence, named with its kind, not "never compared" with the next layer
+// named instead (issue 26).
+TEST_F(CompareCommandTest, ADtypeChangeIsTheDivergenceAtItsBoundary) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteTrace(b, /*flip=*/9, /*bf16_from=*/1);
+  std::string out;
+  EXPECT_EQ(Compare({a, b}, &out), kExitDivergence);
+  EXPECT_NE(out.find("coverage: every boundary compared"), std::string::npos) << out;
+  EXPECT_NE(out.find("first divergence: pair #8 (dtype f32 -> bf16): step 1 rank 0 forward output "
+                     "layer2.out f32[16] examples 2+2"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("caution"), std::string::npos) << out;
+  ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
+  const json doc = json::parse(out);
+  EXPECT_EQ(doc["schema"], "dgrr.compare/4");
+  EXPECT_EQ(doc["divergence"]["first"]["difference"], "dtype");
+  EXPECT_EQ(doc["divergence"]["first"]["b"]["dtype"], "bf16");
+  EXPECT_EQ(doc["divergence"]["earlier_uncompared"], 0);
+  EXPECT_EQ(doc["divergence"]["after"][0]["difference"], "values");  // layer3.out, the planted bit
+  EXPECT_EQ(doc["certification"]["differing_pairs"], 3);             // layer2 of steps 1, 2; layer3
+}
+
+// A boundary B lacks before the first differing pair: that pair is only the
+// first compared difference, and compare says so.
+TEST_F(CompareCommandTest, UncomparedBoundariesBeforeTheDivergenceAreCountedAndSaid) {
+  const std::string a = Path("a.trace"), b = Path("b.trace");
+  WriteTrace(a);
+  WriteChangedTrace(b, /*extra_before=*/-1, /*drop=*/9, /*flip=*/10);
+  std::string out;
+  ASSERT_EQ(Compare({a, b}, &out), kExitDivergence);
+  EXPECT_NE(out.find("first divergence: pair #9: step 1 rank 0 forward output layer4.out"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  caution: 1 boundary before this pair could not be compared: it is the first "
+                     "compared difference, and the true first divergence may be that boundary:\n"
+                     "    A #9 no_counterpart  step 1 rank 0 forward output layer3.out"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(Compare({a, b, "--json"}, &out), kExitDivergence);
+  const json doc = json::parse(out);
+  EXPECT_EQ(doc["divergence"]["earlier_uncompared"], 1);
+  ASSERT_EQ(doc["divergence"]["earlier_uncompared_first"].size(), 1u);
+  EXPECT_EQ(doc["divergence"]["earlier_uncompared_first"][0]["side"], "A");
+  EXPECT_EQ(doc["divergence"]["earlier_uncompared_first"][0]["boundary"]["name"], "layer3.out");
+  // The same boundary dropped after the divergence: nothing precedes it.
+  WriteChangedTrace(Path("c.trace"), -1, /*drop=*/11, /*flip=*/10);
+  ASSERT_EQ(Compare({a, Path("c.trace"), "--json"}, &out), kExitDivergence);
+  EXPECT_EQ(json::parse(out)["divergence"]["earlier_uncompared"], 0);
 }
 
 // A run and a copy rolled back to step 9: the copy's traces are the run's

@@ -82,7 +82,7 @@ TEST_F(CompareWorldSizesTest, OneTwoFourRanksCertifyTheWholeRunBothWays) {
       SCOPED_TRACE(a + " vs " + b);
       auto [rc, j] = CompareJson(a, b);
       ASSERT_EQ(rc, 0) << j.dump(1);
-      EXPECT_EQ(j["schema"], "dgrr.compare/3");
+      EXPECT_EQ(j["schema"], "dgrr.compare/4");
       EXPECT_EQ(j["verdict"], "no_divergence");
       EXPECT_EQ(j["ranks"], "logical");
       EXPECT_EQ(j["alignment"]["mode"], "lockstep");

@@ -249,9 +249,9 @@ TEST_F(CompareTracesTest, MissingAndCorruptedTracesNameTheFile) {
 // A data-parallel run of `world` ranks over 8 examples per step: per-example
 // boundaries (example_count 1) whose values depend only on the example, a
 // per-rank partial loss over the rank's shard, and an all-reduced gradient
-// every rank holds a copy of.
+// every rank holds a copy of (rank `bf16_grad_rank` records its copy as bf16).
 void WriteDataParallelRun(const std::string& dir, int world, const std::string& config,
-                          int steps = 2, int diverge_example = -1) {
+                          int steps = 2, int diverge_example = -1, int bf16_grad_rank = -1) {
   constexpr int kBatch = 8;
   const RunId run_id = NewRunId();
   for (int rank = 0; rank < world; ++rank) {
@@ -289,7 +289,9 @@ void WriteDataParallelRun(const std::string& dir, int world, const std::string& 
                             static_cast<uint32_t>(per_rank)})
                       .ok());
       std::vector<float> grad(4, 0.25f * step);
-      auto gt = MakeTensorRef(grad.data(), DType::kF32, {4});
+      std::vector<uint16_t> grad_bf16(4, 0x3e80);
+      auto gt = rank == bf16_grad_rank ? MakeTensorRef(grad_bf16.data(), DType::kBF16, {4})
+                                       : MakeTensorRef(grad.data(), DType::kF32, {4});
       ASSERT_TRUE(s.Record("grad.allreduce", trace::Phase::kCollective, trace::Direction::kOutput,
                            *gt, {static_cast<uint64_t>(step * kBatch), kBatch})
                       .ok());
@@ -335,6 +337,28 @@ TEST_F(CompareTracesTest, OneRankRunMatchesFourRankRunOfTheSameConfig) {
   auto back = CompareRuns(four, one, {});
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->diverged());
+}
+
+// A rank whose copy of a replicated boundary has another dtype disagrees with
+// rank 0 on it (`differs`): the dtype is compared, not part of the key that
+// pairs the copies, so it is not two findings (one missing, one extra).
+TEST_F(CompareTracesTest, ARankCopyInAnotherDtypeDiffersFromRankZeros) {
+  const std::string one = Path("one"), four = Path("four");
+  WriteDataParallelRun(one, 1, R"({"lr": 0.1})");
+  WriteDataParallelRun(four, 4, R"({"lr": 0.1})", 2, -1, /*bf16_grad_rank=*/2);
+  auto r = CompareRuns(one, four, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->logical);
+  EXPECT_FALSE(r->diverged());
+  EXPECT_EQ(r->rank_disagreement_count, 2u);  // one per step
+  ASSERT_EQ(r->rank_disagreements.size(), 2u);
+  for (const ReportedRankDisagreement& d : r->rank_disagreements) {
+    EXPECT_EQ(d.kind, RankDisagreement::Kind::kDiffers);
+    EXPECT_EQ(d.rank, 2u);
+    ASSERT_TRUE(d.copy.has_value());
+    EXPECT_EQ(d.copy->record.dtype, DType::kBF16);
+    EXPECT_EQ(d.reference->record.dtype, DType::kF32);
+  }
 }
 
 TEST_F(CompareTracesTest, MergedRanksLocateADivergenceInTheRightRankTrace) {
