@@ -322,6 +322,8 @@ int RunTrain(const std::vector<std::string>& args) {
        "check cannot see; costs up to one more forward/backward per audited step (docs/model.md)")
       ("inject", po::value(&injects)->composing(),
        "inject a fault (repeatable): bitflip:step=S,rank=R,at=NAME[,example=E,index=I,bit=B] | "
+       "multibit:...[,bits=B1+B2|count=K][,elements=N] | stuck-byte:...[,byte=K][,value=V] | "
+       "random:... | nan:... | inf:...[,sign=-] (... = step=S,rank=R,at=NAME[,example=E,index=I]) | "
        "race:step=S,at=PARAM | shared-rng:step=S[,rank=R] | reduce-order:step=S | skip-restore:NAME. "
        "bitflip flips bit B (default 20 of a float, 0 of a token byte) of element I (default 0) of "
        "boundary NAME on rank R (default 0), before it is recorded and read on: NAME is any name "
@@ -329,7 +331,10 @@ int RunTrain(const std::vector<std::string>& args) {
        "block0.mlp.fc.out or loss, of example E, default the rank's first; an activation gradient "
        "such as block0.mlp.fc.dinp; allreduce.<grad>, e.g. allreduce.block1.mlp.fc.dw; the "
        "gradient AdamW reads, <param>.grad; the updated <param>; adamw.m.<param>, "
-       "adamw.v.<param>). A flip in one rank's copy of the gradients, parameters or moments "
+       "adamw.v.<param>). multibit flips the listed bits, or K drawn ones (default 2), in elements "
+       "I..I+N-1; stuck-byte sets byte K (default the top) of element I to V (default 0xff); random, "
+       "nan and inf replace element I (random draws come from the run's seed). "
+       "A flip in one rank's copy of the gradients, parameters or moments "
        "stops the run at the SDC check (exit 4). race takes PARAM, its gradient or its "
        "allreduce name (docs/model.md)")
       ("force", "replace the run already in --out (only dgrr's own files are removed)")

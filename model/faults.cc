@@ -5,7 +5,10 @@
 #include <climits>
 #include <map>
 #include <set>
+#include <cstdio>
 #include <tuple>
+
+#include "rng/philox.h"
 
 namespace dgrr::model {
 namespace {
@@ -29,8 +32,36 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kSharedRng: return "shared-rng";
     case FaultKind::kReduceOrder: return "reduce-order";
     case FaultKind::kSkipRestore: return "skip-restore";
+    case FaultKind::kMultibit: return "multibit";
+    case FaultKind::kStuckByte: return "stuck-byte";
+    case FaultKind::kRandom: return "random";
+    case FaultKind::kNan: return "nan";
+    case FaultKind::kInf: return "inf";
   }
   return "unknown";
+}
+
+bool CorruptsTensor(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kBitflip:
+    case FaultKind::kMultibit:
+    case FaultKind::kStuckByte:
+    case FaultKind::kRandom:
+    case FaultKind::kNan:
+    case FaultKind::kInf: return true;
+    case FaultKind::kRace:
+    case FaultKind::kSharedRng:
+    case FaultKind::kReduceOrder:
+    case FaultKind::kSkipRestore: return false;
+  }
+  return false;
+}
+
+const FaultSpec* TensorFaultAt(const std::vector<FaultSpec>& faults, uint64_t step, int rank) {
+  for (const FaultSpec& f : faults) {
+    if (CorruptsTensor(f.kind) && f.step == step && f.rank == rank) return &f;
+  }
+  return nullptr;
 }
 
 StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
@@ -46,14 +77,16 @@ StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
     return spec;
   }
   static const std::map<std::string_view, FaultKind> kinds = {
-      {"bitflip", FaultKind::kBitflip},
-      {"race", FaultKind::kRace},
-      {"shared-rng", FaultKind::kSharedRng},
+      {"bitflip", FaultKind::kBitflip},       {"multibit", FaultKind::kMultibit},
+      {"stuck-byte", FaultKind::kStuckByte},  {"random", FaultKind::kRandom},
+      {"nan", FaultKind::kNan},               {"inf", FaultKind::kInf},
+      {"race", FaultKind::kRace},             {"shared-rng", FaultKind::kSharedRng},
       {"reduce-order", FaultKind::kReduceOrder}};
   auto it = kinds.find(kind);
   if (it == kinds.end()) {
     return Status::InvalidArgument("inject: unknown kind '" + std::string(kind) +
-                                   "' (known: bitflip, race, shared-rng, reduce-order, skip-restore)");
+                                   "' (known: bitflip, multibit, stuck-byte, random, nan, inf, race, "
+                                   "shared-rng, reduce-order, skip-restore)");
   }
   spec.kind = it->second;
   bool have_step = false;
@@ -84,24 +117,66 @@ StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
       spec.rank = static_cast<int>(r);
     } else if (key == "at") {
       spec.at = std::string(value);
-    } else if (key == "example" && spec.kind == FaultKind::kBitflip) {
+    } else if (key == "example" && CorruptsTensor(spec.kind)) {
       DGRR_ASSIGN_OR_RETURN(spec.example, ParseUnsigned(key, value));
-    } else if (key == "index" && spec.kind == FaultKind::kBitflip) {
+    } else if (key == "index" && CorruptsTensor(spec.kind)) {
       DGRR_ASSIGN_OR_RETURN(spec.index, ParseUnsigned(key, value));
     } else if (key == "bit" && spec.kind == FaultKind::kBitflip) {
       DGRR_ASSIGN_OR_RETURN(uint64_t b, ParseUnsigned(key, value));
       // The element's width is checked against the boundary (CheckFault).
       if (b > 31) return Status::InvalidArgument("inject: bit must be 0..31");
       spec.bit = static_cast<int>(b);
+    } else if (key == "bits" && spec.kind == FaultKind::kMultibit) {
+      // '+' separates them: ',' separates the fields.
+      for (size_t at = 0; at <= value.size();) {
+        size_t plus = value.find('+', at);
+        if (plus == std::string_view::npos) plus = value.size();
+        DGRR_ASSIGN_OR_RETURN(uint64_t b, ParseUnsigned(key, value.substr(at, plus - at)));
+        if (b > 31) return Status::InvalidArgument("inject: bits must be 0..31, joined by '+' (bits=3+17)");
+        if (std::find(spec.bits.begin(), spec.bits.end(), static_cast<int>(b)) != spec.bits.end()) {
+          return Status::InvalidArgument("inject: bits=" + std::string(value) + " names bit " +
+                                         std::to_string(b) + " twice");
+        }
+        spec.bits.push_back(static_cast<int>(b));
+        at = plus + 1;
+      }
+    } else if (key == "count" && spec.kind == FaultKind::kMultibit) {
+      DGRR_ASSIGN_OR_RETURN(uint64_t k, ParseUnsigned(key, value));
+      if (k < 1 || k > 32) return Status::InvalidArgument("inject: count must be 1..32");
+      spec.count = static_cast<int>(k);
+    } else if (key == "elements" && spec.kind == FaultKind::kMultibit) {
+      DGRR_ASSIGN_OR_RETURN(spec.elements, ParseUnsigned(key, value));
+      if (spec.elements == 0) return Status::InvalidArgument("inject: elements must be at least 1");
+    } else if (key == "byte" && spec.kind == FaultKind::kStuckByte) {
+      DGRR_ASSIGN_OR_RETURN(uint64_t b, ParseUnsigned(key, value));
+      if (b > 3) return Status::InvalidArgument("inject: byte must be 0..3");
+      spec.byte = static_cast<int>(b);
+    } else if (key == "value" && spec.kind == FaultKind::kStuckByte) {
+      const bool hex = value.size() > 2 && value[0] == '0' && (value[1] == 'x' || value[1] == 'X');
+      uint64_t v = 0;
+      const std::string_view digits = hex ? value.substr(2) : value;
+      auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, hex ? 16 : 10);
+      if (ec != std::errc() || ptr != digits.data() + digits.size() || digits.empty() || v > 255) {
+        return Status::InvalidArgument("inject: value='" + std::string(value) +
+                                       "' is not a byte (0..255, or 0x00..0xff)");
+      }
+      spec.value = static_cast<uint8_t>(v);
+    } else if (key == "sign" && spec.kind == FaultKind::kInf) {
+      if (value != "+" && value != "-") return Status::InvalidArgument("inject: sign must be + or -");
+      spec.negative = value == "-";
     } else {
       return Status::InvalidArgument("inject: " + std::string(kind) + " has no field '" +
                                      std::string(key) + "'");
     }
   }
   if (!have_step) return Status::InvalidArgument("inject: " + std::string(kind) + " needs step=S");
-  if ((spec.kind == FaultKind::kBitflip || spec.kind == FaultKind::kRace) && spec.at.empty()) {
+  if ((CorruptsTensor(spec.kind) || spec.kind == FaultKind::kRace) && spec.at.empty()) {
     return Status::InvalidArgument("inject: " + std::string(kind) + " needs at=NAME");
   }
+  if (!spec.bits.empty() && spec.count) {
+    return Status::InvalidArgument("inject: multibit takes bits=B1+B2+... or count=K, not both");
+  }
+  if (spec.kind == FaultKind::kMultibit && spec.bits.empty() && !spec.count) spec.count = 2;
   return spec;
 }
 
@@ -239,7 +314,7 @@ Status CheckFault(const FaultSpec& f, const FaultTargets& targets, const FaultRu
   if (f.kind == FaultKind::kSkipRestore && !run.resume) {
     return Status::InvalidArgument(what + "skip-restore applies to --resume only");
   }
-  if (f.kind != FaultKind::kBitflip) return Status::OK();
+  if (!CorruptsTensor(f.kind)) return Status::OK();
 
   const FlipTarget* target = targets.Find(f.at);
   if (target == nullptr) {
@@ -263,12 +338,126 @@ Status CheckFault(const FaultSpec& f, const FaultTargets& targets, const FaultRu
                                    " has " + std::to_string(target->elements) + " element(s)" +
                                    (target->per_example() ? " per example" : ""));
   }
+  const std::string width = " has " + std::to_string(target->element_bits) + " bits (0.." +
+                            std::to_string(target->element_bits - 1) + ")";
   if (f.bit && *f.bit >= target->element_bits) {
     return Status::InvalidArgument(what + "bit=" + std::to_string(*f.bit) + " is out of range: an element of " +
-                                   f.at + " has " + std::to_string(target->element_bits) + " bits (0.." +
-                                   std::to_string(target->element_bits - 1) + ")");
+                                   f.at + width);
+  }
+  for (int b : f.bits) {
+    if (b >= target->element_bits) {
+      return Status::InvalidArgument(what + "bit " + std::to_string(b) + " is out of range: an element of " + f.at +
+                                     width);
+    }
+  }
+  if (f.count && *f.count > target->element_bits) {
+    return Status::InvalidArgument(what + "count=" + std::to_string(*f.count) + " is out of range: an element of " +
+                                   f.at + width);
+  }
+  if (f.elements > target->elements - f.index) {
+    return Status::InvalidArgument(what + "elements=" + std::to_string(f.elements) + " from index " +
+                                   std::to_string(f.index) + " runs past the end: " + f.at + " has " +
+                                   std::to_string(target->elements) + " element(s)" +
+                                   (target->per_example() ? " per example" : ""));
+  }
+  if (f.byte && *f.byte >= target->element_bits / 8) {
+    return Status::InvalidArgument(what + "byte=" + std::to_string(*f.byte) + " is out of range: an element of " +
+                                   f.at + " has " + std::to_string(target->element_bits / 8) + " byte(s)");
+  }
+  if ((f.kind == FaultKind::kNan || f.kind == FaultKind::kInf) && target->element_bits != 32) {
+    return Status::InvalidArgument(what + f.at + " holds bytes, which have no " + FaultKindName(f.kind) +
+                                   ": use random, stuck-byte, bitflip or multibit");
   }
   return Status::OK();
+}
+
+namespace {
+
+// The i-th 32-bit word of the fault's random draws for one element.
+class ElementDraws {
+ public:
+  ElementDraws(const FaultSpec& f, uint64_t seed, uint64_t example, uint64_t element)
+      : key_{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}},
+        counter_{{static_cast<uint32_t>(element), static_cast<uint32_t>(example), static_cast<uint32_t>(f.step),
+                  static_cast<uint32_t>(f.rank) << 16}} {}
+  uint32_t Next() {
+    if (used_ == 4) {
+      block_ = rng::Philox4x32(counter_, key_);
+      ++counter_.word[3];  // the next block of this element's draws
+      used_ = 0;
+    }
+    return block_.word[used_++];
+  }
+
+ private:
+  rng::PhiloxKey key_;
+  rng::PhiloxCounter counter_;
+  rng::PhiloxBlock block_{};
+  int used_ = 4;
+};
+
+}  // namespace
+
+uint32_t CorruptElement(const FaultSpec& f, const FlipTarget& target, uint64_t seed, uint64_t example,
+                        uint64_t element, uint32_t old_bits) {
+  if (element < f.index || element - f.index >= f.elements) return old_bits;
+  const int width = target.element_bits;
+  const uint32_t mask = width == 32 ? 0xffffffffu : (1u << width) - 1;
+  old_bits &= mask;
+  switch (f.kind) {
+    case FaultKind::kBitflip: return old_bits ^ (1u << f.bit.value_or(target.default_bit));
+    case FaultKind::kMultibit: {
+      uint32_t flips = 0;
+      for (int b : f.bits) flips |= 1u << b;
+      if (f.count) {
+        // K distinct bits of `width`: a partial Fisher-Yates shuffle.
+        ElementDraws draws(f, seed, example, element);
+        int order[32];
+        for (int b = 0; b < width; ++b) order[b] = b;
+        for (int i = 0; i < *f.count; ++i) {
+          const int j = i + static_cast<int>(draws.Next() % static_cast<uint32_t>(width - i));
+          std::swap(order[i], order[j]);
+          flips |= 1u << order[i];
+        }
+      }
+      return old_bits ^ flips;
+    }
+    case FaultKind::kStuckByte: {
+      const int shift = 8 * f.byte.value_or(width / 8 - 1);
+      return (old_bits & ~(0xffu << shift)) | (static_cast<uint32_t>(f.value) << shift);
+    }
+    case FaultKind::kRandom: {
+      ElementDraws draws(f, seed, example, element);
+      for (;;) {
+        const uint32_t v = draws.Next() & mask;
+        if (v != old_bits) return v;  // a corruption always changes the element
+      }
+    }
+    case FaultKind::kNan: return 0x7fc00000u;  // the canonical quiet NaN
+    case FaultKind::kInf: return f.negative ? 0xff800000u : 0x7f800000u;
+    case FaultKind::kRace:
+    case FaultKind::kSharedRng:
+    case FaultKind::kReduceOrder:
+    case FaultKind::kSkipRestore: break;
+  }
+  return old_bits;
+}
+
+std::string FiredText(const FaultSpec& f, const FlipTarget& target, uint64_t example, uint32_t old_bits,
+                      uint32_t new_bits) {
+  const std::string of_example = target.per_example() ? " of example " + std::to_string(example) : "";
+  if (f.kind == FaultKind::kBitflip) {
+    return f.text + " fired: element " + std::to_string(f.index) + " bit " +
+           std::to_string(f.bit.value_or(target.default_bit)) + of_example;
+  }
+  // What changed comes first: an EVENT payload stops at 100 bytes, and the
+  // spec is in config.json anyway.
+  char change[40];
+  const int digits = target.element_bits / 4;
+  std::snprintf(change, sizeof change, " 0x%0*x -> 0x%0*x", digits, old_bits, digits, new_bits);
+  std::string text = std::string(FaultKindName(f.kind)) + " fired: element " + std::to_string(f.index) + change;
+  if (f.elements > 1) text += " and " + std::to_string(f.elements - 1) + " more";
+  return text + of_example + " (" + f.text + ")";
 }
 
 }  // namespace dgrr::model

@@ -12,6 +12,22 @@
 //       moments. The tensor is flipped before it is fingerprinted and before
 //       anything reads it, so the record shows the corruption and it flows on
 //       as a real fault would.
+//   multibit:step=S,rank=R,at=NAME[,example=E][,index=I][,bits=B1+B2+...|,count=K][,elements=N]
+//       flip several bits: the bits listed (the same ones in each element),
+//       or K distinct bits drawn per element (default K=2), in each of the N
+//       consecutive elements I..I+N-1 (default N=1): k bits in one element,
+//       or bits across elements.
+//   stuck-byte:step=S,rank=R,at=NAME[,example=E][,index=I][,byte=K][,value=V]
+//       byte K of element I (0 = least significant; default the top byte,
+//       sign and exponent of a float) reads V (0..255, default 255).
+//   random:step=S,rank=R,at=NAME[,example=E][,index=I]
+//       element I becomes a random value (any bit pattern, never the old one).
+//   nan:... / inf:...[,sign=-]
+//       element I becomes a quiet NaN / +Inf (-Inf with sign=-); floats only.
+//       These five take NAME, example and index as bitflip does, at every
+//       boundary and phase. Their randomness is a pure function of the run's
+//       seed, the step, rank, example and element (Philox, rng/), so a
+//       replay re-fires the same fault.
 //   race:step=S,at=PARAM
 //       reduce PARAM's gradient over the examples in completion order by
 //       racing worker threads (a racy kernel), instead of the fixed tree.
@@ -38,8 +54,22 @@
 
 namespace dgrr::model {
 
-enum class FaultKind { kBitflip, kRace, kSharedRng, kReduceOrder, kSkipRestore };
+enum class FaultKind {
+  kBitflip,
+  kRace,
+  kSharedRng,
+  kReduceOrder,
+  kSkipRestore,
+  kMultibit,
+  kStuckByte,
+  kRandom,
+  kNan,
+  kInf,
+};
 const char* FaultKindName(FaultKind kind);
+// The kinds that corrupt elements of one recorded tensor: bitflip, multibit,
+// stuck-byte, random, nan, inf. At most one of them per step and rank.
+bool CorruptsTensor(FaultKind kind);
 
 struct FaultSpec {
   FaultKind kind = FaultKind::kBitflip;
@@ -50,7 +80,16 @@ struct FaultSpec {
   std::optional<uint64_t> example;  // bitflip: global example index (default: rank's first)
   uint64_t index = 0;        // bitflip: element index
   std::optional<int> bit;    // bitflip: bit within the element (default: FlipTarget::default_bit)
+  std::vector<int> bits;     // multibit: bits=B1+B2+... flipped in each element
+  std::optional<int> count;  // multibit: count=K distinct bits drawn per element (default 2 without bits=)
+  uint64_t elements = 1;     // multibit: elements=N, the span index..index+N-1
+  std::optional<int> byte;   // stuck-byte: byte within the element (default: its top byte)
+  uint8_t value = 0xff;      // stuck-byte: the value the byte is stuck at
+  bool negative = false;     // inf: sign=-
 };
+
+// The first tensor fault (CorruptsTensor) of `faults` due at `step` on `rank`.
+const FaultSpec* TensorFaultAt(const std::vector<FaultSpec>& faults, uint64_t step, int rank);
 
 // Parses one --inject argument; InvalidArgument naming the problem.
 StatusOr<FaultSpec> ParseFaultSpec(std::string_view text);
@@ -112,8 +151,26 @@ struct FaultRun {
   bool resume = false;
 };
 
+// What tensor fault `f` (CorruptsTensor) makes of one element of `target`:
+// `old_bits` holds the element (its target.element_bits low bits: a token
+// byte or a float's bits), `element` is its index in the occurrence (one
+// example's tensor, or the whole per-batch tensor) and `example` the example
+// the fault hits (per-batch sites: the rank's first). Elements outside
+// [f.index, f.index + f.elements) come back unchanged. Random draws are
+// Philox blocks keyed by `seed` (the run's) at counter (element, example,
+// step, rank): the same run corrupts the same bits every time.
+uint32_t CorruptElement(const FaultSpec& f, const FlipTarget& target, uint64_t seed, uint64_t example,
+                        uint64_t element, uint32_t old_bits);
+
+// The EVENT text of a tensor fault that fired: "SPEC fired: element I bit B
+// [of example E]" for a bitflip; "KIND fired: element I 0xOLD -> 0xNEW[ and
+// N-1 more][ of example E] (SPEC)" for the others, what changed first (a
+// payload keeps 100 bytes). `old_bits`/`new_bits`: element I before and after.
+std::string FiredText(const FaultSpec& f, const FlipTarget& target, uint64_t example, uint32_t old_bits,
+                      uint32_t new_bits);
+
 // Checks that `fault` names something the run has (boundary, parameter,
-// rank, step, example, element, bit); InvalidArgument in one line otherwise,
+// rank, step, example, element, bit, byte); InvalidArgument in one line otherwise,
 // naming the closest real names for an unknown one. skip-restore's state
 // name is checked by the trainer, which knows the restore plan.
 Status CheckFault(const FaultSpec& fault, const FaultTargets& targets, const FaultRun& run);

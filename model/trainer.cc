@@ -318,7 +318,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       std::vector<Slot>& mine = slots[local];
       if (target) {
         Slot event;
-        event.event = FiredText();
+        event.event = FiredText(data);
         mine.push_back(std::move(event));
         if (!recorded) return;
       }
@@ -374,24 +374,27 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     if (!s.ok()) session->DeferError(s);
   }
 
-  // TensorMutator: the per-example bitflip fault, applied to the real tensor.
+  // TensorMutator: the per-example tensor fault, applied to the real tensor.
   void AfterBoundary(std::string_view name, model::Phase, float* data, size_t count,
                      uint64_t first_example) override {
     if (IsFlipTarget(name, first_example)) FlipElement(data, count);
   }
 
-  // The bitflip due on this rank at `step`, if any, made ready to fire: the
-  // input tokens are flipped at once (before anything reads them); the other
-  // sites fire where their tensor is recorded.
+  // The tensor fault (bitflip, multibit, ...) due on this rank at `step`, if
+  // any, made ready to fire: the input tokens are corrupted at once (before
+  // anything reads them); the other sites fire where their tensor is recorded.
   void ArmBitflip(const FaultSpec* f) {
     flip = f;
     if (flip == nullptr) return;
     flip_target = impl.t.fault_targets_->Find(flip->at);  // Validate checked the name
-    flip_bit = flip->bit.value_or(flip_target->default_bit);
     flip_example = flip->example.value_or(shard_first);
     if (flip_target->site == FlipSite::kTokens && flip->index < flip_target->elements) {
-      tokens[(flip_example - shard_first) * flip_target->elements + flip->index] ^=
-          static_cast<uint8_t>(1u << flip_bit);
+      uint8_t* example = tokens.data() + (flip_example - shard_first) * flip_target->elements;
+      const uint8_t old = example[flip->index];
+      for (uint64_t i = flip->index; i < flip->index + flip->elements; ++i) {
+        example[i] = static_cast<uint8_t>(Corrupt(i, example[i]));
+      }
+      tokens_fired = model::FiredText(*flip, *flip_target, flip_example, old, example[flip->index]);
     }
   }
   bool FlipsAt(FlipSite site) const { return flip != nullptr && flip_target->site == site; }
@@ -433,15 +436,19 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
     return FlipsAt(FlipSite::kExample) && name == flip->at && first_example == flip_example;
   }
-  // Validate checked the index against the same model's element counts.
-  void FlipElement(float* data, uint64_t count) const {
-    if (flip->index < count) data[flip->index] = BitsToFloat(FloatBits(data[flip->index]) ^ (1u << flip_bit));
+  uint32_t Corrupt(uint64_t element, uint32_t bits) const {
+    return CorruptElement(*flip, *flip_target, impl.t.options_.seed, flip_example, element, bits);
   }
-  std::string FiredText() const {
-    std::string text = flip->text + " fired: element " + std::to_string(flip->index) + " bit " +
-                       std::to_string(flip_bit);
-    if (flip_target->per_example()) text += " of example " + std::to_string(flip_example);
-    return text;
+  // Validate checked the index and span against the same model's element counts.
+  void FlipElement(float* data, uint64_t count) const {
+    for (uint64_t i = flip->index; i < count && i < flip->index + flip->elements; ++i) {
+      data[i] = BitsToFloat(Corrupt(i, FloatBits(data[i])));
+    }
+  }
+  // The EVENT text, from the tensor before the fault.
+  std::string FiredText(const float* original) const {
+    const uint32_t old = FloatBits(original[flip->index]);
+    return model::FiredText(*flip, *flip_target, flip_example, old, Corrupt(flip->index, old));
   }
 
   // A per-batch bitflip: this rank's own copy of the tensor `name` (at
@@ -466,8 +473,9 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       return session->DeferError(Status::Internal("bitflip at " + flip->at +
                                                   ": the boundary does not show this rank's own tensor"));
     }
+    const std::string fired = FiredText(data);
     FlipElement(data, tensor.size);
-    Status e = session->RecordEvent(trace::EventKind::kFaultInjected, FiredText());
+    Status e = session->RecordEvent(trace::EventKind::kFaultInjected, fired);
     if (!e.ok()) session->DeferError(e);
   }
 
@@ -492,9 +500,9 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   size_t batch_next = 0;  // see BatchBoundary; 0 at each step's start
   std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
   uint64_t shard_first = 0;                       // global example index of the shard's first
-  const FaultSpec* flip = nullptr;                // the bitflip due this step (ArmBitflip)
+  const FaultSpec* flip = nullptr;                // the tensor fault due this step (ArmBitflip)
   const FlipTarget* flip_target = nullptr;        // where it lands
-  int flip_bit = 0;
+  std::string tokens_fired;                       // its EVENT text, at the tokens
   uint64_t flip_example = 0;                      // per-example sites: the example it hits
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
@@ -709,7 +717,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   PrepareDumps(rank, step);
 
   // Faults active on this rank at this step (the tokens are in place).
-  rank.ArmBitflip(FaultAt(FaultKind::kBitflip, step, rank.r));
+  rank.ArmBitflip(TensorFaultAt(t.options_.faults, static_cast<uint64_t>(step), rank.r));
   PhiloxMasks masks(rng, static_cast<uint64_t>(step));
   SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
   const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
@@ -946,7 +954,7 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
     tok.ndim = 1;
     tok.dims[0] = static_cast<int64_t>(window);
     if (rank.FlipsAt(FlipSite::kTokens) && rank.flip_example == one.first) {
-      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, rank.FiredText()));
+      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, rank.tokens_fired));
     }
     DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
     for (Slot& slot : rank.slots[i]) {
@@ -1265,7 +1273,7 @@ Status Trainer::Validate() {
   fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), per_example,
                                                         ParameterLayout(preset_.model));
   const FaultRun run{o.ranks, o.steps, batch_, o.resume};
-  std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each bitflip
+  std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each tensor fault
   for (size_t i = 0; i < o.faults.size(); ++i) {
     const FaultSpec& f = o.faults[i];
     if (Status s = CheckFault(f, *fault_targets_, run); !s.ok()) {
@@ -1275,10 +1283,10 @@ Status Trainer::Validate() {
       }
       return s;
     }
-    if (f.kind == FaultKind::kBitflip && !flips.emplace(f.step, f.rank).second) {
-      return Status::InvalidArgument("inject " + f.text + ": a second bitflip at step " +
+    if (CorruptsTensor(f.kind) && !flips.emplace(f.step, f.rank).second) {
+      return Status::InvalidArgument("inject " + f.text + ": a second tensor fault at step " +
                                      std::to_string(f.step) + " on rank " + std::to_string(f.rank) +
-                                     " (one per step and rank)");
+                                     " (one bitflip, multibit, stuck-byte, random, nan or inf per step and rank)");
     }
   }
   DGRR_ASSIGN_OR_RETURN(auto plan, TrainingPlan());

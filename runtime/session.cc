@@ -549,7 +549,15 @@ Status Session::EndStep(uint64_t step, float loss) {
   return FinishStep(step, params);
 }
 
+// A completed step's records go to the kernel (write(2), no fsync) before
+// EndStep returns, so a process killed after it keeps the whole step in its
+// trace: a kill loses at most the step in flight. Records still waiting for a
+// device fingerprint follow once they are ready (the next drain), as they
+// would without this: nothing here waits for a device.
+Status Session::HandStepToKernel() { return Report(writer_->Flush()); }
+
 Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
+  DGRR_RETURN_IF_ERROR(HandStepToKernel());
   if (control_) result_.last_step = step;
   if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
   return params ? CheckSdc(step, *params) : Status::OK();

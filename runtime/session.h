@@ -312,9 +312,10 @@ class Session {
   bool ChecksSdc() const;
   Status CheckSdc(uint64_t step, const Fingerprint& mine);
   Status EndStepOnDevice(trace::StepRecord& record);
-  // After the STEP record: the control file's dumps, then the SDC check of
-  // `params` (nullopt: no check this step).
+  // After the STEP record: the step's records to the kernel, the control
+  // file's dumps, then the SDC check of `params` (nullopt: no check this step).
   Status FinishStep(uint64_t step, const std::optional<Fingerprint>& params);
+  Status HandStepToKernel();
   bool DumpWanted(const BoundaryHandle& boundary) const;
   Status RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                           AsyncFingerprinter::Ticket ticket, Fingerprint* out);

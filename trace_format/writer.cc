@@ -226,13 +226,22 @@ void TraceWriter::IoLoop() {
 
 Status TraceWriter::Flush() {
   DGRR_RETURN_IF_ERROR(CheckUsable());
-  if (filling_->used > 0) DGRR_RETURN_IF_ERROR(HandOver());
   std::unique_lock<std::mutex> lock(mutex_);
   WaitIdle(lock);
   if (!io_status_.ok()) return io_status_;
   // The I/O thread is idle until the next hand-over, which only this thread
-  // makes, so the file is ours for the moment.
-  Status s = file_->Flush();
+  // makes, so the file is ours for the moment. The partial buffer is written
+  // here rather than handed over: this thread would only wait for it, and
+  // waking the I/O thread to wait for it costs two context switches, at every
+  // step's end (Session::EndStep flushes there). Same records, same bytes.
+  Status s = Status::OK();
+  if (filling_->used > 0) {
+    lock.unlock();
+    s = SealAndWrite(filling_);
+    filling_->used = 0;
+    lock.lock();
+  }
+  if (s.ok()) s = file_->Flush();
   if (!s.ok()) {
     io_status_ = s;
     io_failed_.store(true, std::memory_order_release);

@@ -5,6 +5,8 @@
 // buffers. Two buffers alternate: while the I/O thread writes one, the
 // training thread fills the other; a full buffer is handed over under a mutex,
 // which is the only lock on the hot path (once per buffer, not per record).
+// Flush (which the session calls at every step's end) writes the partial
+// buffer, so what a killed process loses is what followed its last Flush.
 //
 // Not safe for concurrent use: one thread appends (the rank's training
 // thread). Any I/O error is sticky: the writer stops writing (so no record
@@ -70,6 +72,9 @@ class TraceWriter {
   Status AppendEvent(const EventRecord& record);
 
   // Hands every buffered record to the OS (write(2)); returns once written.
+  // No fsync: a killed process loses nothing flushed, a machine crash may.
+  // The partial buffer is written on the calling thread once the I/O thread
+  // is idle (cheap enough for every step's end: Session::EndStep).
   Status Flush();
   // Flush, then fsync.
   Status Sync();

@@ -97,6 +97,47 @@ void BM_AppendBoundary(benchmark::State& state) {
 }
 BENCHMARK(BM_AppendBoundary)->Arg(0)->Arg(1)->UseRealTime();
 
+// One recorded step on the training thread: `records` boundaries (572: what
+// `tiny` records a step in mode full; 320: trusted), then, with range(1) == 1,
+// the Flush that Session::EndStep makes (write(2) of the step's records to a
+// real file in the page cache, no fsync). Against range(1) == 0, where the
+// records wait in the 1 MiB buffer for the I/O thread: the difference is what
+// handing every step to the kernel costs a step (issue 26, item 4). Process
+// CPU time covers the I/O thread as well.
+void BM_RecordStep(benchmark::State& state) {
+  const std::string path = BenchPath("step.trace");
+  auto writer = TraceWriter::Create(path, TraceHeader{}, {.overwrite = true});
+  if (!writer.ok()) {
+    state.SkipWithError(writer.status().ToString().c_str());
+    return;
+  }
+  (void)(*writer)->InternName("block0.attn.qkv.out");
+  const int64_t records = state.range(0);
+  const bool flush = state.range(1) == 1;
+  uint64_t seq = 0;
+  for (auto _ : state) {
+    for (int64_t i = 0; i < records; ++i) {
+      Status s = (*writer)->AppendBoundary(Boundary(seq++));
+      if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    }
+    if (flush) {
+      Status s = (*writer)->Flush();
+      if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    }
+  }
+  (void)(*writer)->Close();
+  std::filesystem::remove(path);
+  state.SetItemsProcessed(state.iterations() * records);
+  state.SetLabel(flush ? "flush at each step's end" : "buffered (before issue 26)");
+}
+BENCHMARK(BM_RecordStep)
+    ->ArgsProduct({{320, 572}, {0, 1}})
+    ->Iterations(2000)  // 146 MB of trace at most per run
+    ->Repetitions(5)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
+
 constexpr uint64_t kReadRecords = 1 << 18;  // 32 MiB of records
 
 const std::string& ReadFixture() {

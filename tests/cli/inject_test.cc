@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -90,36 +92,61 @@ std::vector<std::string> TrainArgs(const std::string& out, const std::string& mo
           std::to_string(kRanks), "--threads", "2", "--mode", mode, "--ckpt-every", "2", "--quiet"};
 }
 
-class InjectDrillTest : public test_support::TempDirTest, public ::testing::WithParamInterface<Part> {
+// The clean runs, recorded once per suite that needs them.
+void RecordCleanRuns() {
+  clean = new Clean;
+  clean->dir = (fs::temp_directory_path() / ("dgrr-" + std::to_string(::getpid()) + "-inject-clean")).string();
+  fs::remove_all(clean->dir);
+  clean->full = clean->dir + "/full";
+  clean->sdc = clean->dir + "/sdc";
+  if (RunCaptured(TrainArgs(clean->full, "full")).rc != 0) return;
+  if (RunCaptured(TrainArgs(clean->sdc, "sdc")).rc != 0) return;
+  const CommandOutput inspect =
+      RunCaptured({"inspect", clean->full + "/rank0.trace", "--step", "0", "--json"});
+  if (inspect.rc != 0) return;
+  const json doc = json::parse(inspect.out);
+  for (const json& r : doc.at("records")) {
+    if (r.at("type") != "boundary") continue;
+    const std::string name = r.at("name");
+    if (std::find(clean->names.begin(), clean->names.end(), name) != clean->names.end()) continue;
+    uint64_t elements = 1;
+    for (const json& d : r.at("dims")) elements *= d.get<uint64_t>();
+    clean->names.push_back(name);
+    clean->boundaries[PartOf(r.at("phase"), name)].push_back({name, elements});
+  }
+  clean->ok = true;
+}
+
+void RemoveCleanRuns() {
+  fs::remove_all(clean->dir);
+  delete clean;
+  clean = nullptr;
+}
+
+// The new tensor faults of issue 26 (item 5), beside bitflip.
+enum class Kind { kMultibit, kStuckByte, kRandom, kNan, kInf };
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kMultibit: return "multibit";
+    case Kind::kStuckByte: return "stuck-byte";
+    case Kind::kRandom: return "random";
+    case Kind::kNan: return "nan";
+    case Kind::kInf: return "inf";
+  }
+  return "?";
+}
+using KindAndPart = std::tuple<Kind, Part>;
+
+uint64_t ParamSalt(Part p) { return static_cast<uint64_t>(p); }
+uint64_t ParamSalt(const KindAndPart& kp) {
+  return 0x10000 * (1 + static_cast<uint64_t>(std::get<0>(kp))) + static_cast<uint64_t>(std::get<1>(kp));
+}
+
+template <typename Param>
+class DrillTest : public test_support::TempDirTest, public ::testing::WithParamInterface<Param> {
  public:
-  static void SetUpTestSuite() {
-    clean = new Clean;
-    clean->dir = (fs::temp_directory_path() / ("dgrr-" + std::to_string(::getpid()) + "-inject-clean")).string();
-    fs::remove_all(clean->dir);
-    clean->full = clean->dir + "/full";
-    clean->sdc = clean->dir + "/sdc";
-    if (RunCaptured(TrainArgs(clean->full, "full")).rc != 0) return;
-    if (RunCaptured(TrainArgs(clean->sdc, "sdc")).rc != 0) return;
-    const CommandOutput inspect =
-        RunCaptured({"inspect", clean->full + "/rank0.trace", "--step", "0", "--json"});
-    if (inspect.rc != 0) return;
-    const json doc = json::parse(inspect.out);
-    for (const json& r : doc.at("records")) {
-      if (r.at("type") != "boundary") continue;
-      const std::string name = r.at("name");
-      if (std::find(clean->names.begin(), clean->names.end(), name) != clean->names.end()) continue;
-      uint64_t elements = 1;
-      for (const json& d : r.at("dims")) elements *= d.get<uint64_t>();
-      clean->names.push_back(name);
-      clean->boundaries[PartOf(r.at("phase"), name)].push_back({name, elements});
-    }
-    clean->ok = true;
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(clean->dir);
-    delete clean;
-    clean = nullptr;
-  }
+  static void SetUpTestSuite() { RecordCleanRuns(); }
+  static void TearDownTestSuite() { RemoveCleanRuns(); }
 
  protected:
   void SetUp() override {
@@ -127,7 +154,7 @@ class InjectDrillTest : public test_support::TempDirTest, public ::testing::With
     ASSERT_TRUE(clean != nullptr && clean->ok) << "the clean runs could not be recorded";
   }
   // A fixed pseudo-random sequence per part and test (SplitMix64).
-  void Seed(uint64_t salt) { state_ = 0x5eed0000 + 0x100 * salt + static_cast<uint64_t>(GetParam()); }
+  void Seed(uint64_t salt) { state_ = 0x5eed0000 + 0x100 * salt + ParamSalt(this->GetParam()); }
   uint64_t Pick(uint64_t n) {
     uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -146,11 +173,21 @@ class InjectDrillTest : public test_support::TempDirTest, public ::testing::With
   }
   uint64_t state_ = 0;
 };
+using InjectDrillTest = DrillTest<Part>;
+using InjectKindDrillTest = DrillTest<KindAndPart>;
 
 // The fault's EVENT is recorded on its rank at its step, naming the element
 // and bit, before the record of the tensor it corrupted.
+void ExpectEventBeforeRecord(const std::string& run, int rank, uint64_t step, const std::string& at,
+                             const std::string& fired);
 void ExpectEventBeforeRecord(const std::string& run, int rank, uint64_t step, const std::string& spec,
                              const std::string& at, uint64_t index, int bit) {
+  ExpectEventBeforeRecord(run, rank, step, at,
+                          spec + " fired: element " + std::to_string(index) + " bit " + std::to_string(bit));
+}
+// `fired`: how the EVENT's payload starts.
+void ExpectEventBeforeRecord(const std::string& run, int rank, uint64_t step, const std::string& at,
+                             const std::string& fired) {
   const CommandOutput inspect = RunCaptured({"inspect", run + "/rank" + std::to_string(rank) + ".trace",
                                              "--step", std::to_string(step), "--json"});
   ASSERT_EQ(inspect.rc, 0) << inspect.err;
@@ -160,11 +197,7 @@ void ExpectEventBeforeRecord(const std::string& run, int rank, uint64_t step, co
     if (r.at("type") == "event" && r.at("kind") == "fault_injected") {
       EXPECT_EQ(event, -1) << "one EVENT per fault";
       event = r.at("index");
-      EXPECT_EQ(r.at("payload_text").get<std::string>().rfind(spec + " fired: element " + std::to_string(index) +
-                                                                  " bit " + std::to_string(bit),
-                                                              0),
-                0u)
-          << r.at("payload_text");
+      EXPECT_EQ(r.at("payload_text").get<std::string>().rfind(fired, 0), 0u) << r.at("payload_text");
     }
     if (r.at("type") == "boundary" && r.at("name") == at && record < 0 && event >= 0) record = r.at("index");
   }
@@ -250,6 +283,119 @@ INSTANTIATE_TEST_SUITE_P(EveryPartOfAStep, InjectDrillTest,
                                            Part::kOptimizerUpdate),
                          [](const ::testing::TestParamInfo<Part>& info) { return PartName(info.param); });
 
+// A spec of `kind` at element `index` of `b`, with its other fields picked;
+// `visible`: the values an sdc recording cannot miss (see the bitflip bisect
+// test: the top exponent bits, NaN and Inf, at the last element).
+std::string KindSpec(Kind kind, Part part, const Boundary& b, uint64_t step, int rank, uint64_t index,
+                     const std::function<uint64_t(uint64_t)>& pick, bool visible) {
+  const bool bytes = part == Part::kTokens;
+  std::string spec = std::string(KindName(kind)) + ":step=" + std::to_string(step) + ",rank=" + std::to_string(rank) +
+                     ",at=" + b.name + ",index=" + std::to_string(index);
+  switch (kind) {
+    case Kind::kMultibit: {
+      const uint64_t room = b.elements - index;
+      if (visible) return spec + (bytes ? ",bits=0+1" : ",bits=30+29");
+      const uint64_t span = 1 + pick(std::min<uint64_t>(room, 3));
+      if (pick(2) == 0) {
+        const int width = bytes ? 8 : 32;
+        const int first = static_cast<int>(pick(width));
+        const int second = (first + 1 + static_cast<int>(pick(width - 1))) % width;
+        spec += ",bits=" + std::to_string(first) + "+" + std::to_string(second);
+      } else {
+        spec += ",count=" + std::to_string(2 + pick(bytes ? 6 : 10));
+      }
+      return spec + ",elements=" + std::to_string(span);
+    }
+    case Kind::kStuckByte:
+      // The top byte of a float at 0xff is a negative NaN or a huge value,
+      // which no tensor of a healthy run holds; a text byte is never 0xff.
+      if (visible || bytes) return spec + ",value=0xff";
+      return spec + ",byte=3,value=" + std::to_string(0xf0 + pick(16));
+    case Kind::kRandom:
+    case Kind::kNan: return spec;
+    case Kind::kInf: return spec + (pick(2) ? ",sign=-" : "");
+  }
+  return spec;
+}
+
+TEST_P(InjectKindDrillTest, CompareNamesTheCorruptedBoundaryStepAndRank) {
+  const auto [kind, part] = GetParam();
+  Seed(3);
+  const std::vector<Boundary>& candidates = clean->boundaries[part];
+  ASSERT_FALSE(candidates.empty()) << "the trace records no boundary of this part";
+  const Boundary& b = candidates[Pick(candidates.size())];
+  const uint64_t step = Pick(kSteps);
+  const int rank = static_cast<int>(Pick(kRanks));
+  const uint64_t index = Pick(b.elements);
+  const std::string spec =
+      KindSpec(kind, part, b, step, rank, index, [this](uint64_t n) { return Pick(n); }, /*visible=*/false);
+  const std::string faulty = Path("faulty");
+  TrainFaulty(faulty, "full", spec);
+
+  const CommandOutput compare = RunCaptured({"compare", clean->full, faulty, "--json"});
+  ASSERT_EQ(compare.rc, kExitDivergence) << spec << ": " << compare.err;
+  const json first = json::parse(compare.out).at("divergence").at("first");
+  EXPECT_EQ(first.at("a").at("name"), b.name) << spec;
+  EXPECT_EQ(first.at("a").at("step"), step) << spec;
+  EXPECT_EQ(first.at("a").at("rank"), rank) << spec;
+  EXPECT_EQ(first.at("b").at("name"), b.name) << spec;
+  ExpectEventBeforeRecord(faulty, rank, step, b.name,
+                          std::string(KindName(kind)) + " fired: element " + std::to_string(index) + " 0x");
+}
+
+TEST_P(InjectKindDrillTest, BisectOfSdcRunsNamesTheCorruptedBoundaryStepAndRank) {
+  const auto [kind, part] = GetParam();
+  Seed(4);
+  std::vector<Boundary> candidates = clean->boundaries[part];
+  uint64_t step = Pick(kSteps);
+  // As for the bitflip (above): a moment shows in an sdc recording only once
+  // it has moved the parameters, and only its first moment; the softmax's
+  // input gradient is observed after its last use.
+  if (part == Part::kOptimizerState) {
+    step = 2 * Pick(kSteps / 2);
+    std::erase_if(candidates, [](const Boundary& b) { return b.name.rfind("adamw.m.", 0) != 0; });
+  }
+  std::erase_if(candidates, [](const Boundary& b) { return b.name.find(".attn.softmax.dinp") != std::string::npos; });
+  ASSERT_FALSE(candidates.empty()) << "the trace records no boundary of this part";
+  const Boundary& b = candidates[Pick(candidates.size())];
+  const int rank = static_cast<int>(Pick(kRanks));
+  const std::string spec = KindSpec(kind, part, b, step, rank, b.elements - 1, [this](uint64_t n) { return Pick(n); },
+                                    /*visible=*/true);
+  const std::string faulty = Path("faulty");
+  TrainFaulty(faulty, "sdc", spec);
+
+  const CommandOutput bisect = RunCaptured({"bisect", "--good", clean->sdc, "--bad", faulty, "--json", "--quiet"});
+  ASSERT_EQ(bisect.rc, kExitDivergence) << spec << ": " << bisect.err << bisect.out;
+  const json j = json::parse(bisect.out);
+  EXPECT_EQ(j.at("verdict"), "divergence");
+  const json& a = j.at("divergence").at("a");
+  EXPECT_EQ(a.at("name"), b.name) << spec;
+  EXPECT_EQ(a.at("step"), step) << spec;
+  EXPECT_EQ(a.at("rank"), rank) << spec;
+  // The fault's randomness is the run's (seed, step, rank, example,
+  // element), not the process's: bisect's replay re-fires the same bits.
+  EXPECT_EQ(j.at("replay").at("bad_matches_recording"), true) << "the replay re-fires the fault";
+}
+
+std::string KindAndPartName(const ::testing::TestParamInfo<KindAndPart>& info) {
+  std::string kind = KindName(std::get<0>(info.param));
+  std::erase(kind, '-');
+  return kind + "_" + PartName(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryKindAndPartOfAStep, InjectKindDrillTest,
+    ::testing::Combine(::testing::Values(Kind::kMultibit, Kind::kStuckByte, Kind::kRandom, Kind::kNan, Kind::kInf),
+                       ::testing::Values(Part::kForward, Part::kLoss, Part::kActivationGradient,
+                                         Part::kParameterGradient, Part::kCollective, Part::kOptimizerState,
+                                         Part::kOptimizerUpdate)),
+    KindAndPartName);
+// A token byte has no NaN or Inf (refused: InjectNamesTest).
+INSTANTIATE_TEST_SUITE_P(EveryKindOfTheTokens, InjectKindDrillTest,
+                         ::testing::Combine(::testing::Values(Kind::kMultibit, Kind::kStuckByte, Kind::kRandom),
+                                            ::testing::Values(Part::kTokens)),
+                         KindAndPartName);
+
 class InjectNamesTest : public test_support::TempDirTest {
  protected:
   // Every boundary name a one-step run of `tiny` on 2 ranks records.
@@ -324,6 +470,52 @@ TEST_F(InjectNamesTest, ElementBitAndExampleMustExistInTheTarget) {
             kExitUsage)
       << "two bitflips at one step and rank";
   EXPECT_FALSE(fs::exists(Path("refused")));
+}
+
+TEST_F(InjectNamesTest, EveryTensorFaultIsCheckedAgainstItsTarget) {
+  EXPECT_EQ(TrainWith("nan:step=1,at=data.tokens"), kExitUsage);
+  EXPECT_NE(err_.find("data.tokens holds bytes, which have no nan"), std::string::npos) << err_;
+  EXPECT_EQ(TrainWith("inf:step=1,at=data.tokens,index=3"), kExitUsage);
+  EXPECT_EQ(TrainWith("multibit:step=1,at=data.tokens,bits=2+8"), kExitUsage);
+  EXPECT_NE(err_.find("bit 8 is out of range"), std::string::npos) << err_;
+  EXPECT_EQ(TrainWith("multibit:step=1,at=data.tokens,count=9"), kExitUsage);
+  EXPECT_EQ(TrainWith("multibit:step=1,at=loss,elements=2"), kExitUsage);
+  EXPECT_NE(err_.find("elements=2 from index 0 runs past the end: loss has 1 element(s) per example"),
+            std::string::npos)
+      << err_;
+  EXPECT_EQ(TrainWith("stuck-byte:step=1,at=data.tokens,byte=1"), kExitUsage);
+  EXPECT_NE(err_.find("has 1 byte(s)"), std::string::npos) << err_;
+  EXPECT_EQ(TrainWith("random:step=1,at=block0.mlp.fc.ouy"), kExitUsage);
+  EXPECT_NE(err_.find("closest: block0.mlp.fc.out"), std::string::npos) << err_;
+  EXPECT_EQ(TrainWith("random:step=1,rank=1,at=embed.out,example=8"), kExitUsage);
+  EXPECT_NE(err_.find("examples 12..15"), std::string::npos) << err_;
+  EXPECT_EQ(RunCaptured({"train", "--model", "tiny", "--out", Path("refused"), "--steps", "4", "--quiet",
+                         "--inject", "nan:step=1,at=wte", "--inject", "bitflip:step=1,at=loss"})
+                .rc,
+            kExitUsage)
+      << "two tensor faults at one step and rank";
+  EXPECT_FALSE(fs::exists(Path("refused")));
+}
+
+// config.json records each fault as its spec: a run with the new kinds
+// resumes with them, and an older run's file (bitflip only) reads as before.
+TEST_F(InjectNamesTest, TheNewKindsAreRecordedInConfigJson) {
+  const std::string run = Path("run");
+  const std::vector<std::string> faults = {"multibit:step=1,rank=1,at=block0.mlp.fc.out,count=3,elements=2",
+                                           "stuck-byte:step=2,at=wte,byte=1,value=0x5a",
+                                           "random:step=2,rank=1,at=data.tokens,index=3", "inf:step=3,at=loss,sign=-"};
+  std::vector<std::string> args = {"train", "--model", "tiny", "--out", run, "--steps", "4", "--ranks", "2", "--quiet"};
+  for (const std::string& f : faults) args.insert(args.end(), {"--inject", f});
+  const int rc = RunCaptured(args).rc;
+  EXPECT_TRUE(rc == kExitOk || rc == kExitDivergence) << rc;
+  auto recorded = model::TrainOptionsFromRun(run);
+  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+  ASSERT_EQ(recorded->faults.size(), faults.size());
+  for (size_t i = 0; i < faults.size(); ++i) EXPECT_EQ(recorded->faults[i].text, faults[i]);
+  EXPECT_EQ(recorded->faults[0].kind, model::FaultKind::kMultibit);
+  EXPECT_EQ(*recorded->faults[0].count, 3);
+  EXPECT_EQ(recorded->faults[1].value, 0x5a);
+  EXPECT_TRUE(recorded->faults[3].negative);
 }
 
 TEST_F(InjectNamesTest, RaceTakesTheParameterItsGradientOrItsAllReduce) {

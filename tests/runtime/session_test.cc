@@ -90,6 +90,32 @@ TEST_F(SessionTest, WritesTraceEnvAndConfig) {
   EXPECT_EQ(step_ends, 3);
 }
 
+// Issue 26, item 4: EndStep hands the step's records to the kernel, so the
+// file holds every ended step while the session is still open (a process
+// killed now would keep them); before, they waited in the writer's buffer.
+TEST_F(SessionTest, EndStepLeavesTheStepOnDiskBeforeClose) {
+  auto s = Session::Open(Options());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<float> params(16, 0.5f);
+  ASSERT_TRUE((*s)->state().Register({"params", params.data(), params.size() * 4, DType::kF32,
+                                      {static_cast<int64_t>(params.size())}, StateRole::kParameter})
+                  .ok());
+  for (uint64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*s)->BeginStep(step).ok());
+    auto t = MakeTensorRef(params.data(), DType::kF32, {static_cast<int64_t>(params.size())});
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*s)->Record("layer0.out", trace::Phase::kForward, trace::Direction::kOutput, *t, {0, 1}).ok());
+    ASSERT_TRUE((*s)->EndStep(step, 1.0f).ok());
+    trace::VerifySummary summary;
+    ASSERT_TRUE(trace::VerifyTrace(TracePathFor(dir_.string(), 0), &summary).ok());
+    EXPECT_TRUE(summary.warning.empty()) << summary.warning;
+    EXPECT_EQ(summary.records, (*s)->trace_position()) << "step " << step;
+    EXPECT_TRUE(summary.has_step);
+    EXPECT_EQ(summary.last_step, step);
+  }
+  ASSERT_TRUE((*s)->Close().ok());
+}
+
 TEST_F(SessionTest, StepRecordCarriesFingerprintOfParametersAfterUpdate) {
   auto s = Session::Open(Options());
   ASSERT_TRUE(s.ok());

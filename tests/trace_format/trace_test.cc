@@ -526,6 +526,36 @@ TEST_F(TraceTest, ManyBufferHandOversKeepOrder) {
   }
 }
 
+// A Flush at every step's end (Session::EndStep) writes the partial buffer
+// on the caller's thread, between full buffers the I/O thread writes: after
+// each Flush the file holds every record appended so far, whole, and the
+// bytes are those of a trace written without a Flush.
+TEST_F(TraceTest, FlushesBetweenHandOversLeaveEveryRecordOnDiskAndTheSameBytes) {
+  auto write = [&](const std::string& path, bool flush_each_step) {
+    auto writer = TraceWriter::Create(path, SampleHeader(), {.buffer_bytes = 5 * kRecordSize});
+    ASSERT_TRUE(writer.ok());
+    TraceWriter& w = **writer;
+    const uint32_t id = *w.InternName("n");
+    uint64_t seq = 0;
+    for (uint64_t step = 0; step < 40; ++step) {
+      ASSERT_TRUE(w.AppendStep({.step = step, .kind = StepKind::kBegin}).ok());
+      for (uint64_t k = 0; k < step % 7; ++k, ++seq) ASSERT_TRUE(w.AppendBoundary(SampleBoundary(id, step, seq)).ok());
+      ASSERT_TRUE(w.AppendStep({.step = step, .kind = StepKind::kEnd}).ok());
+      if (!flush_each_step) continue;
+      ASSERT_TRUE(w.Flush().ok());
+      ASSERT_EQ(ReadBytes(path).size(), RecordOffset(w.records_written())) << "step " << step;
+      VerifySummary summary;
+      ASSERT_TRUE(VerifyTrace(path, &summary).ok());
+      EXPECT_TRUE(summary.warning.empty()) << summary.warning;
+      EXPECT_EQ(summary.last_step, step);
+    }
+    ASSERT_TRUE(w.Close().ok());
+  };
+  write(Path("flushed.trace"), true);
+  write(Path("buffered.trace"), false);
+  EXPECT_EQ(ReadBytes(Path("flushed.trace")), ReadBytes(Path("buffered.trace")));
+}
+
 TEST_F(TraceTest, WriterRefusesBadInput) {
   const std::string path = Path("w.trace");
   auto writer = TraceWriter::Create(path, SampleHeader());
