@@ -11,7 +11,7 @@
 #include "checkpoint/fast_forward.h"
 #include "cli/command.h"
 #include "cli/run_kind.h"
-#include "model/trainer.h"
+#include "model/run_config.h"
 #include "model/training_program.h"
 #include "runtime/session.h"
 
@@ -149,7 +149,7 @@ int RunPlan(const std::vector<std::string>& args) {
   if (kind == RunKind::kNeither) return ReportError("plan", NotReexecutable(run_dir));
   if (kind == RunKind::kLaunched) return RunLaunchedPlan(run_dir, vm.count("json") > 0);
   // The run's config, parsed and checked as train --resume would.
-  auto config = model::TrainOptionsFromRun(run_dir);
+  auto config = model::ReadRunConfig(run_dir);
   if (!config.ok()) return ReportError("plan", config.status());
   auto plan = model::TrainingPlan();
   if (!plan.ok()) return ReportError("plan", plan.status());
