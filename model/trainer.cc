@@ -143,17 +143,15 @@ class NameCollector final : public BoundaryObserver {
   std::vector<std::pair<std::string, uint64_t>> boundaries;
 };
 
-// Dropout keep-masks from per-example Philox streams keyed by
+// Dropout keep-masks by dgrr's convention (rng::FillDropoutKeepMask), keyed by
 // (step, example, layer, site): a pure function of those, whatever thread asks.
 class PhiloxMasks final : public DropoutMaskSource {
  public:
   PhiloxMasks(const rng::RngStreams& rng, uint64_t step) : rng_(rng), step_(step) {}
   void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
                     size_t n) const override {
-    rng::PhiloxStream s = rng_.Stream(
-        rng::Purpose::kDropout,
-        {step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site)});
-    rng::FillBernoulliMask(s, keep, n, rng::BernoulliThresholdUnchecked(1.0 - p));
+    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
+                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
   }
 
  private:
