@@ -66,32 +66,23 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// What kind of operator produced a forward boundary; only `trusted` mode
-// looks at it (runtime/recording_mode.h).
-OpKind KindOf(std::string_view name, model::Phase phase) {
-  if (phase != model::Phase::kForward) return OpKind::kOther;
-  if (EndsWith(name, ".qkv.out") || EndsWith(name, ".proj.out") || EndsWith(name, ".fc.out") ||
-      name == "lm_head.logits") {
-    return OpKind::kMatmul;
+// The runtime's kind of a boundary's operator (what `trusted` mode may leave
+// out), from the operator the model reports at the boundary. The allowlist
+// applies to the forward pass and the optimizer; backward boundaries are
+// passed on as kOther, so `trusted` records the whole backward pass.
+OpKind RecordedKind(model::Phase phase, Operator op) {
+  if (phase != model::Phase::kForward && phase != model::Phase::kOptimizer) return OpKind::kOther;
+  switch (op) {
+    case Operator::kOther: return OpKind::kOther;
+    case Operator::kMatmul: return OpKind::kMatmul;
+    case Operator::kElementwise: return OpKind::kElementwise;
+    case Operator::kNorm: return OpKind::kNorm;
+    case Operator::kAttention: return OpKind::kAttention;
+    case Operator::kEmbedding: return OpKind::kEmbedding;
+    case Operator::kLoss: return OpKind::kLoss;
+    case Operator::kOptimizer: return OpKind::kOptimizer;
   }
-  if (EndsWith(name, ".gelu.out") || EndsWith(name, ".dropout.out") ||
-      EndsWith(name, ".residual.out")) {
-    return OpKind::kElementwise;
-  }
-  if (name == "loss") return OpKind::kLoss;
-  if (name == "embed.out") return OpKind::kEmbedding;
   return OpKind::kOther;
-}
-
-// AdamW's moments and its clipped-gradient input are elementwise maps of
-// guarded tensors, and the parameters they produce stay guarded: `trusted`
-// mode may skip them. The updated parameters themselves are always recorded.
-OpKind OptimizerKindOf(std::string_view name, model::Phase phase) {
-  if (phase != model::Phase::kOptimizer) return OpKind::kOther;
-  if (name.rfind("adamw.m.", 0) == 0 || name.rfind("adamw.v.", 0) == 0 || EndsWith(name, ".grad")) {
-    return OpKind::kElementwise;
-  }
-  return OpKind::kOptimizer;
 }
 
 trace::Phase TracePhase(model::Phase p) {
@@ -130,17 +121,24 @@ std::string RanksDiffering(const std::vector<T>& values) {
   return ranks;
 }
 
-// Collects the names of one example's boundaries, in order, with the
-// element count of each.
+// One boundary of an example, as the model reports it.
+struct ExampleBoundary {
+  std::string name;
+  uint64_t elements = 0;
+  model::Phase phase = model::Phase::kForward;
+  Operator op = Operator::kOther;
+};
+
+// Collects one example's boundaries, in order.
 class NameCollector final : public BoundaryObserver {
  public:
-  void OnBoundary(std::string_view name, model::Phase, bool, const float*, std::span<const int64_t> dims,
-                  uint64_t, uint32_t) override {
+  void OnBoundary(std::string_view name, model::Phase phase, Operator op, bool, const float*,
+                  std::span<const int64_t> dims, uint64_t, uint32_t) override {
     uint64_t elements = 1;
     for (int64_t d : dims) elements *= static_cast<uint64_t>(d);
-    boundaries.emplace_back(name, elements);
+    boundaries.push_back({std::string(name), elements, phase, op});
   }
-  std::vector<std::pair<std::string, uint64_t>> boundaries;
+  std::vector<ExampleBoundary> boundaries;
 };
 
 // Dropout keep-masks by dgrr's convention (rng::FillDropoutKeepMask), keyed by
@@ -216,8 +214,8 @@ struct RankAudit {
 
 namespace {
 
-// The per-example boundaries of `config` in order, with their element counts.
-StatusOr<std::vector<std::pair<std::string, uint64_t>>> PerExampleBoundaries(const GptConfig& config) {
+// The per-example boundaries of `config` in order.
+StatusOr<std::vector<ExampleBoundary>> PerExampleBoundaries(const GptConfig& config) {
   DGRR_RETURN_IF_ERROR(config.Validate());
   DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(config));
   gpt.Initialize(SplitMixNormalFill(0));
@@ -239,7 +237,7 @@ StatusOr<std::vector<std::pair<std::string, uint64_t>>> PerExampleBoundaries(con
 StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config) {
   DGRR_ASSIGN_OR_RETURN(const auto boundaries, PerExampleBoundaries(config));
   std::vector<std::string> names;
-  for (const auto& b : boundaries) names.push_back(b.first);
+  for (const auto& b : boundaries) names.push_back(b.name);
   return names;
 }
 
@@ -304,7 +302,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
 
   // BoundaryObserver, called by workers (per example) and by the rank thread
   // (per batch: AdamW). Per-example calls touch only their example's slots.
-  void OnBoundary(std::string_view name, model::Phase phase, bool is_output, const float* data,
+  void OnBoundary(std::string_view name, model::Phase phase, Operator op, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     if (example_count == 1 && phase != model::Phase::kOptimizer) {
@@ -351,7 +349,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     if (it == nullptr) {
       auto h = session->DeclareBoundary(name, TracePhase(phase),
                                         is_output ? Direction::kOutput : Direction::kInput,
-                                        OptimizerKindOf(name, phase));
+                                        RecordedKind(phase, op));
       if (!h.ok()) return session->DeferError(h.status());
       it = &*batch_handles.emplace(std::string(name), *h).first;
       batch_order.push_back(it);
@@ -661,11 +659,11 @@ Status Trainer::Impl::RunSession(Rank& rank) {
   // Declare every per-example boundary before workers start reporting them.
   DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
                                                               Direction::kInput, OpKind::kData));
-  for (const auto& name : t.per_example_names_) {
-    const bool backward = EndsWith(name, ".dinp");
-    const model::Phase phase = backward ? model::Phase::kBackward : model::Phase::kForward;
+  for (size_t i = 0; i < t.per_example_names_.size(); ++i) {
+    const std::string& name = t.per_example_names_[i];
+    const auto [phase, op] = t.per_example_ops_[i];
     DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary(name, TracePhase(phase), Direction::kOutput,
-                                                    KindOf(name, phase)));
+                                                    RecordedKind(phase, op)));
     rank.example_index.emplace(name, static_cast<int>(rank.example_handles.size()));
     rank.example_handles.push_back(h);
   }
@@ -1260,8 +1258,14 @@ Status Trainer::Validate() {
 
   DGRR_ASSIGN_OR_RETURN(const auto per_example, PerExampleBoundaries(preset_.model));
   per_example_names_.clear();
-  for (const auto& b : per_example) per_example_names_.push_back(b.first);
-  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), per_example,
+  per_example_ops_.clear();
+  std::vector<std::pair<std::string, uint64_t>> sizes;
+  for (const auto& b : per_example) {
+    per_example_names_.push_back(b.name);
+    per_example_ops_.emplace_back(b.phase, b.op);
+    sizes.emplace_back(b.name, b.elements);
+  }
+  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), sizes,
                                                         ParameterLayout(preset_.model));
   const FaultRun run{o.ranks, o.steps, batch_, o.resume};
   std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each bitflip

@@ -36,6 +36,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/fast_forward.h"
 #include "model/faults.h"
+#include "model/hooks.h"
 #include "model/run_config.h"
 #include "runtime/communicator.h"
 #include "runtime/control_file.h"
@@ -188,6 +189,8 @@ class Trainer {
   RunConfig run_config_;   // what config.json records (built by Validate)
   nlohmann::json config_;  // run_config_.ToJson()
   std::vector<std::string> per_example_names_;  // boundary names of one example, in order
+  // The phase and operator the model reports at each of them (same order).
+  std::vector<std::pair<model::Phase, Operator>> per_example_ops_;
   std::shared_ptr<const FaultTargets> fault_targets_;  // every recorded boundary, as a bitflip target
   std::string plan_json_;                       // the fast-forward plan stored in checkpoints
   std::unique_ptr<checkpoint::FastForwardPlan> plan_;
