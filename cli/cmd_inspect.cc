@@ -12,6 +12,7 @@
 #include "base/file.h"
 #include "cli/command.h"
 #include "trace_format/reader.h"
+#include "trace_format/shape_text.h"
 
 namespace dgrr::cli {
 namespace {
@@ -76,23 +77,6 @@ bool Selected(const Record& record, const TraceReader& reader, const Filter& fil
   return true;
 }
 
-std::vector<uint64_t> InlineDims(const BoundaryRecord& b) {
-  size_t shown = b.ndim <= kInlineDims ? b.ndim : kInlineDims - 1;
-  return std::vector<uint64_t>(b.dims.begin(), b.dims.begin() + shown);
-}
-
-std::string ShapeText(const BoundaryRecord& b) {
-  std::string s = "[";
-  std::vector<uint64_t> dims = InlineDims(b);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) s += ',';
-    s += std::to_string(dims[i]);
-  }
-  if (b.ndim > kInlineDims) {
-    s += ",...(ndim " + std::to_string(b.ndim) + ", digest " + Hex64(b.dims[kInlineDims - 1]) + ")";
-  }
-  return s + "]";
-}
 
 std::optional<double> LossValue(const StepRecord& s) {
   double v;
@@ -136,7 +120,7 @@ std::string RecordText(const Record& record, const TraceReader& reader) {
     const std::string* name = reader.name(b->name_id);
     out << "boundary step=" << b->step << " seq=" << b->seq << " " << PhaseName(b->phase) << " "
         << DirectionName(b->direction) << " " << (name ? *name : "?") << " "
-        << DTypeName(b->dtype) << ShapeText(*b) << " bytes=" << b->byte_count
+        << DTypeName(b->dtype) << ShapeText(*b, LongShape::kDigest) << " bytes=" << b->byte_count
         << " examples=" << b->first_example << "+" << b->example_count
         << " xor64=" << Hex64(b->xor64) << " xxh3=" << Hex64(b->xxh3) << " rank=" << b->rank
         << " t=" << b->host_time_ns;
@@ -191,7 +175,7 @@ ordered_json RecordJson(const Record& record, const TraceReader& reader) {
     j["dtype"] = DTypeName(b->dtype);
     j["rank"] = b->rank;
     j["ndim"] = b->ndim;
-    j["dims"] = InlineDims(*b);
+    j["dims"] = StoredDims(*b);
     j["shape_digest"] = b->ndim > kInlineDims ? ordered_json(Hex64(b->dims[kInlineDims - 1])) : ordered_json(nullptr);
     j["byte_count"] = b->byte_count;
     j["first_example"] = b->first_example;

@@ -11,18 +11,13 @@
 #include "checkpoint/fast_forward.h"
 #include "cli/command.h"
 #include "cli/run_kind.h"
-#include "model/trainer.h"
+#include "model/run_config.h"
 #include "model/training_program.h"
 #include "runtime/session.h"
+#include "trace_format/shape_text.h"
 
 namespace dgrr::cli {
 namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // One saved entry with the rank that holds it (nullopt: replicated).
 struct ListedEntry {
@@ -54,7 +49,7 @@ void PrintEntriesText(const std::string& run_dir, const checkpoint::Checkpoint& 
     const checkpoint::SavedEntry& e = *l.entry;
     total += e.data.size();
     std::cout << "  " << pad(e.name, width) << "  " << pad(StateRoleName(e.role), 11)
-              << pad(std::string(DTypeName(e.dtype)), 7) << pad(ShapeText(e.shape), 14)
+              << pad(std::string(DTypeName(e.dtype)), 7) << pad(trace::ShapeText(e.shape), 14)
               << pad(std::to_string(e.data.size()), 12)
               << (l.rank ? "no (rank " + std::to_string(*l.rank) + ")" : std::string("yes")) << "\n";
   }
@@ -149,7 +144,7 @@ int RunPlan(const std::vector<std::string>& args) {
   if (kind == RunKind::kNeither) return ReportError("plan", NotReexecutable(run_dir));
   if (kind == RunKind::kLaunched) return RunLaunchedPlan(run_dir, vm.count("json") > 0);
   // The run's config, parsed and checked as train --resume would.
-  auto config = model::TrainOptionsFromRun(run_dir);
+  auto config = model::ReadRunConfig(run_dir);
   if (!config.ok()) return ReportError("plan", config.status());
   auto plan = model::TrainingPlan();
   if (!plan.ok()) return ReportError("plan", plan.status());

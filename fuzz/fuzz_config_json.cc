@@ -1,5 +1,6 @@
 // libFuzzer target: bytes as a run's config.json, read the way `train
-// --resume`, `plan`, `replay` and `rollback` read it (model::TrainOptionsFromRun),
+// --resume`, `plan`, `replay` and `rollback` read it (model::TrainOptionsFromRun over
+// model/run_config.h's codec),
 // and as the fast-forward plan JSON a checkpoint carries (PlansFromJson), a
 // control file, a control result and a launch record.
 #include <cstddef>

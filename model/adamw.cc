@@ -56,8 +56,8 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
     float* m = m_.data() + t.offset;
     float* v = v_.data() + t.offset;
     if (observer != nullptr) {
-      observer->OnBoundary(names.grad, Phase::kOptimizer, false, g, t.shape, first_example,
-                           example_count);
+      observer->OnBoundary(names.grad, Phase::kOptimizer, Operator::kElementwise, false, g, t.shape,
+                           first_example, example_count);
     }
     // Elementwise (no sum across elements), so the widest vector build runs
     // it with the same operations per element (model/vector_isa.h).
@@ -65,10 +65,11 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
       UpdateTensor(p, m, v, g, t.size, {b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd});
     });
     if (observer != nullptr) {
-      observer->OnBoundary(names.param, Phase::kOptimizer, true, p, t.shape, first_example, example_count);
-      observer->OnBoundary(names.m, Phase::kOptimizer, true, m, t.shape, first_example,
+      observer->OnBoundary(names.param, Phase::kOptimizer, Operator::kOptimizer, true, p, t.shape, first_example,
                            example_count);
-      observer->OnBoundary(names.v, Phase::kOptimizer, true, v, t.shape, first_example,
+      observer->OnBoundary(names.m, Phase::kOptimizer, Operator::kElementwise, true, m, t.shape, first_example,
+                           example_count);
+      observer->OnBoundary(names.v, Phase::kOptimizer, Operator::kElementwise, true, v, t.shape, first_example,
                            example_count);
     }
   }

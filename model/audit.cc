@@ -24,9 +24,11 @@ void AuditTable::Reset(size_t n_examples, size_t n_boundaries) {
   entries.assign(examples * boundaries, Entry{});
 }
 
-void AuditTap::OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
+void AuditTap::OnBoundary(std::string_view name, Phase phase, Operator op, bool is_output, const float* data,
                           std::span<const int64_t> dims, uint64_t first_example, uint32_t example_count) {
-  if (observer_ != nullptr) observer_->OnBoundary(name, phase, is_output, data, dims, first_example, example_count);
+  if (observer_ != nullptr) {
+    observer_->OnBoundary(name, phase, op, is_output, data, dims, first_example, example_count);
+  }
 }
 
 void AuditTap::AfterBoundary(std::string_view name, Phase phase, float* data, size_t count,

@@ -82,7 +82,7 @@ class AuditTap final : public BoundaryObserver, public TensorMutator {
            BoundaryObserver* observer, TensorMutator* mutator)
       : boundaries_(boundaries), table_(table), first_(first_example), observer_(observer), mutator_(mutator) {}
 
-  void OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
+  void OnBoundary(std::string_view name, Phase phase, Operator op, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example, uint32_t example_count) override;
   void AfterBoundary(std::string_view name, Phase phase, float* data, size_t count,
                      uint64_t first_example) override;

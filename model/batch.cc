@@ -75,7 +75,7 @@ void ObserveParameterGradients(const ParameterLayout& layout, const float* grad,
                                uint32_t example_count) {
   if (observer == nullptr) return;
   for (const NamedTensor& t : layout.tensors()) {
-    observer->OnBoundary(GradientName(t.name), Phase::kBackward, /*is_output=*/true,
+    observer->OnBoundary(GradientName(t.name), Phase::kBackward, Operator::kOther, /*is_output=*/true,
                          grad + t.offset, t.shape, first_example, example_count);
   }
 }

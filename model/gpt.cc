@@ -23,6 +23,20 @@ const char* PhaseName(Phase phase) {
   return "unknown";
 }
 
+const char* OperatorName(Operator op) {
+  switch (op) {
+    case Operator::kOther: return "other";
+    case Operator::kMatmul: return "matmul";
+    case Operator::kElementwise: return "elementwise";
+    case Operator::kNorm: return "norm";
+    case Operator::kAttention: return "attention";
+    case Operator::kEmbedding: return "embedding";
+    case Operator::kLoss: return "loss";
+    case Operator::kOptimizer: return "optimizer";
+  }
+  return "unknown";
+}
+
 const char* DropoutSiteName(DropoutSite site) {
   switch (site) {
     case DropoutSite::kAttentionProbs: return "attn.probs";
@@ -36,41 +50,41 @@ BoundaryNames::BoundaryNames(int num_layers) {
   for (int l = 0; l < num_layers; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
     Block b;
-    b.ln1_out = p + "ln1.out";
-    b.qkv_out = p + "attn.qkv.out";
-    b.softmax_out = p + "attn.softmax.out";
-    b.att_dropout_out = p + "attn.softmax.dropout.out";
-    b.attn_out = p + "attn.out";
-    b.attn_proj_out = p + "attn.proj.out";
-    b.attn_proj_dropout_out = p + "attn.proj.dropout.out";
-    b.attn_residual_out = p + "attn.residual.out";
-    b.ln2_out = p + "ln2.out";
-    b.fc_out = p + "mlp.fc.out";
-    b.gelu_out = p + "mlp.gelu.out";
-    b.mlp_proj_out = p + "mlp.proj.out";
-    b.mlp_proj_dropout_out = p + "mlp.proj.dropout.out";
-    b.mlp_residual_out = p + "mlp.residual.out";
-    b.mlp_proj_dinp = p + "mlp.proj.dinp";
-    b.gelu_dinp = p + "mlp.gelu.dinp";
-    b.fc_dinp = p + "mlp.fc.dinp";
-    b.ln2_dinp = p + "ln2.dinp";
-    b.attn_proj_dinp = p + "attn.proj.dinp";
-    b.softmax_dinp = p + "attn.softmax.dinp";
-    b.attn_dinp = p + "attn.dinp";
-    b.qkv_dinp = p + "attn.qkv.dinp";
-    b.ln1_dinp = p + "ln1.dinp";
+    b.ln1_out = {p + "ln1.out", Operator::kNorm};
+    b.qkv_out = {p + "attn.qkv.out", Operator::kMatmul};
+    b.softmax_out = {p + "attn.softmax.out", Operator::kAttention};
+    b.att_dropout_out = {p + "attn.softmax.dropout.out", Operator::kElementwise};
+    b.attn_out = {p + "attn.out", Operator::kAttention};
+    b.attn_proj_out = {p + "attn.proj.out", Operator::kMatmul};
+    b.attn_proj_dropout_out = {p + "attn.proj.dropout.out", Operator::kElementwise};
+    b.attn_residual_out = {p + "attn.residual.out", Operator::kElementwise};
+    b.ln2_out = {p + "ln2.out", Operator::kNorm};
+    b.fc_out = {p + "mlp.fc.out", Operator::kMatmul};
+    b.gelu_out = {p + "mlp.gelu.out", Operator::kElementwise};
+    b.mlp_proj_out = {p + "mlp.proj.out", Operator::kMatmul};
+    b.mlp_proj_dropout_out = {p + "mlp.proj.dropout.out", Operator::kElementwise};
+    b.mlp_residual_out = {p + "mlp.residual.out", Operator::kElementwise};
+    b.mlp_proj_dinp = {p + "mlp.proj.dinp", Operator::kMatmul};
+    b.gelu_dinp = {p + "mlp.gelu.dinp", Operator::kElementwise};
+    b.fc_dinp = {p + "mlp.fc.dinp", Operator::kMatmul};
+    b.ln2_dinp = {p + "ln2.dinp", Operator::kNorm};
+    b.attn_proj_dinp = {p + "attn.proj.dinp", Operator::kMatmul};
+    b.softmax_dinp = {p + "attn.softmax.dinp", Operator::kAttention};
+    b.attn_dinp = {p + "attn.dinp", Operator::kAttention};
+    b.qkv_dinp = {p + "attn.qkv.dinp", Operator::kMatmul};
+    b.ln1_dinp = {p + "ln1.dinp", Operator::kNorm};
     blocks.push_back(std::move(b));
   }
 }
 
 namespace {
-const std::string kEmbedOut = "embed.out";
-const std::string kLnfOut = "lnf.out";
-const std::string kLogits = "lm_head.logits";
-const std::string kLoss = "loss";
-const std::string kLossDinp = "loss.dinp";
-const std::string kLmHeadDinp = "lm_head.dinp";
-const std::string kLnfDinp = "lnf.dinp";
+const Boundary kEmbedOut{"embed.out", Operator::kEmbedding};
+const Boundary kLnfOut{"lnf.out", Operator::kNorm};
+const Boundary kLogits{"lm_head.logits", Operator::kMatmul};
+const Boundary kLoss{"loss", Operator::kLoss};
+const Boundary kLossDinp{"loss.dinp", Operator::kLoss};
+const Boundary kLmHeadDinp{"lm_head.dinp", Operator::kMatmul};
+const Boundary kLnfDinp{"lnf.dinp", Operator::kNorm};
 
 template <typename S>
 void Zero(std::vector<S>& v) {
@@ -151,35 +165,35 @@ ExampleEngine<S>::ExampleEngine(const GptConfig& config, size_t max_examples)
 }
 
 template <typename S>
-void ExampleEngine<S>::Observe(const std::string& name, Phase phase, S* data,
+void ExampleEngine<S>::Observe(const Boundary& boundary, Phase phase, S* data,
                                std::initializer_list<int64_t> dims, uint64_t example_index,
                                const ExampleHooks& hooks) const {
   // The hooks speak float: the double reference path is never observed.
   if constexpr (std::is_same_v<S, float>) {
     if (hooks.observer != nullptr) {
-      hooks.observer->OnBoundary(name, phase, /*is_output=*/true, data,
+      hooks.observer->OnBoundary(boundary.name, phase, boundary.op, /*is_output=*/true, data,
                                  std::span<const int64_t>(dims.begin(), dims.size()),
                                  example_index, 1);
     }
     if (hooks.mutator != nullptr) {
       size_t count = 1;
       for (int64_t d : dims) count *= static_cast<size_t>(d);
-      hooks.mutator->AfterBoundary(name, phase, data, count, example_index);
+      hooks.mutator->AfterBoundary(boundary.name, phase, data, count, example_index);
     }
   } else {
-    (void)name, (void)phase, (void)data, (void)dims, (void)example_index, (void)hooks;
+    (void)boundary, (void)phase, (void)data, (void)dims, (void)example_index, (void)hooks;
   }
 }
 
 template <typename S>
-void ExampleEngine<S>::ObserveEach(const std::string& name, Phase phase, S* data,
+void ExampleEngine<S>::ObserveEach(const Boundary& boundary, Phase phase, S* data,
                                    std::initializer_list<int64_t> dims,
                                    const ExampleHooks& hooks) const {
   if (hooks.observer == nullptr && hooks.mutator == nullptr) return;
   size_t stride = 1;
   for (int64_t d : dims) stride *= static_cast<size_t>(d);
   for (size_t e = 0; e < count_; ++e) {
-    Observe(name, phase, data + e * stride, dims, first_example_ + e, hooks);
+    Observe(boundary, phase, data + e * stride, dims, first_example_ + e, hooks);
   }
 }
 

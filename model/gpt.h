@@ -22,13 +22,20 @@
 
 namespace dgrr::model {
 
+// One boundary the engine reports: its stable name and the operator that
+// produces its tensor.
+struct Boundary {
+  std::string name;
+  Operator op = Operator::kOther;
+};
+
 // Stable boundary names, built once per engine so a call costs no allocation.
 struct BoundaryNames {
   struct Block {
-    std::string ln1_out, qkv_out, softmax_out, att_dropout_out, attn_out, attn_proj_out,
+    Boundary ln1_out, qkv_out, softmax_out, att_dropout_out, attn_out, attn_proj_out,
         attn_proj_dropout_out, attn_residual_out, ln2_out, fc_out, gelu_out, mlp_proj_out,
         mlp_proj_dropout_out, mlp_residual_out;
-    std::string mlp_proj_dinp, gelu_dinp, fc_dinp, ln2_dinp, attn_proj_dinp, softmax_dinp,
+    Boundary mlp_proj_dinp, gelu_dinp, fc_dinp, ln2_dinp, attn_proj_dinp, softmax_dinp,
         attn_dinp, qkv_dinp, ln1_dinp;
   };
   explicit BoundaryNames(int num_layers);
@@ -86,11 +93,11 @@ class ExampleEngine {
         fch_gelu, fcproj, fcproj_dropped, res3;
   };
 
-  void Observe(const std::string& name, Phase phase, S* data, std::initializer_list<int64_t> dims,
+  void Observe(const Boundary& boundary, Phase phase, S* data, std::initializer_list<int64_t> dims,
                uint64_t example_index, const ExampleHooks& hooks) const;
   // Observe for each example of the block: example e's tensor starts at
   // data + e * (product of dims).
-  void ObserveEach(const std::string& name, Phase phase, S* data,
+  void ObserveEach(const Boundary& boundary, Phase phase, S* data,
                    std::initializer_list<int64_t> dims, const ExampleHooks& hooks) const;
   void ForwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
                         uint64_t first_example, const ExampleHooks& hooks, S* losses);

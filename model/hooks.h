@@ -16,8 +16,23 @@ namespace dgrr::model {
 enum class Phase : uint8_t { kForward = 0, kBackward = 1, kOptimizer = 2, kData = 3 };
 const char* PhaseName(Phase phase);
 
+// What kind of operator produced a boundary's tensor, as the model knows it
+// and reports it at each boundary; the trainer maps it to the runtime's
+// OpKind, which decides what `trusted` mode leaves out (docs/api.md).
+enum class Operator : uint8_t {
+  kOther = 0,    // e.g. a per-batch sum of gradients
+  kMatmul,       // a matrix product with its bias (qkv, projections, fc, lm_head)
+  kElementwise,  // activation, dropout apply, residual add, AdamW's input and moments
+  kNorm,         // layernorm
+  kAttention,    // the softmax and the attention-weighted sum
+  kEmbedding,    // token plus position embedding
+  kLoss,         // cross-entropy
+  kOptimizer,    // the updated parameters
+};
+const char* OperatorName(Operator op);
+
 // Called at every model-level operator boundary with a view of the tensor
-// (no copy). `dims` is row-major; an empty span is a scalar. Per-example
+// (no copy) and the kind of operator that produced it. `dims` is row-major; an empty span is a scalar. Per-example
 // boundaries carry (first_example = that example's index, example_count = 1);
 // per-batch ones (reduced parameter gradients, optimizer) carry the batch's
 // first index and size. Workers call it CONCURRENTLY for different examples:
@@ -26,7 +41,7 @@ const char* PhaseName(Phase phase);
 class BoundaryObserver {
  public:
   virtual ~BoundaryObserver() = default;
-  virtual void OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
+  virtual void OnBoundary(std::string_view name, Phase phase, Operator op, bool is_output, const float* data,
                           std::span<const int64_t> dims, uint64_t first_example,
                           uint32_t example_count) = 0;
 };

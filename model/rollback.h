@@ -8,7 +8,6 @@
 #pragma once
 
 #include "base/status.h"
-#include "model/trainer.h"
 #include "replay/rollback.h"
 
 namespace dgrr::model {

@@ -30,11 +30,12 @@
 #include "model/batch.h"
 #include "model/data_order.h"
 #include "model/gpt.h"
-#include "model/launch.h"
-#include "model/rollback.h"
+#include "model/run_config.h"
 #include "model/schedule.h"
 #include "model/train_state.h"
+#include "model/train_launch.h"
 #include "model/training_program.h"
+#include "replay/rollback.h"
 #include "trace_format/reader.h"
 #include "runtime/canonical_reduce.h"
 #include "runtime/tree_reduce.h"
@@ -65,32 +66,23 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// What kind of operator produced a forward boundary; only `trusted` mode
-// looks at it (runtime/recording_mode.h).
-OpKind KindOf(std::string_view name, model::Phase phase) {
-  if (phase != model::Phase::kForward) return OpKind::kOther;
-  if (EndsWith(name, ".qkv.out") || EndsWith(name, ".proj.out") || EndsWith(name, ".fc.out") ||
-      name == "lm_head.logits") {
-    return OpKind::kMatmul;
+// The runtime's kind of a boundary's operator (what `trusted` mode may leave
+// out), from the operator the model reports at the boundary. The allowlist
+// applies to the forward pass and the optimizer; backward boundaries are
+// passed on as kOther, so `trusted` records the whole backward pass.
+OpKind RecordedKind(model::Phase phase, Operator op) {
+  if (phase != model::Phase::kForward && phase != model::Phase::kOptimizer) return OpKind::kOther;
+  switch (op) {
+    case Operator::kOther: return OpKind::kOther;
+    case Operator::kMatmul: return OpKind::kMatmul;
+    case Operator::kElementwise: return OpKind::kElementwise;
+    case Operator::kNorm: return OpKind::kNorm;
+    case Operator::kAttention: return OpKind::kAttention;
+    case Operator::kEmbedding: return OpKind::kEmbedding;
+    case Operator::kLoss: return OpKind::kLoss;
+    case Operator::kOptimizer: return OpKind::kOptimizer;
   }
-  if (EndsWith(name, ".gelu.out") || EndsWith(name, ".dropout.out") ||
-      EndsWith(name, ".residual.out")) {
-    return OpKind::kElementwise;
-  }
-  if (name == "loss") return OpKind::kLoss;
-  if (name == "embed.out") return OpKind::kEmbedding;
   return OpKind::kOther;
-}
-
-// AdamW's moments and its clipped-gradient input are elementwise maps of
-// guarded tensors, and the parameters they produce stay guarded: `trusted`
-// mode may skip them. The updated parameters themselves are always recorded.
-OpKind OptimizerKindOf(std::string_view name, model::Phase phase) {
-  if (phase != model::Phase::kOptimizer) return OpKind::kOther;
-  if (name.rfind("adamw.m.", 0) == 0 || name.rfind("adamw.v.", 0) == 0 || EndsWith(name, ".grad")) {
-    return OpKind::kElementwise;
-  }
-  return OpKind::kOptimizer;
 }
 
 trace::Phase TracePhase(model::Phase p) {
@@ -129,30 +121,35 @@ std::string RanksDiffering(const std::vector<T>& values) {
   return ranks;
 }
 
-// Collects the names of one example's boundaries, in order, with the
-// element count of each.
-class NameCollector final : public BoundaryObserver {
- public:
-  void OnBoundary(std::string_view name, model::Phase, bool, const float*, std::span<const int64_t> dims,
-                  uint64_t, uint32_t) override {
-    uint64_t elements = 1;
-    for (int64_t d : dims) elements *= static_cast<uint64_t>(d);
-    boundaries.emplace_back(name, elements);
-  }
-  std::vector<std::pair<std::string, uint64_t>> boundaries;
+// One boundary of an example, as the model reports it.
+struct ExampleBoundary {
+  std::string name;
+  uint64_t elements = 0;
+  model::Phase phase = model::Phase::kForward;
+  Operator op = Operator::kOther;
 };
 
-// Dropout keep-masks from per-example Philox streams keyed by
+// Collects one example's boundaries, in order.
+class NameCollector final : public BoundaryObserver {
+ public:
+  void OnBoundary(std::string_view name, model::Phase phase, Operator op, bool, const float*,
+                  std::span<const int64_t> dims, uint64_t, uint32_t) override {
+    uint64_t elements = 1;
+    for (int64_t d : dims) elements *= static_cast<uint64_t>(d);
+    boundaries.push_back({std::string(name), elements, phase, op});
+  }
+  std::vector<ExampleBoundary> boundaries;
+};
+
+// Dropout keep-masks by dgrr's convention (rng::FillDropoutKeepMask), keyed by
 // (step, example, layer, site): a pure function of those, whatever thread asks.
 class PhiloxMasks final : public DropoutMaskSource {
  public:
   PhiloxMasks(const rng::RngStreams& rng, uint64_t step) : rng_(rng), step_(step) {}
   void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
                     size_t n) const override {
-    rng::PhiloxStream s = rng_.Stream(
-        rng::Purpose::kDropout,
-        {step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site)});
-    rng::FillBernoulliMask(s, keep, n, rng::BernoulliThresholdUnchecked(1.0 - p));
+    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
+                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
   }
 
  private:
@@ -217,8 +214,8 @@ struct RankAudit {
 
 namespace {
 
-// The per-example boundaries of `config` in order, with their element counts.
-StatusOr<std::vector<std::pair<std::string, uint64_t>>> PerExampleBoundaries(const GptConfig& config) {
+// The per-example boundaries of `config` in order.
+StatusOr<std::vector<ExampleBoundary>> PerExampleBoundaries(const GptConfig& config) {
   DGRR_RETURN_IF_ERROR(config.Validate());
   DGRR_ASSIGN_OR_RETURN(Gpt gpt, Gpt::Create(config));
   gpt.Initialize(SplitMixNormalFill(0));
@@ -240,7 +237,7 @@ StatusOr<std::vector<std::pair<std::string, uint64_t>>> PerExampleBoundaries(con
 StatusOr<std::vector<std::string>> PerExampleBoundaryNames(const GptConfig& config) {
   DGRR_ASSIGN_OR_RETURN(const auto boundaries, PerExampleBoundaries(config));
   std::vector<std::string> names;
-  for (const auto& b : boundaries) names.push_back(b.first);
+  for (const auto& b : boundaries) names.push_back(b.name);
   return names;
 }
 
@@ -305,7 +302,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
 
   // BoundaryObserver, called by workers (per example) and by the rank thread
   // (per batch: AdamW). Per-example calls touch only their example's slots.
-  void OnBoundary(std::string_view name, model::Phase phase, bool is_output, const float* data,
+  void OnBoundary(std::string_view name, model::Phase phase, Operator op, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     if (example_count == 1 && phase != model::Phase::kOptimizer) {
@@ -352,7 +349,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     if (it == nullptr) {
       auto h = session->DeclareBoundary(name, TracePhase(phase),
                                         is_output ? Direction::kOutput : Direction::kInput,
-                                        OptimizerKindOf(name, phase));
+                                        RecordedKind(phase, op));
       if (!h.ok()) return session->DeferError(h.status());
       it = &*batch_handles.emplace(std::string(name), *h).first;
       batch_order.push_back(it);
@@ -670,11 +667,11 @@ Status Trainer::Impl::RunSession(Rank& rank) {
   // Declare every per-example boundary before workers start reporting them.
   DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
                                                               Direction::kInput, OpKind::kData));
-  for (const auto& name : t.per_example_names_) {
-    const bool backward = EndsWith(name, ".dinp");
-    const model::Phase phase = backward ? model::Phase::kBackward : model::Phase::kForward;
+  for (size_t i = 0; i < t.per_example_names_.size(); ++i) {
+    const std::string& name = t.per_example_names_[i];
+    const auto [phase, op] = t.per_example_ops_[i];
     DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary(name, TracePhase(phase), Direction::kOutput,
-                                                    KindOf(name, phase)));
+                                                    RecordedKind(phase, op)));
     rank.example_index.emplace(name, static_cast<int>(rank.example_handles.size()));
     rank.example_handles.push_back(h);
   }
@@ -1269,8 +1266,14 @@ Status Trainer::Validate() {
 
   DGRR_ASSIGN_OR_RETURN(const auto per_example, PerExampleBoundaries(preset_.model));
   per_example_names_.clear();
-  for (const auto& b : per_example) per_example_names_.push_back(b.first);
-  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), per_example,
+  per_example_ops_.clear();
+  std::vector<std::pair<std::string, uint64_t>> sizes;
+  for (const auto& b : per_example) {
+    per_example_names_.push_back(b.name);
+    per_example_ops_.emplace_back(b.phase, b.op);
+    sizes.emplace_back(b.name, b.elements);
+  }
+  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), sizes,
                                                         ParameterLayout(preset_.model));
   const FaultRun run{o.ranks, o.steps, batch_, o.resume};
   std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each tensor fault
@@ -1303,42 +1306,34 @@ Status Trainer::Validate() {
   }
 
   const std::string& text = data_->text();
+  RunConfig& c = run_config_;
+  c = RunConfig();
+  c.seed = o.seed;
+  c.steps = o.steps;
+  c.model = {preset_.name,
+             preset_.model.num_layers,
+             preset_.model.channels,
+             preset_.model.num_heads,
+             preset_.model.seq_len,
+             preset_.model.attn_dropout,
+             preset_.model.resid_dropout};
+  c.data.source = data_source;
+  c.data.path = o.data_file;
+  c.data.bytes = text.size();
+  c.data.xxh3 = Hex64(Xxh3(text.data(), text.size()));
+  c.optimizer = {lr_, lr_ * 0.1f, preset_.train.warmup_steps, preset_.train.weight_decay,
+                 preset_.train.grad_clip};
+  c.batch = batch_;
+  c.ranks = o.ranks;
+  c.threads = o.threads;
+  c.mode = o.mode;
+  c.ckpt_every = o.ckpt_every;
+  c.audit_every = o.audit_every;
   // skip-restore is a property of one resume, not of the run.
-  nlohmann::json faults = nlohmann::json::array();
   for (const auto& f : o.faults) {
-    if (f.kind != FaultKind::kSkipRestore) faults.push_back(f.text);
+    if (f.kind != FaultKind::kSkipRestore) c.inject.push_back(f);
   }
-  config_ = {
-      {"schema", kRunConfigSchema},
-      {"seed", o.seed},
-      {"steps", o.steps},
-      {"model",
-       {{"preset", preset_.name},
-        {"layers", preset_.model.num_layers},
-        {"dim", preset_.model.channels},
-        {"heads", preset_.model.num_heads},
-        {"seq", preset_.model.seq_len},
-        {"attn_dropout", preset_.model.attn_dropout},
-        {"resid_dropout", preset_.model.resid_dropout}}},
-      {"data",
-       {{"source", data_source},
-        {"path", o.data_file},
-        {"bytes", text.size()},
-        {"xxh3", Hex64(Xxh3(text.data(), text.size()))}}},
-      {"optimizer",
-       {{"lr", lr_},
-        {"min_lr", lr_ * 0.1f},
-        {"warmup_steps", preset_.train.warmup_steps},
-        {"weight_decay", preset_.train.weight_decay},
-        {"grad_clip", preset_.train.grad_clip}}},
-      {"batch", batch_},
-      {"ranks", o.ranks},
-      {"threads", o.threads},
-      {"mode", std::string(RecordModeName(o.mode))},
-      {"ckpt_every", o.ckpt_every},
-      {"audit_every", o.audit_every},
-      {"inject", faults},
-  };
+  config_ = c.ToJson();
   return Status::OK();
 }
 
@@ -1368,123 +1363,40 @@ Status Trainer::ValidateControlDumps() const {
   return Status::OK();
 }
 
-// The checks Trainer::Validate makes across fields, phrased for the file.
-static Status CheckRunShape(const TrainOptions& o, const JsonObjectReader& c) {
-  auto preset = PresetByName(o.preset);
-  if (!preset.ok()) return c.Error("model.preset", preset.status().message());
-  GptConfig model = preset->model;
-  model.num_layers = *o.layers;
-  model.channels = *o.dim;
-  model.num_heads = *o.heads;
-  model.seq_len = *o.seq;
-  if (Status s = model.Validate(); !s.ok()) return c.Error("model", s.message());
-  if (*o.batch % o.ranks != 0) {
-    return c.Error("batch", std::to_string(*o.batch) + " is not divisible by ranks " + std::to_string(o.ranks));
-  }
-  return Status::OK();
-}
-
-// config.json also writes values the preset and the learning rate fix, for
-// its reader's information; they are never read back. One that differs from
-// what the preset gives is an edited file: refused, never silently ignored.
-static Status CheckDerivedFields(const TrainOptions& o, const JsonObjectReader& model,
-                                 const JsonObjectReader& optimizer) {
-  auto preset = PresetByName(o.preset);
-  if (!preset.ok()) return preset.status();
-  auto same = [](const JsonObjectReader& section, std::string_view key, double min, double max,
-                 float expected) -> Status {
-    DGRR_ASSIGN_OR_RETURN(const double value, section.Double(key, min, max));
-    if (static_cast<float>(value) == expected) return Status::OK();
-    std::ostringstream what;
-    what << value << " is not the preset's " << expected
-         << " (fixed by the preset and --lr, written for information and never read back)";
-    return section.Error(key, what.str());
-  };
-  DGRR_RETURN_IF_ERROR(same(model, "attn_dropout", 0, 1, preset->model.attn_dropout));
-  DGRR_RETURN_IF_ERROR(same(model, "resid_dropout", 0, 1, preset->model.resid_dropout));
-  DGRR_RETURN_IF_ERROR(same(optimizer, "min_lr", 0, kMaxLearningRate, *o.lr * 0.1f));
-  DGRR_RETURN_IF_ERROR(same(optimizer, "weight_decay", 0, 1e9, preset->train.weight_decay));
-  DGRR_RETURN_IF_ERROR(same(optimizer, "grad_clip", 0, 1e30, preset->train.grad_clip));
-  DGRR_ASSIGN_OR_RETURN(const int64_t warmup, optimizer.Int("warmup_steps", 0, kMaxSteps));
-  if (warmup != preset->train.warmup_steps) {
-    return optimizer.Error("warmup_steps", std::to_string(warmup) + " is not the preset's " +
-                                               std::to_string(preset->train.warmup_steps) +
-                                               " (fixed by the preset, written for information and never read back)");
-  }
-  return Status::OK();
-}
-
-// Every field is checked for presence, type and range against the same
-// limits Trainer::Validate applies to command-line values, so that a damaged
-// or hand-edited config.json is reported as the run's file (Corruption, exit
-// 3, naming key and file) and never as if it were a flag the user passed.
-StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
-  const std::string path = ConfigPathFor(run_dir);
-  auto text = ReadFileToString(path, kMaxJsonFileBytes);
-  if (!text.ok()) return text.status().WithPrefix("not a dgrr run");
-  DGRR_ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJson(*text, path));
-  const JsonObjectReader c(doc, path);
-  auto schema = c.String("schema");
-  if (!schema.ok() || *schema != kRunConfigSchema) {
-    return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
-  }
+TrainOptions TrainOptionsFromConfig(const RunConfig& c, const std::string& run_dir) {
   TrainOptions o;
   o.out_dir = run_dir;
-  DGRR_ASSIGN_OR_RETURN(o.steps, c.Int("steps", 1, kMaxSteps));
-  DGRR_ASSIGN_OR_RETURN(o.seed, c.Uint64("seed"));
-  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader m, c.Object("model"));
-  DGRR_ASSIGN_OR_RETURN(o.preset, m.String("preset"));
-  // GptConfig::Validate below checks the shape itself; these bounds only
-  // keep each value an int.
-  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  DGRR_ASSIGN_OR_RETURN(o.layers, m.Int("layers", 1, kIntMax));
-  DGRR_ASSIGN_OR_RETURN(o.dim, m.Int("dim", 1, kIntMax));
-  DGRR_ASSIGN_OR_RETURN(o.heads, m.Int("heads", 1, kIntMax));
-  DGRR_ASSIGN_OR_RETURN(o.seq, m.Int("seq", 1, kIntMax));
-  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader data, c.Object("data"));
-  DGRR_ASSIGN_OR_RETURN(const std::string source, data.String("source"));
-  if (source == "file") {
-    DGRR_ASSIGN_OR_RETURN(o.data_file, data.String("path"));
-  } else if (source != "embedded") {
-    return data.Error("source", "expected \"file\" or \"embedded\", got \"" + source + "\"");
-  }
-  DGRR_ASSIGN_OR_RETURN(o.ranks, c.Int("ranks", 1, kMaxRanks));
-  DGRR_ASSIGN_OR_RETURN(o.threads, c.Int("threads", 1, kMaxThreads));
-  DGRR_ASSIGN_OR_RETURN(o.batch, c.Int("batch", 1, kMaxBatch));
-  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader optimizer, c.Object("optimizer"));
-  // Written from a float: the smallest positive float is the lower bound.
-  DGRR_ASSIGN_OR_RETURN(const double lr, optimizer.Double("lr", std::numeric_limits<float>::denorm_min(),
-                                                          kMaxLearningRate));
-  o.lr = static_cast<float>(lr);
-  DGRR_ASSIGN_OR_RETURN(const std::string mode_name, c.String("mode"));
-  auto mode = ParseRecordMode(mode_name);
-  if (!mode) return c.Error("mode", "unknown mode \"" + mode_name + "\"");
-  o.mode = *mode;
-  DGRR_ASSIGN_OR_RETURN(o.ckpt_every, c.Int("ckpt_every", 0, kMaxSteps));
-  // Runs recorded before the audit existed have no key: they ran without it.
-  if (doc.contains("audit_every")) {
-    DGRR_ASSIGN_OR_RETURN(o.audit_every, c.Int("audit_every", 0, kMaxSteps));
-  }
-  DGRR_ASSIGN_OR_RETURN(const nlohmann::json* inject, c.Array("inject"));
-  for (size_t i = 0; i < inject->size(); ++i) {
-    const std::string key = "inject[" + std::to_string(i) + "]";
-    const nlohmann::json& f = (*inject)[i];
-    if (!f.is_string()) return c.Error(key, "expected a fault spec string");
-    auto spec = ParseFaultSpec(f.get<std::string>());
-    if (!spec.ok()) return c.Error(key, spec.status().message());
-    o.faults.push_back(*spec);
-  }
-  DGRR_RETURN_IF_ERROR(CheckRunShape(o, c));
-  DGRR_RETURN_IF_ERROR(CheckDerivedFields(o, m, optimizer));
-  o.config_path = path;
+  o.steps = c.steps;
+  o.seed = c.seed;
+  o.preset = c.model.preset;
+  o.layers = c.model.layers;
+  o.dim = c.model.dim;
+  o.heads = c.model.heads;
+  o.seq = c.model.seq;
+  if (c.data.source == "file") o.data_file = c.data.path;
+  o.ranks = c.ranks;
+  o.threads = c.threads;
+  o.batch = c.batch;
+  o.lr = c.optimizer.lr;
+  o.mode = c.mode;
+  o.ckpt_every = c.ckpt_every;
+  o.audit_every = c.audit_every;
+  o.faults = c.inject;
+  o.config_path = ConfigPathFor(run_dir);
   o.faults_from_config = o.faults.size();
   return o;
+}
+
+StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
+  DGRR_ASSIGN_OR_RETURN(const RunConfig config, ReadRunConfig(run_dir));
+  return TrainOptionsFromConfig(config, run_dir);
 }
 
 // --resume: the run's own config decides everything but the resume-time
 // faults, so the resumed run is the same computation as the original.
 Status Trainer::LoadConfigForResume() {
-  DGRR_ASSIGN_OR_RETURN(TrainOptions o, TrainOptionsFromRun(options_.out_dir));
+  DGRR_ASSIGN_OR_RETURN(const RunConfig recorded, ReadRunConfig(options_.out_dir));
+  TrainOptions o = TrainOptionsFromConfig(recorded, options_.out_dir);
   o.resume = true;
   o.fallback = options_.fallback;
   o.stop = options_.stop;  // a front end's stop request holds for the resumed run too
@@ -1495,15 +1407,10 @@ Status Trainer::LoadConfigForResume() {
     }
     o.faults.push_back(f);
   }
-  // TrainOptionsFromRun has validated the file; its data digest is kept here.
-  const std::string config_path = ConfigPathFor(options_.out_dir);
-  DGRR_ASSIGN_OR_RETURN(const nlohmann::json recorded, ReadJsonFile(config_path));
-  DGRR_ASSIGN_OR_RETURN(const JsonObjectReader recorded_data_section,
-                        JsonObjectReader(recorded, config_path).Object("data"));
-  DGRR_ASSIGN_OR_RETURN(const std::string recorded_data, recorded_data_section.String("xxh3"));
+  DGRR_RETURN_IF_ERROR(recorded.data.xxh3.status());
   options_ = o;
   DGRR_RETURN_IF_ERROR(Validate());
-  if (config_.at("data").at("xxh3").get<std::string>() != recorded_data) {
+  if (*run_config_.data.xxh3 != *recorded.data.xxh3) {
     return Status::FailedPrecondition("--resume: the data (" + o.data_file +
                                       ") changed since the run started");
   }
@@ -1516,7 +1423,7 @@ Status Trainer::LoadConfigForResume() {
 // threads restores into a `full` replay with 1 (bisect does exactly that).
 std::string Trainer::StateConfigJson() const {
   nlohmann::json state_config = config_;
-  for (const char* key : {"mode", "threads", "ckpt_every", "audit_every"}) state_config.erase(key);
+  for (const char* key : RunConfig::kScheduleOnlyKeys) state_config.erase(key);
   return state_config.dump();
 }
 
@@ -1607,18 +1514,36 @@ StatusOr<checkpoint::Checkpoint> Trainer::FindResumeCheckpoint() const {
   }
 }
 
+namespace {
+
+// model::Rollback (model/rollback.h) of the run `run` resumes, whose config
+// the trainer has read and checked already and whose directory it holds
+// locked: the same refusal of a run recorded in mode off, then the
+// re-execution from the run's launch record.
+StatusOr<replay::RollbackResult> FinishRollback(const TrainOptions& run, const replay::RollbackOptions& finish) {
+  if (run.mode == RecordMode::kOff) {
+    return Status::FailedPrecondition(finish.run_dir +
+                                      " was recorded in mode off: its traces hold no step ends to cut at");
+  }
+  replay::ReexecuteOptions reexecute;
+  DGRR_ASSIGN_OR_RETURN(reexecute.launch, LaunchOfTrainRun(finish.run_dir));
+  return replay::RollbackLaunchedRun(finish, reexecute);
+}
+
+}  // namespace
+
 // Finishes an interrupted rollback, then finds the checkpoint to resume from
 // and cuts every rank's trace back to it.
 Status Trainer::PrepareResume() {
-  DGRR_ASSIGN_OR_RETURN(std::optional<int64_t> pending, PendingRollback(options_.out_dir));
+  DGRR_ASSIGN_OR_RETURN(std::optional<int64_t> pending, replay::PendingRollback(options_.out_dir));
   if (pending) {
     // The rollback's stages are re-runnable and this process holds the lock.
-    RollbackOptions finish;
+    replay::RollbackOptions finish;
     finish.run_dir = options_.out_dir;
     finish.step = *pending;
     finish.fallback = options_.fallback;
     finish.run_dir_locked = true;
-    auto finished = Rollback(finish);
+    auto finished = FinishRollback(options_, finish);
     if (!finished.ok()) {
       return finished.status().WithPrefix(
           "finishing the interrupted rollback to step " + std::to_string(*pending) +

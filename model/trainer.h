@@ -36,26 +36,14 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/fast_forward.h"
 #include "model/faults.h"
+#include "model/hooks.h"
+#include "model/run_config.h"
 #include "runtime/communicator.h"
 #include "runtime/control_file.h"
 #include "runtime/launch_record.h"
 #include "runtime/recording_mode.h"
 
 namespace dgrr::model {
-
-inline constexpr const char* kRunConfigSchema = "dgrr.run-config/1";
-
-// Limits every run keeps, checked on command-line values (exit 1) and on a
-// run's own config.json (exit 3). They are fixed rather than taken from this
-// machine so that a run recorded here resumes and replays on any machine.
-// Each rank is a thread running up to `threads` workers: 256 x 256 is within
-// what Linux grants a process by default, and a thread the system refuses
-// anyway becomes a Status, not an abort.
-inline constexpr int kMaxRanks = 256;
-inline constexpr int kMaxThreads = 256;
-inline constexpr int kMaxBatch = 1 << 16;
-inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
-inline constexpr double kMaxLearningRate = 1000;
 
 struct TrainOptions {
   std::string out_dir;
@@ -98,7 +86,12 @@ struct TrainOptions {
 
 };
 
-// The options of the run in `run_dir`, from its config.json.
+// The options of the run `config` describes, in `run_dir` (config_path and
+// faults_from_config set, so that the trainer reports a value it refuses as
+// the file's error).
+TrainOptions TrainOptionsFromConfig(const RunConfig& config, const std::string& run_dir);
+
+// The options of the run in `run_dir`, from its config.json (ReadRunConfig).
 StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir);
 
 struct TrainProgress {
@@ -193,8 +186,11 @@ class Trainer {
   int batch_ = 0;
   float lr_ = 0;
   std::unique_ptr<Dataset> data_;
-  nlohmann::json config_;
+  RunConfig run_config_;   // what config.json records (built by Validate)
+  nlohmann::json config_;  // run_config_.ToJson()
   std::vector<std::string> per_example_names_;  // boundary names of one example, in order
+  // The phase and operator the model reports at each of them (same order).
+  std::vector<std::pair<model::Phase, Operator>> per_example_ops_;
   std::shared_ptr<const FaultTargets> fault_targets_;  // every recorded boundary, as a bitflip target
   std::string plan_json_;                       // the fast-forward plan stored in checkpoints
   std::unique_ptr<checkpoint::FastForwardPlan> plan_;

@@ -1434,10 +1434,10 @@ void PyCommunicator::Close() {
 // Counter-based randomness: rng/'s streams, as the C++ trainer uses them.
 // ---------------------------------------------------------------------------
 
-// keep[i, :] = the Bernoulli(1 - p) keep-mask of example examples[i], from
-// Philox stream (seed, dropout, {step, example, layer, site}): the same
-// derivation as model/trainer.cc's PhiloxMasks, so a row depends on its
-// example's key alone, never on the batch it sits in or the thread asking.
+// keep[i, :] = the Bernoulli(1 - p) keep-mask of example examples[i] by
+// dgrr's convention (rng::FillDropoutKeepMask, which model/trainer.cc's
+// PhiloxMasks uses too), so a row depends on its example's key alone, never
+// on the batch it sits in or the thread asking.
 void DropoutKeepMask(uint64_t seed, uint64_t step, const std::vector<uint64_t>& examples,
                      uint64_t layer, uint64_t site, double p, const py::handle& out) {
   const uint64_t threshold = Unwrap(rng::BernoulliThreshold(1.0 - p));
@@ -1458,8 +1458,8 @@ void DropoutKeepMask(uint64_t seed, uint64_t step, const std::vector<uint64_t>& 
   const rng::RngStreams streams(seed);
   py::gil_scoped_release release;
   for (size_t i = 0; i < examples.size(); ++i) {
-    rng::PhiloxStream s = streams.Stream(rng::Purpose::kDropout, {step, examples[i], layer, site});
-    rng::FillBernoulliMask(s, keep + i * per_example, per_example, threshold);
+    rng::FillDropoutKeepMask(streams, step, examples[i], layer, site, threshold, keep + i * per_example,
+                             per_example);
   }
 }
 

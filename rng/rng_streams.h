@@ -57,6 +57,19 @@ class RngStreams {
 // llround(p_keep * 2^32) for p_keep in [0, 1]; NaN or out of range is InvalidArgument.
 StatusOr<uint64_t> BernoulliThreshold(double p_keep);
 
+// The dropout keep-mask convention of dgrr's programs, written once for the
+// reference trainer (model/trainer.cc) and dgrr.torch (python/binding.cc):
+// keep[0..n) of example `example` at dropout site `site` of layer `layer` in
+// step `step` is FillBernoulliMask of stream (dropout, {step, example, layer,
+// site}) with `keep_threshold` (BernoulliThreshold(1 - p)): 1 keeps an
+// element, 0 drops it. A mask depends on its example's key alone, never on
+// the batch it sits in or the thread that asks.
+DGRR_HD inline void FillDropoutKeepMask(const RngStreams& rng, uint64_t step, uint64_t example, uint64_t layer,
+                                        uint64_t site, uint64_t keep_threshold, uint8_t* keep, size_t n) {
+  PhiloxStream s = rng.Stream(Purpose::kDropout, {step, example, layer, site});
+  FillBernoulliMask(s, keep, n, keep_threshold);
+}
+
 // "init", "dropout", "shuffle", "augment", "noise", or "user:<id>" / "unknown:<value>".
 std::string PurposeName(Purpose purpose);
 

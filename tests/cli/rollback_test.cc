@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
 #include "model/rollback.h"
+#include "model/trainer.h"
 #include "trace_format/reader.h"
 #include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"

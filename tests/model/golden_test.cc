@@ -49,7 +49,7 @@ constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
 // the result does not depend on how workers interleave.
 class HashingObserver : public BoundaryObserver {
  public:
-  void OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
+  void OnBoundary(std::string_view name, Phase phase, Operator, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     size_t n = 1;

@@ -168,7 +168,7 @@ struct Call {
 
 class RecordingObserver : public BoundaryObserver {
  public:
-  void OnBoundary(std::string_view name, Phase phase, bool is_output, const float* data,
+  void OnBoundary(std::string_view name, Phase phase, Operator, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example,
                   uint32_t example_count) override {
     size_t count = 1;

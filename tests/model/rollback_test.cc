@@ -12,6 +12,7 @@
 
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
+#include "model/trainer.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
 #include "trace_format/reader.h"

@@ -1,0 +1,101 @@
+// A run of `dgrr train` as its config.json describes it (docs/model.md, "The
+// run directory"), with the one codec that writes and reads that file.
+//
+// The trainer builds a RunConfig from the options it validated and writes
+// ToJson(); `train --resume`, `plan`, `replay`, `rollback` and `bisect` read
+// it back with FromJson/ReadRunConfig. Writer and reader are side by side
+// here so that they cannot drift apart: a field is added in four places of
+// this file and nowhere else (the struct, ToJson, FromJson, and, when it
+// never changes what a step computes, kScheduleOnlyKeys).
+//
+// FromJson checks every field for presence, type and range against the same
+// limits the trainer applies to command-line values, and the fields across
+// each other, so that a damaged or hand-edited config.json is reported as
+// the run's file (Corruption, exit 3, naming file and key), never as if it
+// were a flag the user passed. Older files stay readable: a key added later
+// is optional on reading and takes the value runs had before it existed.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/faults.h"
+#include "runtime/recording_mode.h"
+
+namespace dgrr::model {
+
+inline constexpr const char* kRunConfigSchema = "dgrr.run-config/1";
+
+// Limits every run keeps, checked on command-line values (exit 1) and on a
+// run's own config.json (exit 3). They are fixed rather than taken from this
+// machine so that a run recorded here resumes and replays on any machine.
+// Each rank is a thread running up to `threads` workers: 256 x 256 is within
+// what Linux grants a process by default, and a thread the system refuses
+// anyway becomes a Status, not an abort.
+inline constexpr int kMaxRanks = 256;
+inline constexpr int kMaxThreads = 256;
+inline constexpr int kMaxBatch = 1 << 16;
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+inline constexpr double kMaxLearningRate = 1000;
+
+struct RunConfig {
+  uint64_t seed = 1;
+  int64_t steps = 0;
+  struct Model {
+    std::string preset;
+    int layers = 0, dim = 0, heads = 0, seq = 0;
+    // Fixed by the preset: written for the reader's information, checked
+    // against the preset on reading and never taken from the file.
+    float attn_dropout = 0, resid_dropout = 0;
+  } model;
+  struct Data {
+    std::string source = "embedded";  // "embedded" (the arithmetic corpus) or "file"
+    std::string path;                 // the corpus file ("" when embedded; not read back then)
+    uint64_t bytes = 0;               // the corpus' size, for information (0 when unreadable)
+    // Hex64 of the corpus' XXH3: `--resume` refuses a corpus that changed.
+    // Only a resume needs it, so a file without it stays readable by plan,
+    // replay and rollback, and a resume reports this reading error.
+    StatusOr<std::string> xxh3 = std::string();
+  } data;
+  struct Optimizer {
+    float lr = 0;
+    // Fixed by the preset and lr, like Model's dropouts.
+    float min_lr = 0;
+    int warmup_steps = 0;
+    float weight_decay = 0;
+    float grad_clip = 0;
+  } optimizer;
+  int batch = 0;
+  int ranks = 1;
+  int threads = 1;
+  RecordMode mode = RecordMode::kFull;
+  int64_t ckpt_every = 0;
+  int64_t audit_every = 0;  // absent in runs recorded before the audit: 0
+  // The run's faults (never skip-restore: that is a property of one resume).
+  std::vector<FaultSpec> inject;
+
+  // The keys that only say how the run is recorded or scheduled: the state
+  // after a step does not depend on them (Trainer's state config leaves them
+  // out, so a checkpoint of an `sdc` run with 4 threads restores into a
+  // `full` replay with 1).
+  static constexpr const char* kScheduleOnlyKeys[] = {"mode", "threads", "ckpt_every", "audit_every"};
+
+  // The document config.json holds (the session writes it with dump(2), keys
+  // sorted). Every value must be valid: FromJson(ToJson()) gives it back.
+  nlohmann::json ToJson() const;
+
+  // Reads and checks `doc`; `source` names it in errors (usually the path).
+  static StatusOr<RunConfig> FromJson(const nlohmann::json& doc, const std::string& source);
+};
+
+// Whether `doc` says it is a run config (its schema), whatever else it holds.
+bool IsRunConfig(const nlohmann::json& doc);
+
+// RUN_DIR/config.json, read and checked (FromJson). A file that cannot be
+// read is "not a dgrr run" (NotFound when it does not exist, I/O otherwise).
+StatusOr<RunConfig> ReadRunConfig(const std::string& run_dir);
+
+}  // namespace dgrr::model
