@@ -284,6 +284,26 @@ uint32_t ExtendHardware(uint32_t crc, const void* data, size_t n) {
 
 bool BlockKernelAvailable(BlockKernel kernel) { return Supports(kernel); }
 
+const char* BlockKernelName(BlockKernel kernel) {
+  switch (kernel) {
+    case BlockKernel::kPortable: return "portable";
+    case BlockKernel::kCrc32Chains: return "crc32-chains";
+    case BlockKernel::kClmulAvx2: return "clmul-avx2";
+    case BlockKernel::kClmulAvx512: return "clmul-avx512";
+  }
+  return "unknown";
+}
+
+const char* BlockKernelNeeds(BlockKernel kernel) {
+  switch (kernel) {
+    case BlockKernel::kPortable: return "nothing";
+    case BlockKernel::kCrc32Chains: return "an x86-64 CPU with SSE4.2";
+    case BlockKernel::kClmulAvx2: return "an x86-64 CPU with SSE4.2, AVX2 and VPCLMULQDQ";
+    case BlockKernel::kClmulAvx512: return "an x86-64 CPU with SSE4.2, AVX-512 F/VL/BW and VPCLMULQDQ";
+  }
+  return "unknown";
+}
+
 BlockKernel SelectedBlockKernel() {
   static const BlockKernel selected = DetectBlockKernel();
   return selected;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/file.h"
+#include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
 
 namespace dgrr::trace {
@@ -207,30 +208,14 @@ Status TraceReader::CheckSequence(const RecordBody& body) {
 size_t TraceReader::TakeCleanBoundaries(size_t max) {
   if (pending_) return 0;
   const size_t limit = std::min(max, (end_ - pos_) / kRecordSize);
-  const uint8_t* base = buffer_.get() + pos_;
-  const uint32_t* crcs = crcs_.get() + pos_ / kRecordSize;  // Fill checksummed the buffer
-  const size_t defined_names = names_.size();
-  const uint32_t world_size = header_.world_size;
-  bool has_seq = has_seq_;
-  uint64_t last_seq = last_seq_;
-  size_t n = 0;
-  for (; n < limit; ++n) {
-    const uint8_t* p = base + n * kRecordSize;
-    const BoundaryView view(p);
-    const uint64_t seq = view.seq();
-    // & rather than &&: every check is cheap and almost always passes, so
-    // one branch per record beats one per rule. A record that fails any of
-    // them ends the run; Next() then names the reason.
-    const bool clean = (StoredRecordCrc(p) == crcs[n]) & BoundaryFieldsValid(p) &
-                       (view.name_id() < defined_names) & (view.rank() < world_size) &
-                       (!has_seq | (seq > last_seq));
-    if (!clean) break;
-    has_seq = true;
-    last_seq = seq;
-  }
+  ScanState state{static_cast<uint32_t>(std::min<size_t>(names_.size(), UINT32_MAX)), header_.world_size,
+                  has_seq_, last_seq_};
+  // Fill checksummed the buffer; a record that breaks any rule ends the run,
+  // and Next() then names the reason.
+  const size_t n = CleanBoundaryRun(buffer_.get() + pos_, crcs_.get() + pos_ / kRecordSize, limit, &state);
   if (n == 0) return 0;
-  has_seq_ = true;
-  last_seq_ = last_seq;
+  has_seq_ = state.has_seq;
+  last_seq_ = state.last_seq;
   torn_tail_bytes_ = 0;
   torn_by_zeros_ = false;
   next_index_ += n;
