@@ -144,6 +144,9 @@ class TraceReader {
   size_t capacity_;
   std::unique_ptr<uint8_t[]> buffer_;
   std::unique_ptr<uint32_t[]> crcs_;  // computed CRC of each whole record in buffer_
+  size_t checksummed_ = 0;            // records at the start of buffer_ that crcs_ holds
+  // Makes crcs_ hold the first `records` records of buffer_ (all whole ones).
+  void ChecksumUpTo(size_t records);
   size_t pos_ = 0;   // next unread byte in buffer_
   size_t end_ = 0;   // bytes of buffer_ holding file data
   uint64_t next_index_ = 0;
