@@ -139,7 +139,8 @@ class TraceReader {
   const TraceHeader header_;
 
   // Starts small (a short trace costs little to open) and grows while reads
-  // fill it, up to 256 KiB (the CRC and check passes then read it from L2).
+  // fill it, up to 256 KiB (one pread per 2048 records; the CRC and check
+  // passes then take it a run at a time, from L1: ChecksumUpTo).
   // Not zero-filled.
   size_t capacity_;
   std::unique_ptr<uint8_t[]> buffer_;
