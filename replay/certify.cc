@@ -156,25 +156,38 @@ LockstepComparer::LockstepComparer(bool compare_rank, const CertifyOptions& opti
 bool LockstepComparer::Feed(std::span<const BoundaryItem> a, std::span<const BoundaryItem> b) {
   if (!lines_up_) return false;
   const size_t n = std::min(a.size(), b.size());
+  const bool compare_rank = compare_rank_;
   size_t run_start = 0;  // start of the current run of equal pairs in this chunk
-  auto flush_run = [&](size_t end) {
-    walker_.AddEqualLockstepRun(position_ - (end - run_start), a.subspan(run_start, end - run_start),
-                                b.subspan(run_start, end - run_start));
-  };
-  for (size_t k = 0; k < n; ++k) {
-    if (!Pairable(a[k].key, b[k].key, compare_rank_)) {
-      flush_run(k);
+  size_t k = 0;
+  for (;;) {
+    // The run of pairs whose keys pair and fingerprints agree: one branch per
+    // pair (`&`, not `&&`: every field is compared, nearly always equal), the
+    // position kept in a register.
+    while (k < n) {
+      const BoundaryItem& x = a[k];
+      const BoundaryItem& y = b[k];
+      const bool same = (x.key.name_hash == y.key.name_hash) & (x.shape_digest == y.shape_digest) &
+                        (x.key.first_example == y.key.first_example) &
+                        (x.key.example_count == y.key.example_count) & (x.key.phase == y.key.phase) &
+                        (x.key.direction == y.key.direction) & (x.dtype == y.dtype) &
+                        (!compare_rank | (x.key.rank == y.key.rank)) & (x.xor64 == y.xor64) &
+                        (x.xxh3 == y.xxh3);
+      if (!same) break;
+      ++k;
+    }
+    // position_ is that of a[run_start] here, of a[k] after.
+    walker_.AddEqualLockstepRun(position_, a.subspan(run_start, k - run_start),
+                                b.subspan(run_start, k - run_start));
+    position_ += k - run_start;
+    if (k == n) break;
+    if (!Pairable(a[k].key, b[k].key, compare_rank)) {
       lines_up_ = false;
       return false;
     }
-    if (!SameContent(a[k], b[k])) {
-      flush_run(k);
-      walker_.Add(position_, position_, a[k], b[k]);
-      run_start = k + 1;
-    }
+    walker_.Add(position_, position_, a[k], b[k]);  // pairable, so the content differs
     ++position_;
+    run_start = ++k;
   }
-  flush_run(n);
   if (a.size() != b.size()) lines_up_ = false;
   return lines_up_;
 }

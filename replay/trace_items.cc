@@ -165,7 +165,9 @@ std::vector<std::string> BoundaryStream::warnings() const {
 
 namespace {
 
-constexpr size_t kRunRecords = 1024;
+// 16 KiB runs: the reader checksums and checks a run right before
+// ItemsFromRun reads it, all three passes from L1.
+constexpr size_t kRunRecords = 128;
 
 // The shape digest of a boundary's bytes (BoundaryShapeDigest's value).
 uint64_t ShapeDigestOf(const trace::BoundaryView& view) {
@@ -193,16 +195,29 @@ bool BoundaryStream::KeepName(RankReader& rank, uint32_t name_id) {
 }
 
 // Items from the rest of the reader's current run, into out[0, max): the
-// hot loop of a comparison, with no Status and no call per item.
+// hot loop of a comparison, with no Status and no call per item. The loop's
+// state lives in locals, written back once: the items are stores of 64-bit
+// words that, as far as the compiler knows, may land on `rank`'s fields, so
+// kept there every field was reloaded and stored again per item.
 size_t BoundaryStream::ItemsFromRun(RankReader& rank, BoundaryItem* out, size_t max) {
+  const uint8_t* const bytes = rank.run.bytes;
+  const uint64_t first_index = rank.run.first_index;
+  const size_t end = std::min(rank.run.count, rank.run_pos + max);
+  size_t at = rank.run_pos;
   size_t n = 0;
+  const int8_t* ignored_id = rank.ignored_id.data();
+  const uint64_t* hash_of_id = rank.hash_of_id.data();
   size_t known_names = rank.ignored_id.size();
-  while (n < max && rank.run_pos < rank.run.count) {
-    const size_t at = rank.run_pos++;
-    const trace::BoundaryView b(rank.run.bytes + at * trace::kRecordSize);
+  uint8_t last_ndim = rank.last_ndim;
+  std::array<uint64_t, trace::kInlineDims> last_dims = rank.last_dims;
+  uint64_t last_shape_digest = rank.last_shape_digest;
+  for (; at < end; ++at) {
+    const trace::BoundaryView b(bytes + at * trace::kRecordSize);
     const uint32_t name_id = b.name_id();
-    if (name_id >= known_names || rank.ignored_id[name_id] != 0) [[unlikely]] {
+    if (name_id >= known_names || ignored_id[name_id] != 0) [[unlikely]] {
       const bool keep = KeepName(rank, name_id);
+      ignored_id = rank.ignored_id.data();  // KeepName may grow them
+      hash_of_id = rank.hash_of_id.data();
       known_names = rank.ignored_id.size();
       if (!keep) {
         ++rank.ignored;
@@ -210,16 +225,16 @@ size_t BoundaryStream::ItemsFromRun(RankReader& rank, BoundaryItem* out, size_t 
       }
     }
     // Consecutive boundaries often share a shape: digest it only on change.
-    uint64_t shape_change = b.ndim() ^ rank.last_ndim;
-    for (size_t i = 0; i < trace::kInlineDims; ++i) shape_change |= b.dim(i) ^ rank.last_dims[i];
+    uint64_t shape_change = b.ndim() ^ last_ndim;
+    for (size_t i = 0; i < trace::kInlineDims; ++i) shape_change |= b.dim(i) ^ last_dims[i];
     if (shape_change != 0) [[unlikely]] {
-      rank.last_ndim = b.ndim();
-      for (size_t i = 0; i < trace::kInlineDims; ++i) rank.last_dims[i] = b.dim(i);
-      rank.last_shape_digest = ShapeDigestOf(b);
+      last_ndim = b.ndim();
+      for (size_t i = 0; i < trace::kInlineDims; ++i) last_dims[i] = b.dim(i);
+      last_shape_digest = ShapeDigestOf(b);
     }
     BoundaryItem& item = out[n++];
-    item.key.name_hash = rank.hash_of_id[name_id];
-    item.shape_digest = rank.last_shape_digest;
+    item.key.name_hash = hash_of_id[name_id];
+    item.shape_digest = last_shape_digest;
     item.key.first_example = b.first_example();
     item.key.example_count = b.example_count();
     item.key.rank = b.rank();
@@ -227,10 +242,14 @@ size_t BoundaryStream::ItemsFromRun(RankReader& rank, BoundaryItem* out, size_t 
     item.key.direction = static_cast<uint8_t>(b.direction());
     item.dtype = static_cast<uint8_t>(b.dtype());
     item.step = b.step();
-    item.record_index = rank.run.first_index + at;
+    item.record_index = first_index + at;
     item.xor64 = b.xor64();
     item.xxh3 = b.xxh3();
   }
+  rank.run_pos = at;
+  rank.last_ndim = last_ndim;
+  rank.last_dims = last_dims;
+  rank.last_shape_digest = last_shape_digest;
   return n;
 }
 

@@ -33,6 +33,10 @@ enum class BlockKernel {
 };
 bool BlockKernelAvailable(BlockKernel kernel);
 BlockKernel SelectedBlockKernel();
+// "portable", "crc32-chains", "clmul-avx2", "clmul-avx512".
+const char* BlockKernelName(BlockKernel kernel);
+// What the CPU must have to run `kernel`, in words ("SSE4.2", ...).
+const char* BlockKernelNeeds(BlockKernel kernel);
 // ValueOfBlocks through `kernel` (the selected one when the CPU lacks it).
 void ValueOfBlocksWith(BlockKernel kernel, const void* base, size_t stride, size_t length, size_t count,
                        uint32_t* out);

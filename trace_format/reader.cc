@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/file.h"
+#include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
 
 namespace dgrr::trace {
@@ -110,13 +111,10 @@ Status TraceReader::Fill(bool* have_record) {
   }
   pos_ = 0;
   end_ = partial;
+  checksummed_ = 0;  // ChecksumUpTo computes them as the scan reaches them
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_,
                                                RecordOffset(next_index_) + end_));
   end_ += got;
-  // Checksum every whole record now, all at once: independent CRC chains run
-  // several times faster than one record at a time.
-  crc32c::ValueOfBlocks(buffer_.get(), kRecordSize, kRecordCrcOffset, end_ / kRecordSize,
-                        crcs_.get());
   *have_record = end_ >= kRecordSize;
   return Status::OK();
 }
@@ -204,33 +202,28 @@ Status TraceReader::CheckSequence(const RecordBody& body) {
   return Status::OK();
 }
 
+void TraceReader::ChecksumUpTo(size_t records) {
+  if (records <= checksummed_) return;
+  crc32c::ValueOfBlocks(buffer_.get() + checksummed_ * kRecordSize, kRecordSize, kRecordCrcOffset,
+                        records - checksummed_, crcs_.get() + checksummed_);
+  checksummed_ = records;
+}
+
 size_t TraceReader::TakeCleanBoundaries(size_t max) {
   if (pending_) return 0;
   const size_t limit = std::min(max, (end_ - pos_) / kRecordSize);
-  const uint8_t* base = buffer_.get() + pos_;
-  const uint32_t* crcs = crcs_.get() + pos_ / kRecordSize;  // Fill checksummed the buffer
-  const size_t defined_names = names_.size();
-  const uint32_t world_size = header_.world_size;
-  bool has_seq = has_seq_;
-  uint64_t last_seq = last_seq_;
-  size_t n = 0;
-  for (; n < limit; ++n) {
-    const uint8_t* p = base + n * kRecordSize;
-    const BoundaryView view(p);
-    const uint64_t seq = view.seq();
-    // & rather than &&: every check is cheap and almost always passes, so
-    // one branch per record beats one per rule. A record that fails any of
-    // them ends the run; Next() then names the reason.
-    const bool clean = (StoredRecordCrc(p) == crcs[n]) & BoundaryFieldsValid(p) &
-                       (view.name_id() < defined_names) & (view.rank() < world_size) &
-                       (!has_seq | (seq > last_seq));
-    if (!clean) break;
-    has_seq = true;
-    last_seq = seq;
-  }
+  // Checksummed right before the scan, a run at a time: the records are then
+  // read from L1 by the checks (and by the caller's pass over the run) rather
+  // than from L2 after a pass over the whole buffer.
+  ChecksumUpTo(pos_ / kRecordSize + limit);
+  ScanState state{static_cast<uint32_t>(std::min<size_t>(names_.size(), UINT32_MAX)), header_.world_size,
+                  has_seq_, last_seq_};
+  // Fill checksummed the buffer; a record that breaks any rule ends the run,
+  // and Next() then names the reason.
+  const size_t n = CleanBoundaryRun(buffer_.get() + pos_, crcs_.get() + pos_ / kRecordSize, limit, &state);
   if (n == 0) return 0;
-  has_seq_ = true;
-  last_seq_ = last_seq;
+  has_seq_ = state.has_seq;
+  last_seq_ = state.last_seq;
   torn_tail_bytes_ = 0;
   torn_by_zeros_ = false;
   next_index_ += n;
@@ -322,6 +315,7 @@ Status TraceReader::Next(Record* record, bool* done) {
                                  std::to_string(RecordOffset(data_record)) +
                                  " after it holds data (a hole inside the trace, not a torn tail)");
   }
+  ChecksumUpTo(pos_ / kRecordSize + 1);
   if (StoredRecordCrc(src) != crcs_[pos_ / kRecordSize]) return Fail(next_index_, "CRC mismatch");
   Status s = DecodeRecordFields(src, &record->body);
   if (s.ok()) s = CheckSequence(record->body);
@@ -396,7 +390,8 @@ Status VerifyTrace(const std::string& path, VerifySummary* summary) {
   TraceReader& reader = **opened;
   summary->header = reader.header();
   Record record;
-  constexpr size_t kRunRecords = 1024;
+  // 16 KiB runs: checksummed, checked and summarised while in L1.
+  constexpr size_t kRunRecords = 128;
   for (;;) {
     bool done = false;
     BoundaryRun run;

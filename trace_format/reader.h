@@ -139,11 +139,15 @@ class TraceReader {
   const TraceHeader header_;
 
   // Starts small (a short trace costs little to open) and grows while reads
-  // fill it, up to 256 KiB (the CRC and check passes then read it from L2).
+  // fill it, up to 256 KiB (one pread per 2048 records; the CRC and check
+  // passes then take it a run at a time, from L1: ChecksumUpTo).
   // Not zero-filled.
   size_t capacity_;
   std::unique_ptr<uint8_t[]> buffer_;
   std::unique_ptr<uint32_t[]> crcs_;  // computed CRC of each whole record in buffer_
+  size_t checksummed_ = 0;            // records at the start of buffer_ that crcs_ holds
+  // Makes crcs_ hold the first `records` records of buffer_ (all whole ones).
+  void ChecksumUpTo(size_t records);
   size_t pos_ = 0;   // next unread byte in buffer_
   size_t end_ = 0;   // bytes of buffer_ holding file data
   uint64_t next_index_ = 0;

@@ -43,6 +43,7 @@ def main():
     lib.dgrr_bench_read_pass.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     lib.dgrr_bench_read_pass.restype = ctypes.c_uint64
     lib.dgrr_bench_best_consumer.restype = ctypes.c_char_p
+    lib.dgrr_bench_read_pass_isa.restype = ctypes.c_char_p
 
     torch.manual_seed(0)
     x = torch.randn(args.mib * (1 << 20) // 4, dtype=torch.float32)
@@ -102,11 +103,18 @@ def main():
                 time.sleep(0.05)
     torch.set_num_threads(1)
 
-    print("# %s MiB float32, %d rounds, best consumer %s, torch %s, load %s" % (
-        args.mib, args.rounds, lib.dgrr_bench_best_consumer().decode(), torch.__version__,
-        " ".join(open("/proc/loadavg").read().split()[:3])))
     def paired(base, t):
         return round(statistics.median(b / c for b, c in zip(base, t)), 3)
+
+    # First what ran and the ratios that answer the question, then the rows.
+    isa = lib.dgrr_bench_best_consumer().decode()
+    print("# instruction set: fingerprint consumer %s, read pass %s; torch %s (CPU); %s MiB float32, "
+          "%d rounds, load %s" % (isa, lib.dgrr_bench_read_pass_isa().decode(), torch.__version__,
+                                  args.mib, args.rounds,
+                                  " ".join(open("/proc/loadavg").read().split()[:3])))
+    base = cpu["torch.sum 1 thread"]
+    print("# vs torch.sum 1 thread, CPU time, median of paired ratios: FingerprintBytes %.3fx, "
+          "read pass %.3fx" % (paired(base, cpu["FingerprintBytes"]), paired(base, cpu["read pass"])))
 
     for name in names:
         row = {"candidate": name}

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fingerprint/fingerprint.h"
@@ -107,8 +108,9 @@ void BM_FusedChunk(benchmark::State& state) {
 
 // The target ratios measured with the baseline interleaved: every iteration
 // times one read pass and one candidate pass over the same 256 MiB (thread CPU
-// time), so both see the same machine load. Counters: GB/s of each and
-// ratio = candidate / read.
+// time), so both see the same machine load. Counters (printed in name order,
+// so the ratio first): ratio = read time / candidate time, then read_GBps
+// and tested_GBps, the candidate's.
 double ThreadSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -130,7 +132,7 @@ void InterleavedAgainstRead(benchmark::State& state, Candidate candidate) {
   }
   const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(buf.size());
   state.counters["read_GBps"] = bytes / read_seconds / 1e9;
-  state.counters["cand_GBps"] = bytes / candidate_seconds / 1e9;
+  state.counters["tested_GBps"] = bytes / candidate_seconds / 1e9;
   state.counters["ratio"] = read_seconds / candidate_seconds;
 }
 
@@ -144,6 +146,11 @@ void BM_Interleaved_Fused(benchmark::State& state) {
 // The consumer FingerprintBytes used before the AVX-512 one (and still uses
 // on CPUs with AVX2 only).
 void BM_Interleaved_FusedAvx2(benchmark::State& state) {
+  if (std::string(dgrr::fingerprint_internal::BestStripeConsumerName()) != "avx2" &&
+      std::string(dgrr::fingerprint_internal::BestStripeConsumerName()) != "avx512") {
+    state.SkipWithError("this CPU lacks AVX2");
+    return;
+  }
   InterleavedAgainstRead(state, [](const uint8_t* p, size_t n) {
     return dgrr::fingerprint_internal::FingerprintLong(
         p, n, dgrr::fingerprint_internal::ConsumeStripesAvx2);
@@ -193,4 +200,17 @@ BENCHMARK(BM_FusedChunk)->RangeMultiplier(2)->Range(4 << 10, 1 << 20);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// What ran comes first (printed in the context above the results): the
+// stripe consumer FingerprintBytes picked and the form of the read pass that
+// every ratio is taken against.
+int main(int argc, char** argv) {
+  benchmark::AddCustomContext("isa", std::string("fingerprint consumer ") +
+                                         dgrr::fingerprint_internal::BestStripeConsumerName() +
+                                         ", read pass " + dgrr::bench::ReadPassIsa());
+  benchmark::AddCustomContext("baseline", "read pass (ratio = read time / candidate time, CPU time)");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

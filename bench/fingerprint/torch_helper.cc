@@ -50,6 +50,11 @@ __attribute__((visibility("default"))) uint64_t dgrr_bench_read_pass(const void*
   return ReadPass(static_cast<const uint8_t*>(data), n);
 }
 
+// Which form the read pass runs ("avx2" or "portable").
+__attribute__((visibility("default"))) const char* dgrr_bench_read_pass_isa() {
+  return dgrr::bench::ReadPassIsa();
+}
+
 // Which consumer FingerprintBytes uses on this CPU.
 __attribute__((visibility("default"))) const char* dgrr_bench_best_consumer() {
   return dgrr::fingerprint_internal::BestStripeConsumerName();

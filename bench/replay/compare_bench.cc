@@ -6,16 +6,30 @@
 // and plain read(2) of both files into a buffer (the page-cache floor).
 // Compare's CPU column is the whole process's (B is read on a second
 // thread); the others run on one thread.
+//
+// BM_InterleavedRounds is the figure to quote: every round times read(2) of
+// both files, VerifyTrace of both and CompareRuns once each, in a rotating
+// order, and reports the median over rounds of each paired ratio (baseline
+// time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read and
+// verify: the thread's; compare: the process's, both of its threads) and by
+// wall time, with the range in the label. The instruction set (the block CRC
+// and scan kernels the reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "replay/compare.h"
+#include "trace_format/boundary_scan.h"
+#include "trace_format/crc32c.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
 
@@ -117,6 +131,41 @@ void BM_VerifyBothBaseline(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
+// read(2) of both files into a 1 MiB buffer: the page-cache floor.
+uint64_t ReadBoth(const Fixture& f, char* buffer, size_t size) {
+  uint64_t total = 0;
+  for (const std::string* path : {&f.a, &f.b}) {
+    int fd = ::open(path->c_str(), O_RDONLY);
+    ssize_t n;
+    while ((n = ::read(fd, buffer, size)) > 0) total += static_cast<uint64_t>(n);
+    ::close(fd);
+  }
+  return total;
+}
+
+bool VerifyBoth(const Fixture& f) {
+  for (const std::string* path : {&f.a, &f.b}) {
+    trace::VerifySummary summary;
+    if (!trace::VerifyTrace(*path, &summary).ok()) return false;
+    benchmark::DoNotOptimize(summary.boundaries);
+  }
+  return true;
+}
+
+bool CompareBoth(const Fixture& f) {
+  CompareOptions options;
+  if (const char* chunk = std::getenv("DGRR_COMPARE_BENCH_CHUNK")) {
+    options.chunk_items = std::strtoull(chunk, nullptr, 10);
+  }
+  auto result = CompareRuns(f.a, f.b, options);
+  if (!result.ok() || result->diverged() || !result->lockstep ||
+      result->certify.pairs + kBoundariesPerStep < f.records) {
+    return false;
+  }
+  benchmark::DoNotOptimize(result->certify.certified_pairs);
+  return true;
+}
+
 void BM_ReadBothBaseline(benchmark::State& state) {
   const Fixture& f = Traces();
   constexpr size_t kBuffer = 1 << 20;
@@ -136,6 +185,76 @@ void BM_ReadBothBaseline(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
+double Seconds(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Clocks {
+  double wall, thread, process;
+  static Clocks Now() {
+    return {Seconds(CLOCK_MONOTONIC), Seconds(CLOCK_THREAD_CPUTIME_ID), Seconds(CLOCK_PROCESS_CPUTIME_ID)};
+  }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// DGRR_COMPARE_BENCH_ROUNDS rounds (default 7).
+void BM_InterleavedRounds(benchmark::State& state) {
+  const Fixture& f = Traces();
+  constexpr size_t kBuffer = 1 << 20;
+  std::unique_ptr<char[]> buffer(new char[kBuffer]);
+  ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
+  std::vector<double> verify_cpu, verify_wall, compare_cpu, compare_wall;
+  int round = 0;
+  for (auto _ : state) {
+    double read_t[2] = {}, verify_t[2] = {}, compare_t[2] = {};  // {cpu, wall}
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + round) % 3;
+      const Clocks t0 = Clocks::Now();
+      bool ok = true;
+      if (which == 0) benchmark::DoNotOptimize(ReadBoth(f, buffer.get(), kBuffer));
+      if (which == 1) ok = VerifyBoth(f);
+      if (which == 2) ok = CompareBoth(f);
+      const Clocks t1 = Clocks::Now();
+      if (!ok) {
+        state.SkipWithError(which == 1 ? "verify failed" : "compare did not certify the identical traces");
+        return;
+      }
+      double* out = which == 0 ? read_t : which == 1 ? verify_t : compare_t;
+      out[0] = which == 2 ? t1.process - t0.process : t1.thread - t0.thread;
+      out[1] = t1.wall - t0.wall;
+    }
+    ++round;
+    verify_cpu.push_back(read_t[0] / verify_t[0]);
+    verify_wall.push_back(read_t[1] / verify_t[1]);
+    compare_cpu.push_back(read_t[0] / compare_t[0]);
+    compare_wall.push_back(read_t[1] / compare_t[1]);
+  }
+  state.counters["ratio_compare_cpu"] = Median(compare_cpu);
+  state.counters["ratio_compare_wall"] = Median(compare_wall);
+  state.counters["ratio_verify_cpu"] = Median(verify_cpu);
+  state.counters["ratio_verify_wall"] = Median(verify_wall);
+  auto range = [](const std::vector<double>& v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
+                  *std::max_element(v.begin(), v.end()));
+    return std::string(text);
+  };
+  state.SetLabel("ranges: compare cpu " + range(compare_cpu) + " wall " + range(compare_wall) +
+                 ", verify cpu " + range(verify_cpu) + " wall " + range(verify_wall));
+}
+
+int Rounds() {
+  const char* env = std::getenv("DGRR_COMPARE_BENCH_ROUNDS");
+  return env ? std::max(1, std::atoi(env)) : 7;
+}
+
+BENCHMARK(BM_InterleavedRounds)->Iterations(Rounds())->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_VerifyBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 // Process CPU time: compare reads trace B on a second thread.
@@ -144,4 +263,15 @@ BENCHMARK(BM_CompareLockstepFiles)->Unit(benchmark::kMillisecond)->UseRealTime()
 }  // namespace
 }  // namespace dgrr::replay
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  using namespace dgrr;
+  benchmark::AddCustomContext(
+      "isa", std::string("block CRC ") + crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) +
+                 ", boundary scan " + trace::ScanKernelName(trace::SelectedScanKernel()));
+  benchmark::AddCustomContext("baseline", "read(2) of both traces (ratio = read time / candidate time)");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,15 +1,23 @@
 // Trace writer and reader throughput, each next to its baseline measured in
 // the same run: appending a record vs memcpy of 128 bytes into a buffer;
-// reading and validating vs read(2) of the same file from the page cache.
+// reading and validating vs read(2) of the same file from the page cache
+// (BM_Interleaved_VerifyVsRead: both timed in every round, median of the
+// paired ratios first). The kernels the CPU got (block CRC, boundary scan)
+// are printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
@@ -254,5 +262,70 @@ void BM_ReadAndValidateRuns(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadAndValidateRuns)->Unit(benchmark::kMillisecond);
 
+double ThreadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// read(2) of the fixture and VerifyTrace of it, alternately first, thread CPU
+// time: ratio = read time / verify time, the median over rounds (range in
+// the label).
+void BM_Interleaved_VerifyVsRead(benchmark::State& state) {
+  const std::string& path = ReadFixture();
+  std::vector<uint8_t> buffer(1 << 20);
+  auto read_file = [&] {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ssize_t n;
+    while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) benchmark::DoNotOptimize(buffer.data());
+    ::close(fd);
+  };
+  std::vector<double> ratios;
+  double read_total = 0, verify_total = 0;
+  for (auto _ : state) {
+    double read_seconds = 0, verify_seconds = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool read_now = (k + ratios.size()) % 2 == 0;
+      const double t0 = ThreadSeconds();
+      if (read_now) {
+        read_file();
+      } else {
+        VerifySummary summary;
+        if (!VerifyTrace(path, &summary).ok()) {
+          state.SkipWithError("verify failed");
+          return;
+        }
+        benchmark::DoNotOptimize(summary.boundaries);
+      }
+      (read_now ? read_seconds : verify_seconds) = ThreadSeconds() - t0;
+    }
+    ratios.push_back(read_seconds / verify_seconds);
+    read_total += read_seconds;
+    verify_total += verify_seconds;
+  }
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  state.counters["ratio_verify_cpu"] = sorted[sorted.size() / 2];
+  state.counters["read_GBps"] = static_cast<double>(ratios.size() * RecordOffset(kReadRecords)) / read_total / 1e9;
+  state.counters["verify_GBps"] = static_cast<double>(ratios.size() * RecordOffset(kReadRecords)) / verify_total / 1e9;
+  char label[64];
+  std::snprintf(label, sizeof label, "range %.3f-%.3f", sorted.front(), sorted.back());
+  state.SetLabel(label);
+}
+BENCHMARK(BM_Interleaved_VerifyVsRead)->Iterations(21)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace dgrr::trace
+
+int main(int argc, char** argv) {
+  using namespace dgrr;
+  benchmark::AddCustomContext(
+      "isa", std::string("block CRC ") + crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) +
+                 ", boundary scan " + trace::ScanKernelName(trace::SelectedScanKernel()));
+  benchmark::AddCustomContext("baseline", "read(2) of the same file (ratio = read time / verify time)");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -252,6 +252,57 @@ TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
   EXPECT_NE(std::string(fingerprint_internal::BestStripeConsumerName()), "");
 }
 
+// One test instance per stripe consumer the library has: those this CPU or
+// build cannot run are skipped and say why; each one it can run must give the
+// portable (scalar) consumer's state, stripe by stripe, in one call and in
+// pieces that start mid-block, over lengths around the block and prefetch
+// boundaries.
+class StripeConsumerTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    for (const auto& consumer : Consumers()) {
+      if (std::string(consumer.name) == GetParam()) consume_ = consumer.consume;
+    }
+    if (consume_ == nullptr) {
+      const std::string name = GetParam();
+      GTEST_SKIP() << "stripe consumer " << name << " needs "
+                   << (name == "avx512" ? "an x86-64 CPU with AVX-512F"
+                       : name == "avx2" ? "an x86-64 CPU with AVX2"
+                                        : "an x86-64 build")
+                   << "; this CPU or build lacks it";
+    }
+  }
+  fingerprint_internal::StripeConsumer consume_ = nullptr;
+};
+
+INSTANTIATE_TEST_SUITE_P(Fingerprint, StripeConsumerTest,
+                         ::testing::Values("scalar", "sse2", "avx2", "avx512"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+TEST_P(StripeConsumerTest, AgreesWithThePortableConsumer) {
+  const std::vector<uint8_t> data = RandomBytes(64 * 3000, 18);
+  const uint8_t* secret = fingerprint_internal::DefaultXxh3Secret();
+  auto same = [](const fingerprint_internal::StripeState& a, const fingerprint_internal::StripeState& b) {
+    return a.xor64 == b.xor64 && a.stripes_in_block == b.stripes_in_block &&
+           std::equal(a.acc, a.acc + 8, b.acc);
+  };
+  for (size_t start : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}}) {
+    for (size_t count : {size_t{1}, size_t{15}, size_t{16}, size_t{31}, size_t{32}, size_t{47}, size_t{48},
+                         size_t{49}, size_t{64}, size_t{65}, size_t{100}, size_t{1000}, size_t{2900}}) {
+      fingerprint_internal::StripeState expected = fingerprint_internal::InitialStripeState();
+      fingerprint_internal::StripeState got = expected;
+      fingerprint_internal::ConsumeStripesScalar(&expected, data.data(), start, secret);
+      consume_(&got, data.data(), start, secret);
+      ASSERT_TRUE(same(got, expected)) << "start " << start;
+      fingerprint_internal::ConsumeStripesScalar(&expected, data.data() + 64 * start, count, secret);
+      consume_(&got, data.data() + 64 * start, count, secret);
+      ASSERT_TRUE(same(got, expected)) << "start " << start << " count " << count;
+    }
+  }
+}
+
 // Streaming hands each consumer runs that start mid-block: consuming stripes
 // in uneven pieces must equal consuming them in one call.
 TEST(FingerprintTest, StripeConsumersResumeMidBlock) {

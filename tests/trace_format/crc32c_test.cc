@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -110,72 +111,92 @@ TEST(Crc32c, PathsAgreeOnEveryLengthAndAlignment) {
   }
 }
 
-constexpr BlockKernel kBlockKernels[] = {BlockKernel::kPortable, BlockKernel::kCrc32Chains,
-                                         BlockKernel::kClmulAvx2, BlockKernel::kClmulAvx512};
-
-TEST(Crc32c, EveryBlockKernelMatchesVectors) {
-  const auto vectors = LoadVectors();
-  for (BlockKernel kernel : kBlockKernels) {
-    if (!BlockKernelAvailable(kernel)) continue;
-    for (const auto& v : vectors) {
-      if (v.bytes.size() > 4096) continue;
-      // Five copies, 3 bytes apart, so every block starts at another alignment.
-      const size_t stride = v.bytes.size() + 3;
-      std::string blocks(5 * stride, '\x5a');
-      for (size_t i = 0; i < 5; ++i) blocks.replace(i * stride, v.bytes.size(), v.bytes);
-      uint32_t out[5] = {};
-      ValueOfBlocksWith(kernel, blocks.data(), stride, v.bytes.size(), 5, out);
-      for (uint32_t crc : out) EXPECT_EQ(crc, v.crc) << v.label << ", kernel " << static_cast<int>(kernel);
+// Every block kernel, one test instance each: those this CPU cannot run are
+// skipped and say why; each one it can run is compared with the vectors and
+// with the portable (table) path.
+class BlockKernelTest : public ::testing::TestWithParam<BlockKernel> {
+ protected:
+  void SetUp() override {
+    if (!BlockKernelAvailable(GetParam())) {
+      GTEST_SKIP() << "block kernel " << BlockKernelName(GetParam()) << " needs "
+                   << BlockKernelNeeds(GetParam()) << "; this CPU or build lacks it";
     }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Crc32c, BlockKernelTest,
+                         ::testing::Values(BlockKernel::kPortable, BlockKernel::kCrc32Chains,
+                                           BlockKernel::kClmulAvx2, BlockKernel::kClmulAvx512),
+                         [](const ::testing::TestParamInfo<BlockKernel>& info) {
+                           std::string name = BlockKernelName(info.param);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST_P(BlockKernelTest, MatchesVectors) {
+  const BlockKernel kernel = GetParam();
+  for (const auto& v : LoadVectors()) {
+    if (v.bytes.size() > 4096) continue;
+    // Five copies, 3 bytes apart, so every block starts at another alignment.
+    const size_t stride = v.bytes.size() + 3;
+    std::string blocks(5 * stride, '\x5a');
+    for (size_t i = 0; i < 5; ++i) blocks.replace(i * stride, v.bytes.size(), v.bytes);
+    uint32_t out[5] = {};
+    ValueOfBlocksWith(kernel, blocks.data(), stride, v.bytes.size(), 5, out);
+    for (uint32_t crc : out) EXPECT_EQ(crc, v.crc) << v.label;
   }
 }
 
 // The folding kernels take blocks of 112 to 128 bytes (a record's 124): every
 // length around that range, at every alignment, with a count that leaves
 // each remainder of the four-chain loop, against the table path.
-TEST(Crc32c, BlockKernelsAgreeWithTheTablePathAroundRecordSizes) {
+TEST_P(BlockKernelTest, AgreesWithThePortablePathAroundRecordSizes) {
+  const BlockKernel kernel = GetParam();
   std::mt19937_64 rng(3720);
   std::vector<uint8_t> data(64 * 1024);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
-  for (BlockKernel kernel : kBlockKernels) {
-    if (!BlockKernelAvailable(kernel)) continue;
-    for (size_t length = 96; length <= 144; ++length) {
-      for (size_t align = 0; align < 16; ++align) {
-        const size_t count = 1 + (length + align) % 9;
-        const size_t stride = length + (align & 3) * 8;
-        std::vector<uint32_t> out(count);
-        ValueOfBlocksWith(kernel, data.data() + align, stride, length, count, out.data());
-        for (size_t i = 0; i < count; ++i) {
-          ASSERT_EQ(out[i], ExtendPortable(0, data.data() + align + i * stride, length))
-              << "kernel " << static_cast<int>(kernel) << " length " << length << " align " << align
-              << " block " << i;
-        }
+  for (size_t length = 96; length <= 144; ++length) {
+    for (size_t align = 0; align < 16; ++align) {
+      const size_t count = 1 + (length + align) % 9;
+      const size_t stride = length + (align & 3) * 8;
+      std::vector<uint32_t> out(count);
+      ValueOfBlocksWith(kernel, data.data() + align, stride, length, count, out.data());
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(out[i], ExtendPortable(0, data.data() + align + i * stride, length))
+            << "length " << length << " align " << align << " block " << i;
       }
     }
   }
   // Records of all-zero and all-one bytes: the folded prefix must still see
   // the initial register.
   for (uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
-    std::vector<uint8_t> record(124, fill);
-    uint32_t out = 0;
-    ValueOfBlocks(record.data(), record.size(), record.size(), 1, &out);
-    EXPECT_EQ(out, ExtendPortable(0, record.data(), record.size())) << int{fill};
+    std::vector<uint8_t> records(3 * 128, fill);
+    uint32_t out[3] = {};
+    ValueOfBlocksWith(kernel, records.data(), 128, 124, 3, out);
+    for (uint32_t crc : out) EXPECT_EQ(crc, ExtendPortable(0, records.data(), 124)) << int{fill};
   }
+}
+
+TEST(Crc32c, TheSelectedBlockKernelIsTheBestAvailable) {
+  const BlockKernel selected = SelectedBlockKernel();
+  EXPECT_TRUE(BlockKernelAvailable(selected));
+  for (BlockKernel better = static_cast<BlockKernel>(static_cast<int>(selected) + 1);
+       static_cast<int>(better) <= static_cast<int>(BlockKernel::kClmulAvx512);
+       better = static_cast<BlockKernel>(static_cast<int>(better) + 1)) {
+    EXPECT_FALSE(BlockKernelAvailable(better)) << BlockKernelName(better) << " runs here but was not selected";
+  }
+  std::cout << "[ INFO     ] selected block kernel: " << BlockKernelName(selected) << "\n";
 }
 
 #if defined(DGRR_HAVE_XINUSE_CHECK)
 // The folding kernels use YMM/ZMM registers; the writer's I/O thread and the
 // reader run legacy-SSE code after them.
-TEST(Crc32c, BlockKernelsLeaveTheUpperVectorStateClean) {
+TEST_P(BlockKernelTest, LeavesTheUpperVectorStateClean) {
   if (!test_support::CpuReportsXinuse()) GTEST_SKIP() << "this CPU cannot report XINUSE";
   std::vector<uint8_t> records(64 * 128, 0x5a);
   std::vector<uint32_t> out(64);
-  for (BlockKernel kernel : kBlockKernels) {
-    if (!BlockKernelAvailable(kernel)) continue;
-    ValueOfBlocksWith(kernel, records.data(), 128, 124, 64, out.data());
-    EXPECT_EQ(test_support::Xinuse() & test_support::kDirtyUpperState, 0u)
-        << "kernel " << static_cast<int>(kernel);
-  }
+  ValueOfBlocksWith(GetParam(), records.data(), 128, 124, 64, out.data());
+  EXPECT_EQ(test_support::Xinuse() & test_support::kDirtyUpperState, 0u);
 }
 #endif
 

@@ -6,9 +6,13 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <iostream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "base/coding.h"
+#include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
 #include "tests/trace_format/sample_trace.h"
 
@@ -16,6 +20,11 @@ namespace dgrr::trace {
 namespace {
 
 using testing::SampleBoundary;
+
+// The computed CRC of each record's covered bytes, through the portable path.
+void ValueOfBlocksForTest(const uint8_t* records, size_t count, uint32_t* crcs) {
+  for (size_t i = 0; i < count; ++i) crcs[i] = crc32c::ExtendPortable(0, records + i * kRecordSize, kRecordCrcOffset);
+}
 using testing::SampleHeader;
 
 std::string Hex(const uint8_t* p, size_t n) {
@@ -197,6 +206,90 @@ TEST(Record, BoundaryFieldChecksAgreeWithTheirDefinition) {
   }
   EXPECT_GT(accepted, 3000u);  // both outcomes well exercised
   EXPECT_GT(rejected, 3000u);
+}
+
+// The reader's run scan (boundary_scan.h), one test instance per kernel:
+// those this CPU cannot run are skipped and say why; each one it can run must
+// give the portable kernel's run length and sequence state, on runs of clean
+// boundaries broken anywhere by a changed byte, a CRC that does not match, a
+// name id or rank at or past its limit, or a sequence number that does not
+// rise.
+class ScanKernelTest : public ::testing::TestWithParam<ScanKernel> {
+ protected:
+  void SetUp() override {
+    if (!ScanKernelAvailable(GetParam())) {
+      GTEST_SKIP() << "scan kernel " << ScanKernelName(GetParam()) << " needs "
+                   << (GetParam() == ScanKernel::kAvx2 ? "an x86-64 CPU with AVX2" : "an x86-64 build")
+                   << "; this CPU or build lacks it";
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Record, ScanKernelTest,
+                         ::testing::Values(ScanKernel::kPortable, ScanKernel::kSse2, ScanKernel::kAvx2),
+                         [](const ::testing::TestParamInfo<ScanKernel>& info) {
+                           return std::string(ScanKernelName(info.param));
+                         });
+
+TEST_P(ScanKernelTest, AgreesWithThePortableKernel) {
+  constexpr size_t kRun = 40;
+  std::mt19937_64 rng(20250);
+  uint64_t full_runs = 0, cut_runs = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::vector<uint8_t> bytes(kRun * kRecordSize);
+    std::vector<uint32_t> crcs(kRun);
+    const uint32_t names = static_cast<uint32_t>(trial % 5);  // 0: no boundary can be clean
+    const uint32_t world = 1 + static_cast<uint32_t>(trial % 3);
+    for (size_t i = 0; i < kRun; ++i) {
+      BoundaryRecord b = SampleBoundary(names == 0 ? 0 : static_cast<uint32_t>(rng() % names), i / 8,
+                                        100 + 3 * i);
+      b.rank = static_cast<uint32_t>(rng() % world);
+      b.ndim = static_cast<uint8_t>(rng() % 9);
+      for (size_t d = 0; d < kInlineDims; ++d) b.dims[d] = d < b.ndim ? 1 + rng() % 1000 : 0;
+      EncodeBoundary(b, bytes.data() + i * kRecordSize);
+    }
+    SealRecords(bytes.data(), kRun);
+    // At most one fault, at a random record; some trials none.
+    const size_t at = rng() % kRun;
+    uint8_t* p = bytes.data() + at * kRecordSize;
+    switch (trial % 8) {
+      case 0: break;
+      case 1: p[rng() % kRecordCrcOffset] ^= static_cast<uint8_t>(1 + rng() % 255); break;  // CRC fails
+      case 2: {  // a watched byte changed, CRC resealed
+        static constexpr size_t kWatched[] = {0, 1, 2, 3, 28, 29, 30, 31};
+        const size_t where = rng() % 2 ? kWatched[rng() % 8] : 76 + rng() % 48;
+        p[where] = static_cast<uint8_t>(rng() % 4 == 0 ? 0 : rng());
+        SealRecord(p);
+        break;
+      }
+      case 3: EncodeFixed32(p + boundary_layout::kNameId, names + static_cast<uint32_t>(rng() % 2)); SealRecord(p); break;
+      case 4: EncodeFixed32(p + boundary_layout::kRank, world + static_cast<uint32_t>(rng() % 2)); SealRecord(p); break;
+      case 5: EncodeFixed64(p + boundary_layout::kSeq, at == 0 ? 0 : 100 + 3 * (at - 1)); SealRecord(p); break;
+      case 6: EncodeFixed32(p + boundary_layout::kNameId, 0xffffffffu - static_cast<uint32_t>(rng() % 2)); SealRecord(p); break;
+      case 7: p[boundary_layout::kNdim] = static_cast<uint8_t>(rng()); SealRecord(p); break;
+    }
+    ValueOfBlocksForTest(bytes.data(), kRun, crcs.data());
+    for (bool has_seq : {false, true}) {
+      const uint64_t last_seq = has_seq ? 99 + rng() % 3 : 0;  // 101 stops the first record
+      ScanState expected{names, world, has_seq, last_seq};
+      ScanState got = expected;
+      const size_t n_expected = CleanBoundaryRunWith(ScanKernel::kPortable, bytes.data(), crcs.data(), kRun, &expected);
+      const size_t n_got = CleanBoundaryRunWith(GetParam(), bytes.data(), crcs.data(), kRun, &got);
+      ASSERT_EQ(n_got, n_expected) << "trial " << trial;
+      ASSERT_EQ(got.has_seq, expected.has_seq) << "trial " << trial;
+      ASSERT_EQ(got.last_seq, expected.last_seq) << "trial " << trial;
+      (n_expected == kRun ? full_runs : cut_runs) += 1;
+    }
+  }
+  EXPECT_GT(full_runs, 500u);  // both outcomes well exercised
+  EXPECT_GT(cut_runs, 500u);
+}
+
+TEST(Record, TheSelectedScanKernelIsTheBestAvailable) {
+  const ScanKernel selected = SelectedScanKernel();
+  EXPECT_TRUE(ScanKernelAvailable(selected));
+  if (selected != ScanKernel::kAvx2) EXPECT_FALSE(ScanKernelAvailable(ScanKernel::kAvx2));
+  std::cout << "[ INFO     ] selected scan kernel: " << ScanKernelName(selected) << "\n";
 }
 
 TEST(Record, LongShapeKeepsADigest) {
