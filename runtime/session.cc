@@ -387,7 +387,7 @@ StatusOr<trace::BoundaryRecord> Session::BoundaryRecordFor(const BoundaryHandle&
 Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                                const Fingerprint& fp, ExampleRange examples) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
@@ -401,7 +401,7 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
 Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                              Fingerprint* out) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * fingerprinter, DeviceFingerprinter());
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket, fingerprinter->Enqueue(tensor));
   if (boundary.recorded && DumpWanted(boundary)) return RecordDeviceDump(boundary, tensor, examples, ticket, out);
@@ -514,7 +514,10 @@ Status Session::Record(std::string_view name, trace::Phase phase, trace::Directi
 Status Session::BeginStep(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_ || (control_ && !resumed_)) {
-    return Status::FailedPrecondition("call Resume() before the first step: it says where the run starts");
+    // Under a control file the refusal is the re-execution's result: the
+    // re-executor says it in its one line (a program that skips Resume()
+    // and ends quietly would otherwise look "completed").
+    return Report(Status::FailedPrecondition("call Resume() before the first step: it says where the run starts"));
   }
   step_ = step;
   in_step_ = true;
@@ -613,7 +616,7 @@ Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
 
 Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::EventRecord e;
   e.step = step_;
@@ -838,7 +841,7 @@ bool Session::ShouldStop(uint64_t step) const {
 Status Session::Checkpoint(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
-  if (!writer_ || !resumed_) return Status::FailedPrecondition("call Resume() before the first checkpoint");
+  if (!writer_ || !resumed_) return Report(Status::FailedPrecondition("call Resume() before the first checkpoint"));
   if (step != step_) {
     return Status::InvalidArgument("Checkpoint(" + std::to_string(step) + ") after step " + std::to_string(step_) +
                                    ": checkpoint the step just ended");
@@ -961,8 +964,10 @@ Status Session::Report(Status status) {
   if (status.code() == StatusCode::kIntegrityFailure && trace_check_ && trace_check_->mismatch()) {
     const ReplayMismatch& m = *trace_check_->mismatch();
     result_.outcome = ControlOutcome::kMismatch;
-    result_.mismatch = ControlMismatch{m.step, static_cast<int>(m.rank), m.what, m.recorded_index,
-                                       m.recorded_xor64, m.recorded_xxh3, m.replayed_xor64, m.replayed_xxh3};
+    result_.mismatch = ControlMismatch{m.step,           static_cast<int>(m.rank), m.what,
+                                       m.recorded_index, m.first_example,           m.example_count,
+                                       m.recorded_xor64, m.recorded_xxh3,           m.replayed_xor64,
+                                       m.replayed_xxh3};
   }
   result_.message = status.ToString();
   (void)WriteResult();  // the error being reported matters more than this one

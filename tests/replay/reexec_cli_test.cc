@@ -30,8 +30,11 @@ std::vector<std::string> Lines(const std::string& text) {
 class ReexecCliTest : public test_support::TempDirTest {
  protected:
   // stdout and stderr together.
+  // stdout and stderr together, less the launch preview (reexec_trust_test.cc tests it).
   ToyResult Dgrr(const std::vector<std::string>& args) {
-    return RunProgram(args, Path("dgrr.out"), std::string(DGRR_BINARY_DIR) + "/cli/dgrr");
+    ToyResult r = RunProgram(args, Path("dgrr.out"), std::string(DGRR_BINARY_DIR) + "/cli/dgrr");
+    r.output = test_support::WithoutLaunchPreview(r.output);
+    return r;
   }
   // The recorded argv without --flip STEP: the trace holds the fault, the
   // program replayed does not.
@@ -75,7 +78,10 @@ TEST_F(ReexecCliTest, ReplayNamesAFlippedBitAtItsStepAndBoundary) {
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
   ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
-  EXPECT_EQ(r.output.rfind("dgrr replay: step 3, rank 0, boundary fc.out: recorded xor64 0x", 0), 0u) << r.output;
+  // Named as compare names it: the examples and the record's index in the recorded trace.
+  EXPECT_EQ(r.output.rfind("dgrr replay: step 3, rank 0, boundary fc.out, examples 12+4 (record #", 0), 0u)
+      << r.output;
+  EXPECT_NE(r.output.find(" of the recorded trace): recorded xor64 0x"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(", replayed xor64 0x"), std::string::npos) << r.output;
 
   r = Dgrr({"replay", run, "--checkpoint", "1", "--json"});
@@ -83,7 +89,7 @@ TEST_F(ReexecCliTest, ReplayNamesAFlippedBitAtItsStepAndBoundary) {
   const std::string json = r.output.substr(0, r.output.rfind("}\n") + 2);
   const auto j = nlohmann::json::parse(json);
   EXPECT_EQ(j["result"], "diverged");
-  EXPECT_EQ(j["message"].get<std::string>().rfind("step 3, rank 0, boundary fc.out", 0), 0u);
+  EXPECT_EQ(j["message"].get<std::string>().rfind("step 3, rank 0, boundary fc.out, examples 12+4 (record #", 0), 0u);
 }
 
 TEST_F(ReexecCliTest, ReplayOfAResumeThatForgotTheMomentumStopsWhereItIsFirstUsed) {
@@ -91,7 +97,8 @@ TEST_F(ReexecCliTest, ReplayOfAResumeThatForgotTheMomentumStopsWhereItIsFirstUse
   RecordToyRun(run, {"--forget-restore"});
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
-  EXPECT_EQ(r.output.rfind("dgrr replay: step 2, rank 0, boundary sgd.params: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.rfind("dgrr replay: step 2, rank 0, boundary sgd.params, examples 8+4 (record #", 0), 0u)
+      << r.output;
 }
 
 TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
@@ -123,7 +130,7 @@ TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   std::ifstream in(log);
-  const std::string output{std::istreambuf_iterator<char>(in), {}};
+  const std::string output = test_support::WithoutLaunchPreview({std::istreambuf_iterator<char>(in), {}});
   ASSERT_TRUE(WIFEXITED(status)) << output;
   EXPECT_EQ(WEXITSTATUS(status), 5) << output;
   EXPECT_EQ(output, "dgrr replay: rank 0 stopped after step 3, before --to 5: the program ended its loop early\n");
@@ -206,7 +213,13 @@ TEST_F(ReexecCliTest, PlanListsWhatTheCheckpointsSave) {
   RecordToyRun(forgot, {"--forget-restore"});
   ToyResult r = Dgrr({"plan", run});
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("no program IR: everything registered is saved"), std::string::npos) << r.output;
+  // What was registered is saved; that nothing has role counter or cursor is said.
+  EXPECT_EQ(r.output.find("everything registered is saved"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no program IR: the entries the program registered are saved; what it did not register "
+                          "is not, and is not listed"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("no entry has role counter, cursor: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checkpoint of step 5"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fc.weight     parameter  f32    [4,8]         128"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sgd.momentum  optimizer  f32    [4,8]         128"), std::string::npos) << r.output;
@@ -217,6 +230,7 @@ TEST_F(ReexecCliTest, PlanListsWhatTheCheckpointsSave) {
   EXPECT_EQ(j["schema"], "dgrr.saved-state/1");
   EXPECT_EQ(j["checkpoint_step"], 5);
   ASSERT_EQ(j["entries"].size(), 1u);  // the forgotten momentum is not saved
+  EXPECT_EQ(j["roles_absent"], nlohmann::json::array({"optimizer", "counter", "cursor"}));
   EXPECT_EQ(j["entries"][0]["name"], "fc.weight");
   EXPECT_EQ(j["entries"][0]["bytes"], 128);
   EXPECT_EQ(j["entries"][0]["replicated"], false);

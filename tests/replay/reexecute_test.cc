@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_file.h"
+#include "trace_format/reader.h"
 #include "tests/replay/reexec_util.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -102,8 +103,30 @@ TEST_F(ReexecuteTest, AFlippedRecordingIsNamedAtItsStepAndBoundary) {
   EXPECT_EQ(r->mismatch->rank, 0);
   EXPECT_EQ(r->mismatch->boundary, "fc.out");
   EXPECT_NE(r->mismatch->recorded_xxh3, r->mismatch->replayed_xxh3);
+  // The examples and the record's index in the recorded trace, as compare names them.
+  EXPECT_EQ(r->mismatch->first_example, 12u);
+  EXPECT_EQ(r->mismatch->example_count, 4u);
+  std::optional<uint64_t> index;
+  {
+    auto reader = trace::TraceReader::Open(run + "/rank0.trace");
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    trace::Record record;
+    for (bool done = false; !index;) {
+      ASSERT_TRUE((*reader)->Next(&record, &done).ok());
+      if (done) break;
+      const auto* b = std::get_if<trace::BoundaryRecord>(&record.body);
+      const std::string* name = b ? (*reader)->name(b->name_id) : nullptr;
+      if (b && b->step == 3 && name && *name == "fc.out") index = record.index;
+    }
+  }
+  ASSERT_TRUE(index);
+  EXPECT_EQ(r->mismatch->recorded_index, *index);
   const std::string text = MismatchText(*r->mismatch);
-  EXPECT_EQ(text.rfind("step 3, rank 0, boundary fc.out: recorded xor64 ", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("step 3, rank 0, boundary fc.out, examples 12+4 (record #" + std::to_string(*index) +
+                           " of the recorded trace): recorded xor64 ",
+                       0),
+            0u)
+      << text;
   EXPECT_NE(text.find(", replayed xor64 "), std::string::npos) << text;
   // Step 2 was verified before the difference.
   EXPECT_GE(r->boundaries_verified, 3u);
