@@ -182,6 +182,69 @@ TEST_F(ReexecCliTest, AMissingCheckpointIsOneLineAndExit2) {
                           "/ckpt/step-00000002.h5 does not exist)\n");
 }
 
+TEST_F(ReexecCliTest, ADamagedCheckpointTheProgramRefusesIsExit3NamingTheFile) {
+  // The header reads (dgrr picks the checkpoint), the payload does not (the
+  // program's session refuses it on restore): the child's Corruption is the
+  // command's exit 3, not a replay integrity failure.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  const std::string shard = run + "/ckpt/step-00000001.rank-0.h5";
+  std::string bytes = ReadBytes(shard);
+  ASSERT_GT(bytes.size(), 1000u);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  WriteBytes(shard, bytes);
+  ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
+  EXPECT_EQ(r.rc, 3) << r.output;
+  ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find(shard + ": offset "), std::string::npos) << r.output;
+}
+
+TEST_F(ReexecCliTest, AProgramThatSkipsResumeIsSaidByReplayRollbackAndBisect) {
+  // TOY_SKIP_RESUME is not recorded: only the re-executions skip Resume().
+  const std::string run = Path("run"), bad = Path("bad"), kept = Path("kept");
+  RecordToyRun(run);
+  RecordToyRun(bad, {"--flip", "3"});
+  ::setenv("TOY_SKIP_RESUME", "1", 1);
+  const ToyResult replay = Dgrr({"replay", run, "--checkpoint", "1", "--keep", kept});
+  const ToyResult rollback = Dgrr({"rollback", run, "--step", "4", "--quiet"});
+  const ToyResult bisect = Dgrr({"bisect", "--good", run, "--bad", bad, "--quiet"});
+  ::unsetenv("TOY_SKIP_RESUME");
+  const std::string refusal = "call Resume() before the first step";
+  for (const ToyResult* r : {&replay, &rollback, &bisect}) {
+    EXPECT_EQ(r->rc, 5) << r->output;
+    ASSERT_EQ(Lines(r->output).size(), 1u) << r->output;
+    EXPECT_NE(r->output.find(refusal), std::string::npos) << r->output;
+  }
+  // The session's refusal is in its result file, not "completed".
+  std::ifstream result_file(kept + "/control-result.rank0.json");
+  const auto result = nlohmann::json::parse(result_file);
+  EXPECT_EQ(result["outcome"], "failed") << result.dump();
+  EXPECT_EQ(result["status"], "failed_precondition") << result.dump();
+  EXPECT_NE(result["message"].get<std::string>().find(refusal), std::string::npos) << result.dump();
+}
+
+TEST_F(ReexecCliTest, ARollbackWhoseReRunStopsBeforeTheStepIsExit5AndLeavesTheRun) {
+  // The recorded command now runs 3 steps: re-executed from the checkpoint
+  // of step 3, it never reaches step 4.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  std::ifstream in(run + "/launch.json");
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(in);
+  in.close();
+  std::vector<std::string> argv = j["argv"];
+  ASSERT_EQ(argv[argv.size() - 2], "--steps");
+  argv.back() = "3";
+  j["argv"] = argv;
+  std::ofstream(run + "/launch.json", std::ios::trunc) << j.dump(2) << "\n";
+  const std::string trace_before = ReadBytes(run + "/rank0.trace");
+  ToyResult r = Dgrr({"rollback", run, "--step", "4", "--quiet"});
+  EXPECT_EQ(r.rc, 5) << r.output;
+  ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("rank 0 stopped before its first step, before step 4"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadBytes(run + "/rank0.trace"), trace_before);
+  EXPECT_TRUE(std::filesystem::exists(run + "/ckpt/step-00000005.h5"));
+}
+
 TEST_F(ReexecCliTest, BisectNamesTheFlippedBoundaryAndStep) {
   const std::string good = Path("good"), bad = Path("bad");
   RecordToyRun(good);
