@@ -127,10 +127,11 @@ int RunRollback(const std::vector<std::string>& args) {
     for (const std::string& line : lines) std::fprintf(stderr, "dgrr rollback: %s\n", line.c_str());
   };
   if (!quiet) {
-    // The re-executed program's progress (dgrr train under a control file
-    // says "re-executed step N"), said as this rollback's.
+    // The re-executed program's progress (its session under a control file
+    // says "dgrr: re-executed step N", whatever the program), said as this
+    // rollback's.
     reexecute.output = [&](const std::string& line) {
-      const std::string prefix = "dgrr train: ";
+      const std::string prefix = "dgrr: ";
       if (line.rfind(prefix + "re-executed step ", 0) != 0) return;
       std::fprintf(stderr, "dgrr rollback: %s (rolling back to step %lld)\n", line.substr(prefix.size()).c_str(),
                    static_cast<long long>(o.step));

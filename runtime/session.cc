@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -552,8 +554,36 @@ Status Session::EndStep(uint64_t step, float loss) {
   return FinishStep(step, params);
 }
 
+namespace {
+
+// When the last progress line of a re-execution was printed (steady clock, ns;
+// one per process: only rank 0's session prints).
+std::atomic<int64_t> g_last_progress_ns{0};
+
+// A re-execution's progress, on stderr, which is the program's output the
+// re-executor reads (dgrr rollback shows these lines as its own,
+// docs/rollback.md): "dgrr: re-executed step N[, verified against the
+// traces]" at the first step, then every few seconds, and at the control's
+// last step.
+void ReportReexecutionProgress(const ControlFile& control, bool first, uint64_t step) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const bool last = control.stop_after_step && step == *control.stop_after_step;
+  if (!first && !last && now - g_last_progress_ns.load() < int64_t{3'000'000'000}) return;
+  g_last_progress_ns.store(now);
+  std::fprintf(stderr, "dgrr: re-executed step %llu%s\n", static_cast<unsigned long long>(step),
+               control.verify_run_dir.empty() ? "" : ", verified against the traces");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
-  if (control_) result_.last_step = step;
+  if (control_) {
+    if (options_.rank == 0) ReportReexecutionProgress(*control_, !result_.last_step, step);
+    result_.last_step = step;
+  }
   if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
   return params ? CheckSdc(step, *params) : Status::OK();
 }

@@ -223,6 +223,21 @@ TEST_F(ReexecCliTest, AProgramThatSkipsResumeIsSaidByReplayRollbackAndBisect) {
   EXPECT_NE(result["message"].get<std::string>().find(refusal), std::string::npos) << result.dump();
 }
 
+TEST_F(ReexecCliTest, RollbackShowsTheProgressOfAnyProgramsReExecution) {
+  // The toy program prints no progress of its own: its session does.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  ToyResult r = Dgrr({"rollback", run, "--step", "4"});
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("dgrr rollback: re-executed step 4, verified against the traces (rolling back to step 4)\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rolled back " + run + " to step 4 (it had reached step 5): re-executed steps 4..4 from "
+                          "the checkpoint of step 3"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(ReexecCliTest, ARollbackWhoseReRunStopsBeforeTheStepIsExit5AndLeavesTheRun) {
   // The recorded command now runs 3 steps: re-executed from the checkpoint
   // of step 3, it never reaches step 4.
