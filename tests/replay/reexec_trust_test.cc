@@ -135,6 +135,17 @@ TEST_F(ReexecTrustTest, ARunDirectoryOrLaunchRecordWritableByOthersIsRefused) {
   EXPECT_TRUE(Contains(r.output, "the run directory is writable by others (mode 0")) << r.output;
   fs::permissions(run_, fs::perms::others_write, fs::perm_options::remove);
 
+  if (CanChown()) {
+    // Writable by a group that is not the user's private one (nogroup).
+    ASSERT_EQ(::chown(run_.c_str(), 0, kNobody), 0);
+    fs::permissions(run_, fs::perms::group_write, fs::perm_options::add);
+    r = Dgrr({"replay", run_, "--checkpoint", "1"});
+    EXPECT_EQ(r.rc, 1) << r.output;
+    EXPECT_TRUE(Contains(r.output, "the run directory is writable by its group (mode 0")) << r.output;
+    fs::permissions(run_, fs::perms::group_write, fs::perm_options::remove);
+    ASSERT_EQ(::chown(run_.c_str(), 0, 0), 0);
+  }
+
   fs::permissions(run_ + "/launch.json", fs::perms::others_write, fs::perm_options::add);
   r = Dgrr({"replay", run_, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 1) << r.output;
