@@ -10,6 +10,7 @@
 #include "model/launch.h"
 #include "replay/bisect.h"
 #include "replay/reexecute.h"
+#include "replay/trust.h"
 
 namespace dgrr::cli {
 namespace {
@@ -22,16 +23,15 @@ constexpr const char* kName = "bisect";
 // replays are what bisect compares.
 class LaunchedReplayer : public replay::IntervalReplayer {
  public:
-  LaunchedReplayer(bool allow_changed_program, std::map<std::string, LaunchRecord> launches)
-      : allow_changed_program_(allow_changed_program), launches_(std::move(launches)) {}
+  LaunchedReplayer(replay::ReexecuteOptions options, std::map<std::string, LaunchRecord> launches)
+      : options_(std::move(options)), launches_(std::move(launches)) {}
   Status Replay(const std::string& run_dir, std::optional<uint64_t> checkpoint_step, uint64_t last_step,
                 const std::string& out_dir) override {
     ControlFile control;
     control.mode = RecordMode::kFull;
     if (checkpoint_step) control.restore_checkpoint = checkpoint::CheckpointPath(run_dir, *checkpoint_step);
     control.stop_after_step = last_step;
-    replay::ReexecuteOptions options;
-    options.allow_changed_program = allow_changed_program_;
+    replay::ReexecuteOptions options = options_;
     options.launch = launches_.at(run_dir);
     auto reexecuted = replay::Reexecute(run_dir, out_dir, control, options);
     // A run its SDC check stopped (a rank's copy of the state was corrupted)
@@ -52,7 +52,7 @@ class LaunchedReplayer : public replay::IntervalReplayer {
   }
 
  private:
-  bool allow_changed_program_;
+  replay::ReexecuteOptions options_;  // all but the launch
   std::map<std::string, LaunchRecord> launches_;  // by run directory
 };
 
@@ -96,7 +96,10 @@ int RunBisect(const std::vector<std::string>& args) {
        "drop boundaries whose name matches GLOB from both replays (repeatable)")
       ("quiet,q", po::bool_switch(), "no progress lines on stderr")
       ("allow-changed-program", po::bool_switch(),
-       "re-execute even when a program's executable changed since its recording");
+       "re-execute even when a program's executable changed since its recording")
+      ("trust", po::bool_switch(),
+       "start both runs' programs as their launch.json says, environment and interpreter included, even "
+       "when a run directory is not yours (docs/launch-record.md, Security)");
   po::positional_options_description positional;
   po::variables_map vm;
   int parsed = ParseCommandLine(
@@ -110,7 +113,10 @@ int RunBisect(const std::vector<std::string>& args) {
       "step and rank. Exit 0 when the runs agree, 4 when the replays name a divergence, 5 when\n"
       "the recordings differ but the replays do not (the difference did not reproduce).\n"
       "Both runs' programs are started again from their launch.json (dgrr train's runs that kept\n"
-      "none: 'dgrr train' with their config.json), under a control file (docs/bisect.md).",
+      "none: 'dgrr train' with their config.json), under a control file (docs/bisect.md). A run\n"
+      "directory that is not yours, or is writable by others, is refused before anything starts (exit 1)\n"
+      "unless --trust or it is in ~/.config/dgrr/trusted; each program's command line and how its\n"
+      "environment differs from yours go to stderr first (docs/launch-record.md, Security).",
       options, positional, args, vm);
   if (parsed >= 0) return parsed;
 
@@ -124,13 +130,23 @@ int RunBisect(const std::vector<std::string>& args) {
   const std::string good = vm["good"].as<std::string>(), bad = vm["bad"].as<std::string>();
   // How to start each run's program again, before anything is bisected: a
   // run that cannot be re-executed is refused in one line.
+  // Neither is started unless both may be (replay/trust.h).
+  const bool trust = vm["trust"].as<bool>();
   std::map<std::string, LaunchRecord> launches;
   for (const std::string& dir : {good, bad}) {
     auto launch = model::LaunchOfRun(dir);
     if (!launch.ok()) return ReportError(kName, launch.status());
+    if (auto trusted = replay::CheckRunTrust(dir, trust); !trusted.ok()) return ReportError(kName, trusted.status());
     launches[dir] = std::move(launch).value();
   }
-  LaunchedReplayer replayer(vm["allow-changed-program"].as<bool>(), std::move(launches));
+  replay::ReexecuteOptions reexecute;
+  reexecute.allow_changed_program = vm["allow-changed-program"].as<bool>();
+  reexecute.trust = trust;
+  reexecute.preview = [quiet = vm["quiet"].as<bool>()](const std::vector<std::string>& lines, bool security_relevant) {
+    if (quiet && !security_relevant) return;
+    for (const std::string& line : lines) std::cerr << "dgrr bisect: " << line << "\n";
+  };
+  LaunchedReplayer replayer(std::move(reexecute), std::move(launches));
   auto result = replay::Bisect(good, bad, replayer, bisect);
   if (!result.ok()) return ReportError(kName, result.status());
   if (vm["json"].as<bool>()) {
@@ -150,7 +166,8 @@ int RunBisect(const std::vector<std::string>& args) {
 
 }  // namespace
 
-// 4: the replays name a divergence; 5: the recordings differ but the replays do not.
+// 1: also a run not trusted (docs/launch-record.md, Security); 4: the replays
+// name a divergence; 5: the recordings differ but the replays do not.
 DGRR_COMMAND(bisect, "find the first divergent step and boundary of two long runs by replaying", RunBisect,
              kExitOk, kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 

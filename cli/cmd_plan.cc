@@ -34,8 +34,23 @@ std::vector<ListedEntry> ListEntries(const checkpoint::Checkpoint& ckpt) {
   return out;
 }
 
+// The roles no saved entry has, of those a training loop usually keeps
+// (parameter, optimizer, counter, cursor): state a program keeps but did not
+// register is not saved, and is invisible here, so the absence is said.
+std::vector<std::string> RolesAbsent(const checkpoint::Checkpoint& ckpt) {
+  std::vector<std::string> absent;
+  const std::vector<ListedEntry> entries = ListEntries(ckpt);
+  for (StateRole role : {StateRole::kParameter, StateRole::kOptimizer, StateRole::kCounter, StateRole::kCursor}) {
+    const bool present =
+        std::any_of(entries.begin(), entries.end(), [&](const ListedEntry& l) { return l.entry->role == role; });
+    if (!present) absent.push_back(StateRoleName(role));
+  }
+  return absent;
+}
+
 void PrintEntriesText(const std::string& run_dir, const checkpoint::Checkpoint& ckpt) {
-  std::cout << run_dir << ": no program IR: everything registered is saved\n"
+  std::cout << run_dir << ": no program IR: the entries the program registered are saved; what it did not "
+            << "register is not, and is not listed\n"
             << "checkpoint of step " << ckpt.meta.step << " (" << ckpt.path << "), " << ckpt.meta.world_size
             << " rank" << (ckpt.meta.world_size == 1 ? "" : "s") << ":\n";
   const std::vector<ListedEntry> entries = ListEntries(ckpt);
@@ -55,6 +70,14 @@ void PrintEntriesText(const std::string& run_dir, const checkpoint::Checkpoint& 
   }
   std::cout << entries.size() << " entr" << (entries.size() == 1 ? "y" : "ies") << ", " << total
             << " bytes saved per checkpoint\n";
+  const std::vector<std::string> absent = RolesAbsent(ckpt);
+  if (!absent.empty()) {
+    std::string roles;
+    for (size_t i = 0; i < absent.size(); ++i) roles += (i ? ", " : "") + absent[i];
+    std::cout << "no entry has role " << roles << ": state of that kind the program keeps (a data cursor, an "
+              << "optimizer's moments or step count) is not saved, and a resume or replay starts it over "
+              << "(register it: docs/api.md)\n";
+  }
 }
 
 nlohmann::ordered_json EntriesJson(const std::string& run_dir, const checkpoint::Checkpoint* ckpt) {
@@ -76,6 +99,7 @@ nlohmann::ordered_json EntriesJson(const std::string& run_dir, const checkpoint:
     }
   }
   j["entries"] = entries;
+  j["roles_absent"] = ckpt ? nlohmann::ordered_json(RolesAbsent(*ckpt)) : nlohmann::ordered_json::array();
   return j;
 }
 

@@ -85,6 +85,7 @@ struct ReplayRequest {
   bool json = false;
   bool quiet = false;
   bool allow_changed_program = false;
+  bool trust = false;
 };
 
 // --checkpoint STEP: exactly that checkpoint, which must exist.
@@ -177,6 +178,11 @@ int Replay(ReplayRequest q) {
   replay::ReexecuteOptions options;
   options.allow_changed_program = q.allow_changed_program;
   options.launch = std::move(launch).value();
+  options.trust = q.trust;
+  options.preview = [quiet = q.quiet](const std::vector<std::string>& lines, bool security_relevant) {
+    if (quiet && !security_relevant) return;
+    for (const std::string& line : lines) std::cerr << "dgrr replay: " << line << "\n";
+  };
   auto result = replay::Reexecute(run_dir, out_dir, control, options);
   if (!result.ok()) {
     Status s = result.status();
@@ -277,14 +283,16 @@ int RunReplay(const std::vector<std::string>& args) {
       "keep", po::value<std::string>(),
       "re-execute into DIR (which must not exist) and keep it")(
       "allow-changed-program",
-      "replay even when the executable's digest differs from the recording");
+      "replay even when the executable's digest differs from the recording")(
+      "trust", "start the run's program as its launch.json says, environment and interpreter included, "
+               "even when the run directory is not yours (docs/launch-record.md, Security)");
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
   int rc = ParseCommandLine(
       "replay",
       "dgrr replay RUN_DIR [--from STEP | --checkpoint STEP] [--to STEP] [--dump NAME@STEP[:RANK]]...\n"
-      "                    [--dump-dir DIR] [--keep DIR] [--allow-changed-program] [--json] [-q]",
+      "                    [--dump-dir DIR] [--keep DIR] [--allow-changed-program] [--trust] [--json] [-q]",
       "Re-executes the recorded run in RUN_DIR from its newest checkpoint before --from (or from\n"
       "the start) through --to, in a scratch directory, comparing every boundary and step end with\n"
       "the recorded traces as it goes. At the first difference it stops and names the step, rank,\n"
@@ -292,7 +300,10 @@ int RunReplay(const std::vector<std::string>& args) {
       "The recorded program is started again from RUN_DIR/launch.json (a run of dgrr train that kept\n"
       "none: 'dgrr train' with its config.json, faults included) under a control file that tells its\n"
       "session to restore the checkpoint, verify every record and stop after --to; it is refused\n"
-      "(exit 5) when its executable changed since the recording, unless --allow-changed-program.\n"
+      "(exit 5) when its executable changed since the recording, unless --allow-changed-program,\n"
+      "and (exit 1) when RUN_DIR or its launch.json is not yours or is writable by others, unless\n"
+      "--trust or RUN_DIR is in ~/.config/dgrr/trusted. The command line and how its environment\n"
+      "differs from yours go to stderr before it starts (docs/launch-record.md, Security).\n"
       "--dump writes the tensors recorded at a boundary (per-example boundaries: one dataset per\n"
       "example of the rank's shard) to an HDF5 file (docs/tensor-dump.md) once that step is done;\n"
       "compare two runs' dumps with 'dgrr diff-tensor'. With --dump and neither --from nor --to,\n"
@@ -312,13 +323,16 @@ int RunReplay(const std::vector<std::string>& args) {
   q.json = vm.count("json") > 0;
   q.quiet = vm.count("quiet") > 0;
   q.allow_changed_program = vm.count("allow-changed-program") > 0;
+  q.trust = vm.count("trust") > 0;
   return Replay(std::move(q));
 }
 
 }  // namespace
 
-// 4: the run's own per-step SDC check stops the re-execution as it stopped the
-// recording (docs/bisect.md); 5: a record not reproduced.
+// 1: also a run not trusted (docs/launch-record.md, Security); 3: a damaged
+// run file, the program's own refusal of one included; 4: the run's own
+// per-step SDC check stops the re-execution as it stopped the recording
+// (docs/bisect.md); 5: a record not reproduced.
 DGRR_COMMAND(replay, "re-execute part of a run, checking every boundary against its trace", RunReplay, kExitOk,
              kExitUsage, kExitIO, kExitInvalidData, kExitDivergence, kExitReplayIntegrity);
 

@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "model/launch.h"
 #include "model/rollback.h"
+#include "replay/trust.h"
 
 namespace dgrr::cli {
 namespace {
@@ -43,6 +44,9 @@ std::string Summary(const std::string& run_dir, const model::RollbackResult& r) 
   line += r.removed_checkpoints.empty()
               ? "; no later checkpoints to remove"
               : "; removed checkpoints " + JoinSteps(r.removed_checkpoints);
+  if (r.removed_checkpoint_shards > 0) {
+    line += " (and their " + std::to_string(r.removed_checkpoint_shards) + " rank shard file(s))";
+  }
   if (r.removed_temporaries > 0) {
     line += " and " + std::to_string(r.removed_temporaries) + " temporary file(s)";
   }
@@ -75,6 +79,7 @@ nlohmann::ordered_json ToJson(const std::string& run_dir, const model::RollbackR
     j["ranks"].push_back(std::move(one));
   }
   j["removed_checkpoints"] = r.removed_checkpoints;
+  j["removed_checkpoint_shards"] = r.removed_checkpoint_shards;
   j["removed_temporaries"] = r.removed_temporaries;
   j["skipped_checkpoints"] = r.skipped_checkpoints;
   return j;
@@ -88,12 +93,14 @@ int RunRollback(const std::vector<std::string>& args) {
       "fallback", "skip a corrupt checkpoint at or before --step for an older good one")(
       "quiet,q", "no progress output")("json", "print the result as JSON (schema dgrr.rollback/1)")(
       "allow-changed-program", "re-execute a program whose executable changed since the recording "
-                               "(every record is still verified)");
+                               "(every record is still verified)")(
+      "trust", "start the run's program as its launch.json says, environment and interpreter included, "
+               "even when the run directory is not yours (docs/launch-record.md, Security)");
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
   int rc = ParseCommandLine(
-      "rollback", "dgrr rollback RUN_DIR --step S [--fallback] [--quiet] [--json]",
+      "rollback", "dgrr rollback RUN_DIR --step S [--fallback] [--trust] [--allow-changed-program] [--quiet] [--json]",
       "Leaves RUN_DIR as if training had stopped right after step S (0-based), so that resuming it\n"
       "('dgrr train --out RUN_DIR --resume', or re-running a program's own command) continues from\n"
       "step S+1 and ends with the traces and parameters of the uninterrupted run. The run's program\n"
@@ -104,6 +111,9 @@ int RunRollback(const std::vector<std::string>& args) {
       "RUN_DIR untouched). Then, in this order: the checkpoint of S is written to RUN_DIR/ckpt,\n"
       "every rank's trace is cut after step S's end with a ROLLED_BACK event, and the\n"
       "checkpoints of later steps are removed. Killed part way, run it again: it finishes the job.\n"
+      "A re-execution is refused (exit 1) when RUN_DIR or its launch.json is not yours or is writable\n"
+      "by others, unless --trust or RUN_DIR is in ~/.config/dgrr/trusted; the command line and how its\n"
+      "environment differs from yours go to stderr first (docs/launch-record.md, Security).\n"
       "Progress goes to stderr; the last line on stdout says what was done (docs/rollback.md).",
       options, positional, args, vm);
   if (rc >= 0) return rc;
@@ -111,11 +121,17 @@ int RunRollback(const std::vector<std::string>& args) {
   const bool quiet = vm.count("quiet") > 0;
   replay::ReexecuteOptions reexecute;
   reexecute.allow_changed_program = vm.count("allow-changed-program") > 0;
+  reexecute.trust = vm.count("trust") > 0;
+  reexecute.preview = [quiet](const std::vector<std::string>& lines, bool security_relevant) {
+    if (quiet && !security_relevant) return;
+    for (const std::string& line : lines) std::fprintf(stderr, "dgrr rollback: %s\n", line.c_str());
+  };
   if (!quiet) {
-    // The re-executed program's progress (dgrr train under a control file
-    // says "re-executed step N"), said as this rollback's.
+    // The re-executed program's progress (its session under a control file
+    // says "dgrr: re-executed step N", whatever the program), said as this
+    // rollback's.
     reexecute.output = [&](const std::string& line) {
-      const std::string prefix = "dgrr train: ";
+      const std::string prefix = "dgrr: ";
       if (line.rfind(prefix + "re-executed step ", 0) != 0) return;
       std::fprintf(stderr, "dgrr rollback: %s (rolling back to step %lld)\n", line.substr(prefix.size()).c_str(),
                    static_cast<long long>(o.step));
@@ -128,6 +144,11 @@ int RunRollback(const std::vector<std::string>& args) {
   }
   auto launch = model::LaunchOfRun(o.run_dir);
   if (!launch.ok()) return ReportError("rollback", launch.status());
+  // A run that is not the user's is refused before anything in it changes,
+  // whether or not its program would be started (replay/trust.h).
+  if (auto trusted = replay::CheckRunTrust(o.run_dir, reexecute.trust); !trusted.ok()) {
+    return ReportError("rollback", trusted.status());
+  }
   reexecute.launch = std::move(launch).value();
   auto result = replay::RollbackLaunchedRun(o, reexecute);
   if (!result.ok()) return ReportError("rollback", result.status());

@@ -308,86 +308,93 @@ dgrr::Status Train(const Config& cfg) {
   const float lr = static_cast<float>(cfg.lr);
   std::vector<uint32_t> order;
   uint64_t order_epoch = UINT64_MAX;
-  for (uint64_t step = start; step < cfg.steps; ++step) {
-    DGRR_RETURN_IF_ERROR(s.BeginStep(step));
-    if (order_epoch != cursor[0]) {
-      DGRR_ASSIGN_OR_RETURN(order, s.rng().EpochPermutation(cursor[0], kDataset));
-      order_epoch = cursor[0];
-    }
-    const uint64_t first = cursor[0] * kDataset + cursor[1];  // examples seen before this batch
-    const bool flip_now = static_cast<int64_t>(step) == cfg.flip_step;
-    std::vector<std::thread> workers;
-    for (int w = 0; w < cfg.threads; ++w) {
-      workers.emplace_back([&, w] {
-        for (int i = lo + w; i < hi; i += cfg.threads) {
-          const int flip = flip_now && i == 0 ? cfg.flip_site : kSites;
-          ForwardBackward(s.rng(), params, step, first + i, order[cursor[1] + i], keep, flip, &results[i]);
-        }
-      });
-    }
-    for (auto& w : workers) w.join();
-
-    // Recorded from this thread in program order, whatever the threads did.
-    for (int i = lo; i < hi; ++i) {
-      const dgrr::ExampleRange one{first + i, 1};
-      ExampleResult& r = results[i];
-      const std::pair<float*, int64_t> tensors[] = {{r.pool, kEmbed}, {r.fc1, kHidden}, {r.drop, kHidden},
-                                                    {r.logits, kClasses}};
-      for (int k = kPool; k <= kLogits; ++k) {
-        DGRR_ASSIGN_OR_RETURN(auto t, dgrr::MakeTensorRef(tensors[k].first, dgrr::DType::kF32, {tensors[k].second}));
-        DGRR_RETURN_IF_ERROR(s.Record(at[k], t, one));
+  // The loop's errors, the program's own included (a communicator's, say),
+  // go to the session before it closes: under dgrr replay, rollback or bisect
+  // its result file then says why the re-execution stopped (docs/api.md).
+  auto loop = [&]() -> dgrr::Status {
+    for (uint64_t step = start; step < cfg.steps; ++step) {
+      DGRR_RETURN_IF_ERROR(s.BeginStep(step));
+      if (order_epoch != cursor[0]) {
+        DGRR_ASSIGN_OR_RETURN(order, s.rng().EpochPermutation(cursor[0], kDataset));
+        order_epoch = cursor[0];
       }
+      const uint64_t first = cursor[0] * kDataset + cursor[1];  // examples seen before this batch
+      const bool flip_now = static_cast<int64_t>(step) == cfg.flip_step;
+      std::vector<std::thread> workers;
+      for (int w = 0; w < cfg.threads; ++w) {
+        workers.emplace_back([&, w] {
+          for (int i = lo + w; i < hi; i += cfg.threads) {
+            const int flip = flip_now && i == 0 ? cfg.flip_site : kSites;
+            ForwardBackward(s.rng(), params, step, first + i, order[cursor[1] + i], keep, flip, &results[i]);
+          }
+        });
+      }
+      for (auto& w : workers) w.join();
+
+      // Recorded from this thread in program order, whatever the threads did.
+      for (int i = lo; i < hi; ++i) {
+        const dgrr::ExampleRange one{first + i, 1};
+        ExampleResult& r = results[i];
+        const std::pair<float*, int64_t> tensors[] = {{r.pool, kEmbed}, {r.fc1, kHidden}, {r.drop, kHidden},
+                                                      {r.logits, kClasses}};
+        for (int k = kPool; k <= kLogits; ++k) {
+          DGRR_ASSIGN_OR_RETURN(auto t, dgrr::MakeTensorRef(tensors[k].first, dgrr::DType::kF32, {tensors[k].second}));
+          DGRR_RETURN_IF_ERROR(s.Record(at[k], t, one));
+        }
+      }
+      const bool reversed = cfg.reverse_from >= 0 && step >= static_cast<uint64_t>(cfg.reverse_from);
+      // dgrr's canonical tree over the whole batch, whatever the number of
+      // ranks and threads; the planted reversal needs every example's gradient.
+      std::vector<float> grad(kParams);
+      if (reversed) {
+        DGRR_RETURN_IF_ERROR(GatherGradients(comm, lo, hi, &results));
+        grad = ReversedSum(results);
+      } else {
+        std::vector<float*> shard;
+        for (int i = lo; i < hi; ++i) shard.push_back(results[i].grad.data());
+        DGRR_RETURN_IF_ERROR(dgrr::CanonicalAllReduce(comm, shard, lo, kBatch, kParams, grad.data(), 1));
+      }
+      for (float& g : grad) g *= 1.0f / kBatch;
+      // A planted flip corrupts a tensor before anything reads it.
+      auto plant = [&](int site, std::vector<float>& t) {
+        if (flip_now && cfg.flip_site == site) FlipOneBit(t.data(), kParams);
+      };
+      plant(kGrads, grad);
+      ++adam_t;
+      const float c1 = 1.0f - std::pow(kBeta1, static_cast<float>(adam_t));
+      const float c2 = 1.0f - std::pow(kBeta2, static_cast<float>(adam_t));
+      for (int k = 0; k < kParams; ++k) {
+        m[k] = kBeta1 * m[k] + (1 - kBeta1) * grad[k];
+        v[k] = kBeta2 * v[k] + (1 - kBeta2) * grad[k] * grad[k];
+      }
+      plant(kAdamM, m);
+      plant(kAdamV, v);
+      for (int k = 0; k < kParams; ++k) params[k] -= lr * (m[k] / c1) / (std::sqrt(v[k] / c2) + kEps);
+      plant(kAdamParams, params);
+      const dgrr::ExampleRange batch{first, kBatch};
+      const float* const after[] = {grad.data(), m.data(), v.data(), params.data()};
+      for (int k = kGrads; k <= kAdamParams; ++k) {
+        DGRR_ASSIGN_OR_RETURN(auto t, dgrr::MakeTensorRef(after[k - kGrads], dgrr::DType::kF32, {kParams}));
+        DGRR_RETURN_IF_ERROR(s.Record(at[k], t, batch));
+      }
+      std::vector<float> mine, losses;
+      for (int i = lo; i < hi; ++i) mine.push_back(results[i].loss);
+      DGRR_RETURN_IF_ERROR(dgrr::GatherExampleScalars(comm, mine, lo, kBatch, &losses));
+      float loss = 0;
+      for (float l : losses) loss += l;  // in example order
+      cursor[1] += kBatch;
+      if (cursor[1] == kDataset) cursor[0] += 1, cursor[1] = 0;
+      DGRR_RETURN_IF_ERROR(s.EndStep(step, loss / kBatch));
+      // Tests stop the program here (SIGKILL, or SIGTERM to exercise the
+      // handler) on progress rather than on the clock.
+      dgrr::KillPoint("step", static_cast<int64_t>(step), comm.rank());
+      if (comm.rank() == 0 && (step % 8 == 0 || step + 1 == cfg.steps)) std::printf("step %llu loss %.6f\n", (unsigned long long)step, loss / kBatch);
+      if (s.ShouldCheckpoint(step)) DGRR_RETURN_IF_ERROR(s.Checkpoint(step));
+      if (s.ShouldStop(step)) break;
     }
-    const bool reversed = cfg.reverse_from >= 0 && step >= static_cast<uint64_t>(cfg.reverse_from);
-    // dgrr's canonical tree over the whole batch, whatever the number of
-    // ranks and threads; the planted reversal needs every example's gradient.
-    std::vector<float> grad(kParams);
-    if (reversed) {
-      DGRR_RETURN_IF_ERROR(GatherGradients(comm, lo, hi, &results));
-      grad = ReversedSum(results);
-    } else {
-      std::vector<float*> shard;
-      for (int i = lo; i < hi; ++i) shard.push_back(results[i].grad.data());
-      DGRR_RETURN_IF_ERROR(dgrr::CanonicalAllReduce(comm, shard, lo, kBatch, kParams, grad.data(), 1));
-    }
-    for (float& g : grad) g *= 1.0f / kBatch;
-    // A planted flip corrupts a tensor before anything reads it.
-    auto plant = [&](int site, std::vector<float>& t) {
-      if (flip_now && cfg.flip_site == site) FlipOneBit(t.data(), kParams);
-    };
-    plant(kGrads, grad);
-    ++adam_t;
-    const float c1 = 1.0f - std::pow(kBeta1, static_cast<float>(adam_t));
-    const float c2 = 1.0f - std::pow(kBeta2, static_cast<float>(adam_t));
-    for (int k = 0; k < kParams; ++k) {
-      m[k] = kBeta1 * m[k] + (1 - kBeta1) * grad[k];
-      v[k] = kBeta2 * v[k] + (1 - kBeta2) * grad[k] * grad[k];
-    }
-    plant(kAdamM, m);
-    plant(kAdamV, v);
-    for (int k = 0; k < kParams; ++k) params[k] -= lr * (m[k] / c1) / (std::sqrt(v[k] / c2) + kEps);
-    plant(kAdamParams, params);
-    const dgrr::ExampleRange batch{first, kBatch};
-    const float* const after[] = {grad.data(), m.data(), v.data(), params.data()};
-    for (int k = kGrads; k <= kAdamParams; ++k) {
-      DGRR_ASSIGN_OR_RETURN(auto t, dgrr::MakeTensorRef(after[k - kGrads], dgrr::DType::kF32, {kParams}));
-      DGRR_RETURN_IF_ERROR(s.Record(at[k], t, batch));
-    }
-    std::vector<float> mine, losses;
-    for (int i = lo; i < hi; ++i) mine.push_back(results[i].loss);
-    DGRR_RETURN_IF_ERROR(dgrr::GatherExampleScalars(comm, mine, lo, kBatch, &losses));
-    float loss = 0;
-    for (float l : losses) loss += l;  // in example order
-    cursor[1] += kBatch;
-    if (cursor[1] == kDataset) cursor[0] += 1, cursor[1] = 0;
-    DGRR_RETURN_IF_ERROR(s.EndStep(step, loss / kBatch));
-    // Tests stop the program here (SIGKILL, or SIGTERM to exercise the
-    // handler) on progress rather than on the clock.
-    dgrr::KillPoint("step", static_cast<int64_t>(step), comm.rank());
-    if (comm.rank() == 0 && (step % 8 == 0 || step + 1 == cfg.steps)) std::printf("step %llu loss %.6f\n", (unsigned long long)step, loss / kBatch);
-    if (s.ShouldCheckpoint(step)) DGRR_RETURN_IF_ERROR(s.Checkpoint(step));
-    if (s.ShouldStop(step)) break;
-  }
+    return dgrr::Status::OK();
+  };
+  s.DeferError(loop());
   g_session.store(nullptr);
   return s.Close();
 }

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -41,9 +43,8 @@ Status CheckDigest(const std::string& what, const std::string& path, uint64_t re
                                   "); pass --allow-changed-program to replay it anyway");
 }
 
-// The child's environment: ours, with the recorded variables set over it and
-// DGRR_CONTROL naming the control file.
-std::vector<std::string> ChildEnvironment(const LaunchRecord& launch, const std::string& control_path) {
+// The caller's environment, by name.
+std::map<std::string, std::string> OurEnvironment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry(*e);
@@ -51,12 +52,58 @@ std::vector<std::string> ChildEnvironment(const LaunchRecord& launch, const std:
     if (eq == std::string::npos) continue;
     env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
-  for (const auto& [name, value] : launch.environment) env[name] = value;
+  return env;
+}
+
+// "VALUE" or "unset".
+std::string Yours(const std::map<std::string, std::string>& ours, const std::string& name) {
+  const auto it = ours.find(name);
+  return it == ours.end() ? "unset" : it->second;
+}
+
+// A command-line word as a POSIX shell would need it.
+std::string ShellWord(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_./=:,+@%-").find(c) != std::string_view::npos;
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// What the child is started with, and the lines that say so.
+struct ChildStart {
+  std::vector<std::string> environment;  // NAME=VALUE
+  std::vector<std::string> set_lines;    // recorded values that differ from the caller's
+  std::vector<std::string> kept_lines;   // recorded values not taken (the record is not trusted explicitly)
+  bool security_relevant = false;
+};
+
+// The child's environment: ours, with the recorded variables set over it
+// (but, for a record not trusted explicitly, none that names code: those
+// stay ours) and DGRR_CONTROL naming the control file.
+ChildStart ChildEnvironment(const LaunchRecord& launch, const std::string& control_path, RunTrust trust) {
+  const std::map<std::string, std::string> ours = OurEnvironment();
+  std::map<std::string, std::string> env = ours;
+  ChildStart start;
+  for (const auto& [name, value] : launch.environment) {
+    const auto it = ours.find(name);
+    const bool differs = it == ours.end() || it->second != value;
+    const bool names_code = LaunchVariableNamesCode(name);
+    if (names_code && trust != RunTrust::kExplicit) {
+      if (differs) start.kept_lines.push_back("    " + name + "=" + value + " (yours: " + Yours(ours, name) + ")");
+      continue;
+    }
+    env[name] = value;
+    if (!differs) continue;
+    start.set_lines.push_back("    " + name + "=" + value + " (yours: " + Yours(ours, name) + ")");
+    if (names_code) start.security_relevant = true;
+  }
   env[kControlEnvVar] = control_path;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
-  return out;
+  start.environment.reserve(env.size());
+  for (const auto& [name, value] : env) start.environment.push_back(name + "=" + value);
+  return start;
 }
 
 std::vector<char*> CStrings(std::vector<std::string>& strings) {
@@ -309,6 +356,8 @@ Status CollectResults(int world_size, ReexecuteResult& result) {
     const std::string where = "the replayed program, rank " + std::to_string(r.rank) + ": " + r.message;
     if (*r.failure_code == StatusCode::kDivergence) return Status::Divergence(where);
     if (*r.failure_code == StatusCode::kInvalidArgument) return Status::InvalidArgument(where);
+    // A damaged checkpoint or run file the program refused (it names file and offset).
+    if (*r.failure_code == StatusCode::kCorruption) return Status::Corruption(where);
   }
   return Status::IntegrityFailure("the replayed program did not complete: " + problems.front() +
                                   (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
@@ -358,6 +407,32 @@ StatusOr<LaunchRecord> MpiJobOf(const std::string& run_dir, const LaunchRecord& 
   return job;
 }
 
+// A record not trusted explicitly does not choose a script's interpreter:
+// the one its argv[0] names (by file name) is looked up on the caller's PATH
+// and replaces the recorded executable and argv[0]; its digest is then
+// checked against the recorded one like any executable's.
+StatusOr<LaunchRecord> InterpreterFromOurPath(const std::string& run_dir, const LaunchRecord& launch,
+                                              std::string* note) {
+  const std::string named = launch.argv.empty() ? launch.executable : launch.argv[0];
+  const std::string name = std::filesystem::path(named).filename().string();
+  auto found = name.empty() ? StatusOr<std::string>(Status::NotFound("no name")) : FindOnPath(name);
+  if (!found.ok()) {
+    return Status::FailedPrecondition(
+        run_dir + ": not starting its recorded program: its interpreter '" + (name.empty() ? named : name) +
+        "' is not on your PATH (a run not trusted explicitly does not choose the interpreter; it recorded " +
+        launch.executable + "); put one on PATH, or pass --trust (docs/launch-record.md, Security)");
+  }
+  LaunchRecord out = launch;
+  out.executable = *found;
+  if (out.argv.empty()) out.argv.push_back(*found);
+  else out.argv[0] = *found;
+  if (*found != launch.executable || named != *found) {
+    *note = "  interpreter: " + *found + ", from your PATH (the record names " + named +
+            (named == launch.executable ? std::string() : ", " + launch.executable) + ")";
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
@@ -373,17 +448,23 @@ StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
 StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
                                     ControlFile control, const ReexecuteOptions& options) {
   ReexecuteResult result;
+  // Before anything of the run is read: is it the caller's to start?
+  DGRR_ASSIGN_OR_RETURN(const TrustDecision trust, CheckRunTrust(run_dir, options.trust));
   if (options.launch) {
     result.launch = *options.launch;
   } else {
     DGRR_ASSIGN_OR_RETURN(result.launch, ReadLaunchRecord(run_dir));
   }
   DGRR_ASSIGN_OR_RETURN(const int world_size, RecordedWorldSize(run_dir));
-  const LaunchRecord& launch = result.launch;
+  LaunchRecord launch = result.launch;
+  std::string interpreter_note;
+  if (!launch.script.empty() && trust.level != RunTrust::kExplicit) {
+    DGRR_ASSIGN_OR_RETURN(launch, InterpreterFromOurPath(run_dir, launch, &interpreter_note));
+  }
   // One rank of an MPI job: the job is started again, under mpirun.
   DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, launch, world_size));
-  DGRR_RETURN_IF_ERROR(
-      CheckDigest("executable", launch.executable, launch.executable_xxh3, options.allow_changed_program));
+  DGRR_RETURN_IF_ERROR(CheckDigest(interpreter_note.empty() ? "executable" : "interpreter found on your PATH",
+                                   launch.executable, launch.executable_xxh3, options.allow_changed_program));
   if (!launch.script.empty()) {
     DGRR_RETURN_IF_ERROR(CheckDigest("script", launch.script, launch.script_xxh3, options.allow_changed_program));
   }
@@ -405,7 +486,40 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   result.log_path = result.out_dir + "/program.log";
   DGRR_ASSIGN_OR_RETURN(auto log, OpenWritableFile(result.log_path, /*truncate=*/true));
   SignalForwarding forwarding;
-  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(start, ChildEnvironment(start, control.path)));
+  ChildStart child_start = ChildEnvironment(start, control.path, trust.level);
+  if (!launch.script.empty() && trust.level == RunTrust::kExplicit) {
+    // The record's interpreter, where the caller's PATH would give another.
+    const std::string named = launch.argv.empty() ? launch.executable : launch.argv[0];
+    auto ours = FindOnPath(std::filesystem::path(named).filename().string());
+    if (!ours.ok() || *ours != named) {
+      child_start.security_relevant = true;
+      interpreter_note = "  interpreter: " + named + ", from the record (your PATH gives " +
+                         (ours.ok() ? *ours : std::string("none")) + ")";
+    }
+  }
+  if (options.preview) {
+    std::vector<std::string> lines;
+    lines.push_back("starting the recorded program of " + run_dir + " (" +
+                    (trust.level == RunTrust::kExplicit ? "trusted: " : "") + trust.why + "):");
+    std::string command;
+    for (const std::string& word : start.argv) command += (command.empty() ? "  " : " ") + ShellWord(word);
+    if (start.argv.empty() || start.argv[0] != start.executable) command += "  (executable " + start.executable + ")";
+    lines.push_back(command);
+    lines.push_back("  in " + start.working_directory);
+    if (!interpreter_note.empty()) lines.push_back(interpreter_note);
+    if (child_start.set_lines.empty()) {
+      lines.push_back("  environment: yours" + std::string(child_start.kept_lines.empty() ? ", unchanged" : ""));
+    } else {
+      lines.push_back("  environment: yours, with these from the record:");
+      lines.insert(lines.end(), child_start.set_lines.begin(), child_start.set_lines.end());
+    }
+    if (!child_start.kept_lines.empty()) {
+      lines.push_back("  not taken from the record (it names code or files; yours are kept; --trust takes them):");
+      lines.insert(lines.end(), child_start.kept_lines.begin(), child_start.kept_lines.end());
+    }
+    options.preview(lines, child_start.security_relevant);
+  }
+  DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(start, child_start.environment));
   forwarding.Attach(child.pid);
   OutputSink sink(log.get(), options.output);
   auto exit_code = CollectAndWait(child, sink);
@@ -418,7 +532,11 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
 }
 
 std::string MismatchText(const ControlMismatch& m) {
+  // As compare names a record: its examples and its index in the recorded trace.
+  const std::string examples =
+      m.example_count == 0 ? "" : ", examples " + std::to_string(m.first_example) + "+" + std::to_string(m.example_count);
   return "step " + std::to_string(m.step) + ", rank " + std::to_string(m.rank) + ", boundary " + m.boundary +
+         examples + " (record #" + std::to_string(m.recorded_index) + " of the recorded trace)" +
          ": recorded xor64 " + Hex64(m.recorded_xor64) + " xxh3 " + Hex64(m.recorded_xxh3) +
          ", replayed xor64 " + Hex64(m.replayed_xor64) + " xxh3 " + Hex64(m.replayed_xxh3);
 }

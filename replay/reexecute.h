@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "runtime/control_file.h"
 #include "runtime/launch_record.h"
+#include "replay/trust.h"
 
 namespace dgrr::replay {
 
@@ -36,6 +37,19 @@ struct ReexecuteOptions {
   // knows a run's program without a record (dgrr train's older runs,
   // model/launch.h) supplies it.
   std::optional<LaunchRecord> launch;
+  // --trust: the record is taken as written (replay/trust.h). Without it a
+  // run directory that is not the user's own is refused before anything
+  // starts (FailedPrecondition, exit 1), and for the user's own run the
+  // variables that name code (LaunchVariableNamesCode) and a script's
+  // interpreter come from the caller's environment, not the record.
+  bool trust = false;
+  // Called once, just before the program starts, with the lines that say
+  // what runs: the command line, its working directory, and every way its
+  // environment differs from the caller's (docs/launch-record.md, Security).
+  // `security_relevant`: the record sets a variable that names code, or the
+  // interpreter, to something the caller's environment does not have (a
+  // quiet command prints the lines then too). Null: nothing is said.
+  std::function<void(const std::vector<std::string>& lines, bool security_relevant)> preview;
 };
 
 struct ReexecuteResult {
@@ -63,14 +77,19 @@ StatusOr<int> RecordedWorldSize(const std::string& run_dir);
 // be started (exit 2); IntegrityFailure when the executable or script
 // changed since the recording (exit 5) unless allowed; IntegrityFailure
 // when the program failed or ended without its session reporting back
-// (exit 5), with the program's last output line; but a rank that failed with
-// Divergence (the program's own cross-rank check, exit 4) or InvalidArgument
-// (it refused what the control asked, exit 1) is reported with that code. A
+// (exit 5), with the program's last output line; FailedPrecondition (exit 1)
+// for a run that is not trusted (replay/trust.h: CheckRunTrust), before
+// anything is read or started; but a rank that failed with
+// Divergence (the program's own cross-rank check, exit 4), InvalidArgument
+// (it refused what the control asked, exit 1) or Corruption (a damaged
+// checkpoint or run file, exit 3) is reported with that code. A
 // verification mismatch is not an error: it is in the result.
 StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::string& out_dir,
                                     ControlFile control, const ReexecuteOptions& options);
 
-// The one-line description of a mismatch: step, rank, boundary, both fingerprints.
+// The one-line description of a mismatch: step, rank, boundary, its examples
+// and its record index in the recorded trace (as compare names them), both
+// fingerprints.
 std::string MismatchText(const ControlMismatch& m);
 
 }  // namespace dgrr::replay

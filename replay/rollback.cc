@@ -122,6 +122,17 @@ Status RemoveLaterCheckpoints(const RollbackOptions& options, RollbackResult* re
     if (later <= static_cast<uint64_t>(options.step)) continue;
     const std::string path = checkpoint::CheckpointPath(options.run_dir, later);
     DGRR_RETURN_IF_ERROR(RemoveFile(path));
+    // Its shards, once the manifest (what makes it a checkpoint) is gone; a
+    // kill in between leaves them as uncommitted shards, which the next
+    // rollback or resume removes as temporaries.
+    const std::string shard_prefix = std::filesystem::path(checkpoint::ShardPath(path, 0)).filename().string();
+    const std::string prefix = shard_prefix.substr(0, shard_prefix.find(".rank-") + 6);
+    DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(dir));
+    for (const std::string& name : names) {
+      if (name.rfind(prefix, 0) != 0 || name.size() < 3 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
+      if (Status s = RemoveFile(dir + "/" + name); !s.ok() && !s.IsNotFound()) return s;
+      ++result->removed_checkpoint_shards;
+    }
     DGRR_RETURN_IF_ERROR(SyncDirectory(dir));
     result->removed_checkpoints.push_back(later);
     KillPoint("rollback-remove", static_cast<int64_t>(later));

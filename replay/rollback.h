@@ -86,6 +86,10 @@ struct RollbackResult {
   std::vector<RollbackRankResult> ranks;
   std::vector<uint64_t> removed_checkpoints;  // steps, ascending
   std::vector<std::string> skipped_checkpoints;  // corrupt ones passed over (--fallback)
+  // The per-rank shard files (step-N.rank-R.h5) of the removed checkpoints.
+  int removed_checkpoint_shards = 0;
+  // Leftover temporaries only: *.tmp.* files and shards whose checkpoint was
+  // never committed (no manifest) before this rollback.
   int removed_temporaries = 0;
 };
 

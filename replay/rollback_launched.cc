@@ -27,6 +27,18 @@ StatusOr<checkpoint::Checkpoint> LaunchRollbackReexecutor::StateAfter(
     return Status::IntegrityFailure("re-executing to step " + std::to_string(step) + " did not reproduce " +
                                     options.run_dir + " (left untouched): " + MismatchText(*run.mismatch));
   }
+  // A program that ended its loop before S (it stopped early, or skipped
+  // work) did not reproduce the run through S: said as such (exit 5), never
+  // as the missing checkpoint it leaves behind.
+  for (const ControlResult& r : run.ranks) {
+    if (!r.last_step || *r.last_step < step) {
+      return Status::IntegrityFailure(
+          "re-executing to step " + std::to_string(step) + " did not reproduce " + options.run_dir +
+          " (left untouched): rank " + std::to_string(r.rank) + " stopped " +
+          (r.last_step ? "after step " + std::to_string(*r.last_step) : std::string("before its first step")) +
+          ", before step " + std::to_string(step) + " (the program ended its loop early)");
+    }
+  }
   result->reexecuted = true;
   result->first_reexecuted_step = from ? static_cast<int64_t>(from->meta.step) + 1 : 0;
   result->boundaries_verified = run.boundaries_verified;

@@ -181,6 +181,8 @@ Status WriteControlResult(const std::string& path, const ControlResult& result) 
                      {"rank", m.rank},
                      {"boundary", m.boundary},
                      {"recorded_index", m.recorded_index},
+                     {"first_example", m.first_example},
+                     {"example_count", m.example_count},
                      {"recorded", {{"xor64", Hex64(m.recorded_xor64)}, {"xxh3", Hex64(m.recorded_xxh3)}}},
                      {"replayed", {{"xor64", Hex64(m.replayed_xor64)}, {"xxh3", Hex64(m.replayed_xxh3)}}}};
   } else {
@@ -237,6 +239,10 @@ StatusOr<ControlResult> ReadControlResult(const std::string& path) {
     mm.rank = static_cast<int>(mrank);
     DGRR_ASSIGN_OR_RETURN(mm.boundary, m.String("boundary"));
     DGRR_ASSIGN_OR_RETURN(mm.recorded_index, m.Uint64("recorded_index"));
+    if (doc["mismatch"].contains("example_count")) {  // absent from older results
+      DGRR_ASSIGN_OR_RETURN(mm.first_example, m.Uint64("first_example"));
+      DGRR_ASSIGN_OR_RETURN(mm.example_count, m.Uint64("example_count"));
+    }
     DGRR_ASSIGN_OR_RETURN(JsonObjectReader recorded, m.Object("recorded"));
     DGRR_ASSIGN_OR_RETURN(mm.recorded_xor64, recorded.Hex64("xor64"));
     DGRR_ASSIGN_OR_RETURN(mm.recorded_xxh3, recorded.Hex64("xxh3"));

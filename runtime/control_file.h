@@ -63,6 +63,7 @@ struct ControlMismatch {
   int rank = 0;
   std::string boundary;          // or "step end (parameters)"
   uint64_t recorded_index = 0;
+  uint64_t first_example = 0, example_count = 0;  // the boundary's examples (count 0: none)
   uint64_t recorded_xor64 = 0, recorded_xxh3 = 0;
   uint64_t replayed_xor64 = 0, replayed_xxh3 = 0;
 };

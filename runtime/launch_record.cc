@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstring>
 
@@ -69,6 +70,25 @@ bool LaunchVariableMatters(const std::string& name) {
   }
   for (const char* p : kPrefixes) {
     if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+bool LaunchVariableNamesCode(const std::string& name) {
+  static const char* const kInertPython[] = {"PYTHONHASHSEED",  "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+                                             "PYTHONIOENCODING", "PYTHONUTF8",       "PYTHONNOUSERSITE",
+                                             "PYTHONSAFEPATH"};
+  static const char* const kParts[] = {"PATH",   "FILE",  "DIR",    "HOME",   "LIB",   "PLUGIN",  "INJECT", "PRELOAD",
+                                       "TOOL",   "PREFIX", "CACHE", "EXEC",   "MPIRUN", "COMMAND", "SHELL"};
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("LD_", 0) == 0) return true;
+  if (upper.rfind("PYTHON", 0) == 0) {
+    return std::find_if(std::begin(kInertPython), std::end(kInertPython),
+                        [&](const char* n) { return name == n; }) == std::end(kInertPython);
+  }
+  for (const char* part : kParts) {
+    if (upper.find(part) != std::string::npos) return true;
   }
   return false;
 }

@@ -50,6 +50,20 @@ bool IsMpiJobVariable(const std::string& name);
 // Whether environment variable `name` is one the launch record keeps.
 bool LaunchVariableMatters(const std::string& name);
 
+// Whether environment variable `name` can decide what code a program loads
+// or runs, or where it reads or writes files: the re-executor takes such a
+// variable from a record only when the run is trusted explicitly
+// (docs/launch-record.md, "Security"). By name: PATH, every LD_*, every
+// PYTHON* but the few that only tune the interpreter (PYTHONHASHSEED,
+// PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE, PYTHONIOENCODING, PYTHONUTF8,
+// PYTHONNOUSERSITE, PYTHONSAFEPATH), and any name containing PATH, FILE, DIR,
+// HOME, LIB, PLUGIN, INJECT, PRELOAD, TOOL, PREFIX, CACHE, EXEC, MPIRUN,
+// COMMAND or SHELL (HDF5_PLUGIN_PATH, OMP_TOOL_LIBRARIES,
+// CUDA_INJECTION64_PATH, NCCL_NET_PLUGIN, NCCL_DEBUG_FILE, DGRR_EXECUTABLE,
+// OMPI_MCA_mca_base_component_path, ...). Deliberately broad: a name it
+// catches that is harmless costs only a line in the printed difference.
+bool LaunchVariableNamesCode(const std::string& name);
+
 // This process's launch (from /proc/self and the environment).
 StatusOr<LaunchRecord> CaptureLaunchRecord();
 

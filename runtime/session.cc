@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -387,7 +389,7 @@ StatusOr<trace::BoundaryRecord> Session::BoundaryRecordFor(const BoundaryHandle&
 Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
                                const Fingerprint& fp, ExampleRange examples) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
   r.xor64 = fp.xor64;
   r.xxh3 = fp.xxh3;
@@ -401,7 +403,7 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
 Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
                              Fingerprint* out) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * fingerprinter, DeviceFingerprinter());
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter::Ticket ticket, fingerprinter->Enqueue(tensor));
   if (boundary.recorded && DumpWanted(boundary)) return RecordDeviceDump(boundary, tensor, examples, ticket, out);
@@ -514,7 +516,10 @@ Status Session::Record(std::string_view name, trace::Phase phase, trace::Directi
 Status Session::BeginStep(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_ || (control_ && !resumed_)) {
-    return Status::FailedPrecondition("call Resume() before the first step: it says where the run starts");
+    // Under a control file the refusal is the re-execution's result: the
+    // re-executor says it in its one line (a program that skips Resume()
+    // and ends quietly would otherwise look "completed").
+    return Report(Status::FailedPrecondition("call Resume() before the first step: it says where the run starts"));
   }
   step_ = step;
   in_step_ = true;
@@ -549,6 +554,31 @@ Status Session::EndStep(uint64_t step, float loss) {
   return FinishStep(step, params);
 }
 
+namespace {
+
+// When the last progress line of a re-execution was printed (steady clock, ns;
+// one per process: only rank 0's session prints).
+std::atomic<int64_t> g_last_progress_ns{0};
+
+// A re-execution's progress, on stderr, which is the program's output the
+// re-executor reads (dgrr rollback shows these lines as its own,
+// docs/rollback.md): "dgrr: re-executed step N[, verified against the
+// traces]" at the first step, then every few seconds, and at the control's
+// last step.
+void ReportReexecutionProgress(const ControlFile& control, bool first, uint64_t step) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const bool last = control.stop_after_step && step == *control.stop_after_step;
+  if (!first && !last && now - g_last_progress_ns.load() < int64_t{3'000'000'000}) return;
+  g_last_progress_ns.store(now);
+  std::fprintf(stderr, "dgrr: re-executed step %llu%s\n", static_cast<unsigned long long>(step),
+               control.verify_run_dir.empty() ? "" : ", verified against the traces");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 // A completed step's records go to the kernel (write(2), no fsync) before
 // EndStep returns, so a process killed after it keeps the whole step in its
 // trace: a kill loses at most the step in flight. Records still waiting for a
@@ -558,7 +588,10 @@ Status Session::HandStepToKernel() { return Report(writer_->Flush()); }
 
 Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
   DGRR_RETURN_IF_ERROR(HandStepToKernel());
-  if (control_) result_.last_step = step;
+  if (control_) {
+    if (options_.rank == 0) ReportReexecutionProgress(*control_, !result_.last_step, step);
+    result_.last_step = step;
+  }
   if (!dumps_.empty()) DGRR_RETURN_IF_ERROR(Report(WriteDumps(step)));
   return params ? CheckSdc(step, *params) : Status::OK();
 }
@@ -621,7 +654,7 @@ Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
 
 Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
   if (closed_) return Status::FailedPrecondition("session is closed");
-  if (!writer_) return Status::FailedPrecondition("call Resume() before recording: the trace opens there");
+  if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   if (options_.mode == RecordMode::kOff) return Status::OK();
   trace::EventRecord e;
   e.step = step_;
@@ -846,7 +879,7 @@ bool Session::ShouldStop(uint64_t step) const {
 Status Session::Checkpoint(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
-  if (!writer_ || !resumed_) return Status::FailedPrecondition("call Resume() before the first checkpoint");
+  if (!writer_ || !resumed_) return Report(Status::FailedPrecondition("call Resume() before the first checkpoint"));
   if (step != step_) {
     return Status::InvalidArgument("Checkpoint(" + std::to_string(step) + ") after step " + std::to_string(step_) +
                                    ": checkpoint the step just ended");
@@ -969,8 +1002,10 @@ Status Session::Report(Status status) {
   if (status.code() == StatusCode::kIntegrityFailure && trace_check_ && trace_check_->mismatch()) {
     const ReplayMismatch& m = *trace_check_->mismatch();
     result_.outcome = ControlOutcome::kMismatch;
-    result_.mismatch = ControlMismatch{m.step, static_cast<int>(m.rank), m.what, m.recorded_index,
-                                       m.recorded_xor64, m.recorded_xxh3, m.replayed_xor64, m.replayed_xxh3};
+    result_.mismatch = ControlMismatch{m.step,           static_cast<int>(m.rank), m.what,
+                                       m.recorded_index, m.first_example,           m.example_count,
+                                       m.recorded_xor64, m.recorded_xxh3,           m.replayed_xor64,
+                                       m.replayed_xxh3};
   }
   result_.message = status.ToString();
   (void)WriteResult();  // the error being reported matters more than this one

@@ -50,6 +50,8 @@ Status TraceCheck::CheckBoundary(const trace::BoundaryRecord& b, std::string_vie
   m.step = b.step;
   m.rank = b.rank;
   m.what = std::string(name);
+  m.first_example = b.first_example;
+  m.example_count = b.example_count;
   m.replayed_xor64 = b.xor64;
   m.replayed_xxh3 = b.xxh3;
   if (r == nullptr) return Fail(m, "the replay goes on past the end of the recorded trace");

@@ -24,6 +24,8 @@ struct ReplayMismatch {
   uint32_t rank = 0;
   std::string what;              // boundary name, or "step end"
   uint64_t recorded_index = 0;   // record index in the recorded trace
+  // A boundary's examples (the replayed record's; example_count 0: none or a step end).
+  uint64_t first_example = 0, example_count = 0;
   uint64_t recorded_xor64 = 0, recorded_xxh3 = 0;
   uint64_t replayed_xor64 = 0, replayed_xxh3 = 0;
 };

@@ -58,7 +58,8 @@ TEST_F(RollbackCommandTest, RollsBackSaysWhatItDidAndResumeEndsWhereTheRunEnded)
   EXPECT_NE(out.find("rolled back " + run_ + " to step 4 (it had reached step 7)"), std::string::npos) << out;
   EXPECT_NE(out.find("re-executed steps 3..4 from the checkpoint of step 2"), std::string::npos) << out;
   EXPECT_NE(out.find("cut traces at records"), std::string::npos) << out;
-  EXPECT_NE(out.find("removed checkpoints 5"), std::string::npos) << out;
+  EXPECT_NE(out.find("removed checkpoints 5 (and their 1 rank shard file(s))"), std::string::npos) << out;
+  EXPECT_EQ(out.find("temporary"), std::string::npos) << out;
   EXPECT_NE(err.find("re-executed step 4, verified against the traces (rolling back to step 4)"), std::string::npos) << "progress on stderr: " << err;
   auto steps = checkpoint::ListCheckpointSteps(run_);
   ASSERT_TRUE(steps.ok());
@@ -88,6 +89,9 @@ TEST_F(RollbackCommandTest, JsonAndQuiet) {
   EXPECT_EQ(j.at("ranks")[0].at("already_cut"), false);
   EXPECT_GT(j.at("ranks")[0].at("cut_at").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("removed_checkpoints"), nlohmann::json::array({5}));
+  // The removed checkpoint's shard is its own, not a leftover temporary.
+  EXPECT_EQ(j.at("removed_checkpoint_shards"), 1);
+  EXPECT_EQ(j.at("removed_temporaries"), 0);
   std::tie(out, err) = Run({"train", "--out", run_, "--resume", "--quiet"});
   ASSERT_EQ(rc_, 0) << err;
   EXPECT_EQ(ParamsXxh3(out), full_params_);

@@ -407,7 +407,7 @@ TEST_F(CharClassifier, CliPlanPrintsTheRegisteredState) {
   ASSERT_EQ(Train(dir_ / "run").rc, 0);
   const Result r = Dgrr({"plan", (dir_ / "run").string(), "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  // No program IR: everything registered is saved (docs/json/plan.md).
+  // No program IR: what was registered is saved (docs/json/plan.md).
   const json j = ParseOut(r);
   EXPECT_EQ(j.at("schema"), "dgrr.saved-state/1");
   EXPECT_EQ(j.at("checkpoint_step"), 11);

@@ -30,8 +30,11 @@ std::vector<std::string> Lines(const std::string& text) {
 class ReexecCliTest : public test_support::TempDirTest {
  protected:
   // stdout and stderr together.
+  // stdout and stderr together, less the launch preview (reexec_trust_test.cc tests it).
   ToyResult Dgrr(const std::vector<std::string>& args) {
-    return RunProgram(args, Path("dgrr.out"), std::string(DGRR_BINARY_DIR) + "/cli/dgrr");
+    ToyResult r = RunProgram(args, Path("dgrr.out"), std::string(DGRR_BINARY_DIR) + "/cli/dgrr");
+    r.output = test_support::WithoutLaunchPreview(r.output);
+    return r;
   }
   // The recorded argv without --flip STEP: the trace holds the fault, the
   // program replayed does not.
@@ -75,7 +78,10 @@ TEST_F(ReexecCliTest, ReplayNamesAFlippedBitAtItsStepAndBoundary) {
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
   ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
-  EXPECT_EQ(r.output.rfind("dgrr replay: step 3, rank 0, boundary fc.out: recorded xor64 0x", 0), 0u) << r.output;
+  // Named as compare names it: the examples and the record's index in the recorded trace.
+  EXPECT_EQ(r.output.rfind("dgrr replay: step 3, rank 0, boundary fc.out, examples 12+4 (record #", 0), 0u)
+      << r.output;
+  EXPECT_NE(r.output.find(" of the recorded trace): recorded xor64 0x"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(", replayed xor64 0x"), std::string::npos) << r.output;
 
   r = Dgrr({"replay", run, "--checkpoint", "1", "--json"});
@@ -83,7 +89,7 @@ TEST_F(ReexecCliTest, ReplayNamesAFlippedBitAtItsStepAndBoundary) {
   const std::string json = r.output.substr(0, r.output.rfind("}\n") + 2);
   const auto j = nlohmann::json::parse(json);
   EXPECT_EQ(j["result"], "diverged");
-  EXPECT_EQ(j["message"].get<std::string>().rfind("step 3, rank 0, boundary fc.out", 0), 0u);
+  EXPECT_EQ(j["message"].get<std::string>().rfind("step 3, rank 0, boundary fc.out, examples 12+4 (record #", 0), 0u);
 }
 
 TEST_F(ReexecCliTest, ReplayOfAResumeThatForgotTheMomentumStopsWhereItIsFirstUsed) {
@@ -91,7 +97,8 @@ TEST_F(ReexecCliTest, ReplayOfAResumeThatForgotTheMomentumStopsWhereItIsFirstUse
   RecordToyRun(run, {"--forget-restore"});
   ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
   EXPECT_EQ(r.rc, 5) << r.output;
-  EXPECT_EQ(r.output.rfind("dgrr replay: step 2, rank 0, boundary sgd.params: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.rfind("dgrr replay: step 2, rank 0, boundary sgd.params, examples 8+4 (record #", 0), 0u)
+      << r.output;
 }
 
 TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
@@ -123,7 +130,7 @@ TEST_F(ReexecCliTest, ASignalToDgrrReachesTheReplayedProgram) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   std::ifstream in(log);
-  const std::string output{std::istreambuf_iterator<char>(in), {}};
+  const std::string output = test_support::WithoutLaunchPreview({std::istreambuf_iterator<char>(in), {}});
   ASSERT_TRUE(WIFEXITED(status)) << output;
   EXPECT_EQ(WEXITSTATUS(status), 5) << output;
   EXPECT_EQ(output, "dgrr replay: rank 0 stopped after step 3, before --to 5: the program ended its loop early\n");
@@ -175,6 +182,84 @@ TEST_F(ReexecCliTest, AMissingCheckpointIsOneLineAndExit2) {
                           "/ckpt/step-00000002.h5 does not exist)\n");
 }
 
+TEST_F(ReexecCliTest, ADamagedCheckpointTheProgramRefusesIsExit3NamingTheFile) {
+  // The header reads (dgrr picks the checkpoint), the payload does not (the
+  // program's session refuses it on restore): the child's Corruption is the
+  // command's exit 3, not a replay integrity failure.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  const std::string shard = run + "/ckpt/step-00000001.rank-0.h5";
+  std::string bytes = ReadBytes(shard);
+  ASSERT_GT(bytes.size(), 1000u);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  WriteBytes(shard, bytes);
+  ToyResult r = Dgrr({"replay", run, "--checkpoint", "1"});
+  EXPECT_EQ(r.rc, 3) << r.output;
+  ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find(shard + ": offset "), std::string::npos) << r.output;
+}
+
+TEST_F(ReexecCliTest, AProgramThatSkipsResumeIsSaidByReplayRollbackAndBisect) {
+  // TOY_SKIP_RESUME is not recorded: only the re-executions skip Resume().
+  const std::string run = Path("run"), bad = Path("bad"), kept = Path("kept");
+  RecordToyRun(run);
+  RecordToyRun(bad, {"--flip", "3"});
+  ::setenv("TOY_SKIP_RESUME", "1", 1);
+  const ToyResult replay = Dgrr({"replay", run, "--checkpoint", "1", "--keep", kept});
+  const ToyResult rollback = Dgrr({"rollback", run, "--step", "4", "--quiet"});
+  const ToyResult bisect = Dgrr({"bisect", "--good", run, "--bad", bad, "--quiet"});
+  ::unsetenv("TOY_SKIP_RESUME");
+  const std::string refusal = "call Resume() before the first step";
+  for (const ToyResult* r : {&replay, &rollback, &bisect}) {
+    EXPECT_EQ(r->rc, 5) << r->output;
+    ASSERT_EQ(Lines(r->output).size(), 1u) << r->output;
+    EXPECT_NE(r->output.find(refusal), std::string::npos) << r->output;
+  }
+  // The session's refusal is in its result file, not "completed".
+  std::ifstream result_file(kept + "/control-result.rank0.json");
+  const auto result = nlohmann::json::parse(result_file);
+  EXPECT_EQ(result["outcome"], "failed") << result.dump();
+  EXPECT_EQ(result["status"], "failed_precondition") << result.dump();
+  EXPECT_NE(result["message"].get<std::string>().find(refusal), std::string::npos) << result.dump();
+}
+
+TEST_F(ReexecCliTest, RollbackShowsTheProgressOfAnyProgramsReExecution) {
+  // The toy program prints no progress of its own: its session does.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  ToyResult r = Dgrr({"rollback", run, "--step", "4"});
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("dgrr rollback: re-executed step 4, verified against the traces (rolling back to step 4)\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rolled back " + run + " to step 4 (it had reached step 5): re-executed steps 4..4 from "
+                          "the checkpoint of step 3"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(ReexecCliTest, ARollbackWhoseReRunStopsBeforeTheStepIsExit5AndLeavesTheRun) {
+  // The recorded command now runs 3 steps: re-executed from the checkpoint
+  // of step 3, it never reaches step 4.
+  const std::string run = Path("run");
+  RecordToyRun(run);
+  std::ifstream in(run + "/launch.json");
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(in);
+  in.close();
+  std::vector<std::string> argv = j["argv"];
+  ASSERT_EQ(argv[argv.size() - 2], "--steps");
+  argv.back() = "3";
+  j["argv"] = argv;
+  std::ofstream(run + "/launch.json", std::ios::trunc) << j.dump(2) << "\n";
+  const std::string trace_before = ReadBytes(run + "/rank0.trace");
+  ToyResult r = Dgrr({"rollback", run, "--step", "4", "--quiet"});
+  EXPECT_EQ(r.rc, 5) << r.output;
+  ASSERT_EQ(Lines(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("rank 0 stopped before its first step, before step 4"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadBytes(run + "/rank0.trace"), trace_before);
+  EXPECT_TRUE(std::filesystem::exists(run + "/ckpt/step-00000005.h5"));
+}
+
 TEST_F(ReexecCliTest, BisectNamesTheFlippedBoundaryAndStep) {
   const std::string good = Path("good"), bad = Path("bad");
   RecordToyRun(good);
@@ -206,7 +291,13 @@ TEST_F(ReexecCliTest, PlanListsWhatTheCheckpointsSave) {
   RecordToyRun(forgot, {"--forget-restore"});
   ToyResult r = Dgrr({"plan", run});
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("no program IR: everything registered is saved"), std::string::npos) << r.output;
+  // What was registered is saved; that nothing has role counter or cursor is said.
+  EXPECT_EQ(r.output.find("everything registered is saved"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no program IR: the entries the program registered are saved; what it did not register "
+                          "is not, and is not listed"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("no entry has role counter, cursor: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checkpoint of step 5"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fc.weight     parameter  f32    [4,8]         128"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sgd.momentum  optimizer  f32    [4,8]         128"), std::string::npos) << r.output;
@@ -217,6 +308,7 @@ TEST_F(ReexecCliTest, PlanListsWhatTheCheckpointsSave) {
   EXPECT_EQ(j["schema"], "dgrr.saved-state/1");
   EXPECT_EQ(j["checkpoint_step"], 5);
   ASSERT_EQ(j["entries"].size(), 1u);  // the forgotten momentum is not saved
+  EXPECT_EQ(j["roles_absent"], nlohmann::json::array({"optimizer", "counter", "cursor"}));
   EXPECT_EQ(j["entries"][0]["name"], "fc.weight");
   EXPECT_EQ(j["entries"][0]["bytes"], 128);
   EXPECT_EQ(j["entries"][0]["replicated"], false);

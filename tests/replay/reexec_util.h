@@ -47,6 +47,27 @@ inline ToyResult RunProgram(const std::vector<std::string>& args, const std::str
   return r;
 }
 
+// `output` without the block a re-executing command prints before it starts
+// the program ("dgrr CMD: starting the recorded program of ..." and its
+// indented lines; docs/launch-record.md, Security).
+inline std::string WithoutLaunchPreview(const std::string& output) {
+  std::string out;
+  size_t begin = 0;
+  while (begin < output.size()) {
+    size_t end = output.find('\n', begin);
+    end = end == std::string::npos ? output.size() : end + 1;
+    const std::string line = output.substr(begin, end - begin);
+    begin = end;
+    const size_t colon = line.rfind("dgrr ", 0) == 0 ? line.find(": ") : std::string::npos;
+    if (colon != std::string::npos) {
+      const std::string rest = line.substr(colon + 2);
+      if (rest.rfind("starting the recorded program of ", 0) == 0 || rest.rfind("  ", 0) == 0) continue;
+    }
+    out += line;
+  }
+  return out;
+}
+
 // Records a toy run into `run_dir` (extra flags: --flip STEP, --forget-restore).
 inline void RecordToyRun(const std::string& run_dir, const std::vector<std::string>& extra = {},
                          int steps = 6, const std::string& program = DGRR_TOY_PROGRAM) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_file.h"
+#include "trace_format/reader.h"
 #include "tests/replay/reexec_util.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -72,9 +73,16 @@ TEST_F(ReexecuteTest, ReplayFromACheckpointReproducesTheRun) {
   // Steps 2..5, three boundaries and one step end each.
   EXPECT_EQ(r->boundaries_verified, 12u);
   EXPECT_EQ(r->steps_verified, 4u);
-  // The program's output reached the log and the callback, line by line.
-  ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0].rfind("step 2 loss", 0), 0u) << lines[0];
+  // The program's output reached the log and the callback, line by line:
+  // its own, and its session's progress at the first and the last step (and,
+  // on a slow machine, every few seconds between).
+  std::vector<std::string> own, progress;
+  for (const std::string& line : lines) (line.rfind("dgrr: ", 0) == 0 ? progress : own).push_back(line);
+  ASSERT_EQ(own.size(), 4u);
+  EXPECT_EQ(own[0].rfind("step 2 loss", 0), 0u) << own[0];
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_EQ(progress.front(), "dgrr: re-executed step 2, verified against the traces");
+  EXPECT_EQ(progress.back(), "dgrr: re-executed step 5, verified against the traces");
   std::ifstream log(r->log_path);
   EXPECT_TRUE(log.good());
   EXPECT_TRUE(std::filesystem::exists(Path("replay") + "/control.json"));
@@ -102,8 +110,30 @@ TEST_F(ReexecuteTest, AFlippedRecordingIsNamedAtItsStepAndBoundary) {
   EXPECT_EQ(r->mismatch->rank, 0);
   EXPECT_EQ(r->mismatch->boundary, "fc.out");
   EXPECT_NE(r->mismatch->recorded_xxh3, r->mismatch->replayed_xxh3);
+  // The examples and the record's index in the recorded trace, as compare names them.
+  EXPECT_EQ(r->mismatch->first_example, 12u);
+  EXPECT_EQ(r->mismatch->example_count, 4u);
+  std::optional<uint64_t> index;
+  {
+    auto reader = trace::TraceReader::Open(run + "/rank0.trace");
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    trace::Record record;
+    for (bool done = false; !index;) {
+      ASSERT_TRUE((*reader)->Next(&record, &done).ok());
+      if (done) break;
+      const auto* b = std::get_if<trace::BoundaryRecord>(&record.body);
+      const std::string* name = b ? (*reader)->name(b->name_id) : nullptr;
+      if (b && b->step == 3 && name && *name == "fc.out") index = record.index;
+    }
+  }
+  ASSERT_TRUE(index);
+  EXPECT_EQ(r->mismatch->recorded_index, *index);
   const std::string text = MismatchText(*r->mismatch);
-  EXPECT_EQ(text.rfind("step 3, rank 0, boundary fc.out: recorded xor64 ", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("step 3, rank 0, boundary fc.out, examples 12+4 (record #" + std::to_string(*index) +
+                           " of the recorded trace): recorded xor64 ",
+                       0),
+            0u)
+      << text;
   EXPECT_NE(text.find(", replayed xor64 "), std::string::npos) << text;
   // Step 2 was verified before the difference.
   EXPECT_GE(r->boundaries_verified, 3u);
