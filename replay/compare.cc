@@ -12,6 +12,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "runtime/json_input.h"
+#include "trace_format/shape_text.h"
 
 namespace dgrr::replay {
 namespace {
@@ -565,21 +566,8 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
 
 namespace {
 
-std::vector<uint64_t> StoredDims(const trace::BoundaryRecord& r) {
-  const size_t shown = r.ndim <= trace::kInlineDims ? r.ndim : trace::kInlineDims - 1;
-  return std::vector<uint64_t>(r.dims.begin(), r.dims.begin() + shown);
-}
-
-std::string ShapeText(const trace::BoundaryRecord& r) {
-  std::string s = "[";
-  std::vector<uint64_t> dims = StoredDims(r);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) s.push_back(',');
-    s.append(std::to_string(dims[i]));
-  }
-  if (r.ndim > trace::kInlineDims) s += ",...";
-  return s + "]";
-}
+using trace::ShapeText;
+using trace::StoredDims;
 
 ordered_json BoundaryJson(const ReportedBoundary& x) {
   const trace::BoundaryRecord& r = x.record;

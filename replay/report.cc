@@ -14,6 +14,7 @@
 #include "base/version.h"
 #include "trace_format/reader.h"
 #include "trace_format/record.h"
+#include "trace_format/shape_text.h"
 
 namespace dgrr::replay {
 namespace {
@@ -71,16 +72,7 @@ std::string Plural(uint64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-std::string ShapeText(const trace::BoundaryRecord& r) {
-  const size_t shown = r.ndim <= trace::kInlineDims ? r.ndim : trace::kInlineDims - 1;
-  std::string s = "[";
-  for (size_t i = 0; i < shown; ++i) {
-    if (i > 0) s.push_back(',');
-    s += std::to_string(r.dims[i]);
-  }
-  if (r.ndim > trace::kInlineDims) s += ",...";
-  return s + "]";
-}
+using trace::ShapeText;
 
 std::string NameOf(const NameTable& names, uint64_t name_hash) {
   auto it = names.find(name_hash);
