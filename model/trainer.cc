@@ -31,6 +31,7 @@
 #include "model/data_order.h"
 #include "model/gpt.h"
 #include "model/launch.h"
+#include "model/numerics.h"
 #include "model/rollback.h"
 #include "model/schedule.h"
 #include "model/train_state.h"
@@ -1302,6 +1303,7 @@ Status Trainer::Validate() {
   }
   config_ = {
       {"schema", kRunConfigSchema},
+      {"numerics", kNumericsVersion},
       {"seed", o.seed},
       {"steps", o.steps},
       {"model",
@@ -1420,6 +1422,12 @@ StatusOr<TrainOptions> TrainOptionsFromRun(const std::string& run_dir) {
   if (!schema.ok() || *schema != kRunConfigSchema) {
     return Status::Corruption(path + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
   }
+  // Runs recorded before the key existed computed with numerics version 1.
+  int64_t numerics = 1;
+  if (doc.contains("numerics")) {
+    DGRR_ASSIGN_OR_RETURN(numerics, c.Int("numerics", 1, 1 << 20));
+  }
+  DGRR_RETURN_IF_ERROR(CheckNumericsVersion(numerics, path));
   TrainOptions o;
   o.out_dir = run_dir;
   DGRR_ASSIGN_OR_RETURN(o.steps, c.Int("steps", 1, kMaxSteps));
