@@ -26,6 +26,12 @@ template <int NR>
 [[gnu::always_inline]] inline void PackPanel(float* packed, Strided b, int k0, int kc, int n0,
                                              int nv) {
   const float* src = b.p + k0 * b.rs + n0 * b.cs;
+  if (b.cs == 1 && nv == NR) {  // a whole panel: fixed-size copies (no rep movs)
+    for (int k = 0; k < kc; ++k) {
+      std::memcpy(packed + static_cast<size_t>(k) * NR, src + k * b.rs, sizeof(float) * NR);
+    }
+    return;
+  }
   if (b.cs == 1) {
     for (int k = 0; k < kc; ++k) {
       float* dst = packed + static_cast<size_t>(k) * NR;
@@ -51,6 +57,7 @@ template <int NR>
 template <typename Vec>
 [[gnu::always_inline]] inline void FmaLanes(float a, const Vec& b, Vec& acc) {
   constexpr int W = sizeof(Vec) / sizeof(float);
+#pragma GCC unroll 16
   for (int j = 0; j < W; ++j) acc[j] = Fma(a, b[j], acc[j]);
 }
 
@@ -84,6 +91,8 @@ template <typename Vec, int MR>
     std::memcpy(&b0, packed + static_cast<size_t>(k) * NR, sizeof(Vec));
     std::memcpy(&b1, packed + static_cast<size_t>(k) * NR + W, sizeof(Vec));
     const float* a_k = a + k * a_cs;
+    // Unrolled, so the accumulators stay in registers.
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const float a_ik = a_k[i * a_rs];
       FmaLanes(a_ik, b0, acc[i][0]);

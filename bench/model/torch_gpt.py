@@ -104,6 +104,9 @@ def loaded_blas():
         return "openblas"
     if libs:
         return "reference (" + ", ".join(sorted(os.path.basename(l) for l in libs)) + ")"
+    # pip wheels (torch 2.x) carry MKL and oneDNN inside libtorch_cpu.
+    if torch.backends.mkl.is_available():
+        return "mkl (bundled)"
     return "none"
 
 
