@@ -61,6 +61,41 @@ void EncoderBackward(S* dwte,               // [V,C] accumulated
 }
 
 // ---------------------------------------------------------------- layernorm
+// Each row's sums run over c ascending in one chain; kLayerNormRows rows run
+// side by side (their chains interleaved, each still in its own order), so
+// the adds' latency overlaps instead of bounding the loop. The same bits as
+// one row at a time.
+inline constexpr int kLayerNormRows = 8;
+
+template <int R, typename S>
+[[gnu::always_inline]] inline void LayerNormForwardRows(S* out, S* mean, S* rstd, const S* inp,
+                                                        const S* weight, const S* bias, int C) {
+  S sum[R], sq[R], m[R], s[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) sum[r] = sq[r] = 0;
+  for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) sum[r] += inp[r * C + c];
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) m[r] = sum[r] / static_cast<S>(C);
+  for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const S d = inp[r * C + c] - m[r];
+      sq[r] = Fma(d, d, sq[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) s[r] = S(1) / Sqrt(sq[r] / static_cast<S>(C) + static_cast<S>(kLayerNormEps));
+  for (int r = 0; r < R; ++r) {
+    const S* x = inp + r * C;
+    for (int c = 0; c < C; ++c) out[r * C + c] = Fma((x[c] - m[r]) * s[r], weight[c], bias[c]);
+    mean[r] = m[r];
+    rstd[r] = s[r];
+  }
+}
+
 template <typename S>
 void LayerNormForward(S* out,        // [T,C]
                       S* mean,       // [T]
@@ -68,18 +103,46 @@ void LayerNormForward(S* out,        // [T,C]
                       const S* inp,  // [T,C]
                       const S* weight, const S* bias,  // [C], [C]
                       int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const S* x = inp + t * C;
-    S sum = 0;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const S m = sum / static_cast<S>(C);
-    S sq = 0;
-    for (int c = 0; c < C; ++c) sq = Fma(x[c] - m, x[c] - m, sq);
-    const S var = sq / static_cast<S>(C);
-    const S s = S(1) / Sqrt(var + static_cast<S>(kLayerNormEps));
-    for (int c = 0; c < C; ++c) out[t * C + c] = Fma((x[c] - m) * s, weight[c], bias[c]);
-    mean[t] = m;
-    rstd[t] = s;
+  int t = 0;
+  for (; t + kLayerNormRows <= T; t += kLayerNormRows) {
+    LayerNormForwardRows<kLayerNormRows>(out + t * C, mean + t, rstd + t, inp + t * C, weight, bias, C);
+  }
+  for (; t < T; ++t) LayerNormForwardRows<1>(out + t * C, mean + t, rstd + t, inp + t * C, weight, bias, C);
+}
+
+// Rows [0, R) of the backward: the two reductions per row (mean of dnorm,
+// mean of dnorm * norm, c ascending) side by side, then each row's
+// elementwise part in ascending row order (dweight and dbias sum over rows
+// ascending).
+template <int R, typename S>
+[[gnu::always_inline]] inline void LayerNormBackwardRows(S* dinp, S* dweight, S* dbias, const S* dout,
+                                                         const S* inp, const S* weight, const S* mean,
+                                                         const S* rstd, int C) {
+  S dnorm_mean[R], dnorm_norm_mean[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) dnorm_mean[r] = dnorm_norm_mean[r] = 0;
+  for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const S norm = (inp[r * C + c] - mean[r]) * rstd[r];
+      const S dnorm = weight[c] * dout[r * C + c];
+      dnorm_mean[r] += dnorm;
+      dnorm_norm_mean[r] = Fma(dnorm, norm, dnorm_norm_mean[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const S dm = dnorm_mean[r] / static_cast<S>(C);
+    const S dnm = dnorm_norm_mean[r] / static_cast<S>(C);
+    const S* x = inp + r * C;
+    const S* dy = dout + r * C;
+    S* dx = dinp + r * C;
+    for (int c = 0; c < C; ++c) {
+      const S norm = (x[c] - mean[r]) * rstd[r];
+      const S dnorm = weight[c] * dy[c];
+      dbias[c] += dy[c];
+      dweight[c] = Fma(norm, dy[c], dweight[c]);
+      dx[c] = Fma(Fma(-norm, dnm, dnorm - dm), rstd[r], dx[c]);
+    }
   }
 }
 
@@ -91,26 +154,14 @@ void LayerNormBackward(S* dinp,          // [T,C] accumulated
                        const S* weight,  // [C]
                        const S* mean, const S* rstd,  // [T], [T]
                        int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const S* x = inp + t * C;
-    const S* dy = dout + t * C;
-    // Two reductions over the row: mean of dnorm and mean of dnorm * norm.
-    S dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int c = 0; c < C; ++c) {
-      const S norm = (x[c] - mean[t]) * rstd[t];
-      const S dnorm = weight[c] * dy[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean = Fma(dnorm, norm, dnorm_norm_mean);
-    }
-    dnorm_mean = dnorm_mean / static_cast<S>(C);
-    dnorm_norm_mean = dnorm_norm_mean / static_cast<S>(C);
-    for (int c = 0; c < C; ++c) {
-      const S norm = (x[c] - mean[t]) * rstd[t];
-      const S dnorm = weight[c] * dy[c];
-      dbias[c] += dy[c];
-      dweight[c] = Fma(norm, dy[c], dweight[c]);
-      dinp[t * C + c] = Fma(Fma(-norm, dnorm_norm_mean, dnorm - dnorm_mean), rstd[t], dinp[t * C + c]);
-    }
+  int t = 0;
+  for (; t + kLayerNormRows <= T; t += kLayerNormRows) {
+    LayerNormBackwardRows<kLayerNormRows>(dinp + t * C, dweight, dbias, dout + t * C, inp + t * C, weight,
+                                          mean + t, rstd + t, C);
+  }
+  for (; t < T; ++t) {
+    LayerNormBackwardRows<1>(dinp + t * C, dweight, dbias, dout + t * C, inp + t * C, weight, mean + t,
+                             rstd + t, C);
   }
 }
 
