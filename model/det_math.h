@@ -50,23 +50,40 @@ DGRR_HD inline float ExpFInRange(float x) {
   return BitsFloat(bits);
 }
 
+// a where `take_a`, else b, as an AND/OR of the bit patterns (no branch).
+DGRR_HD inline float SelectF(bool take_a, float a, float b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(take_a);
+  return BitsFloat((FloatBits(a) & mask) | (FloatBits(b) & ~mask));
+}
+
 // NaN stays NaN; x >= 88.7 is infinity, x < -87.3 zero; [-87.3, -86) is
 // exp(x + 20) e^-20 so the scaling by 2^k stays in the normal range. Written
 // with selects, not branches, so loops over it vectorise (the cases are
 // computed side by side and one is kept; the input of ExpFInRange is moved
-// to 0 where no case uses it, so its integer conversion stays in range).
+// to 0 where no case uses it, so its integer conversion stays in range). The
+// case tests compare bit patterns as integers, not floats: GCC keeps a float
+// comparison (which may raise an IEEE flag, -ftrapping-math) as a branch and
+// then does not vectorise the loop. For a non-NaN x and c > 0, x < -c is
+// "negative and |x| > c" and x < c is "negative or |x| < c" on the bits.
 DGRR_HD inline float ExpF(float x) {
-  const bool scaled = x < -86.0f;
-  const bool in_range = x >= -87.3f && x < 88.7f;  // false for NaN
+  const uint32_t bits = FloatBits(x);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  const bool negative = (bits >> 31) != 0;
+  const bool nan = abs_bits > 0x7f800000u;
+  const bool below_86 = negative & (abs_bits > 0x42ac0000u);        // x < -86
+  const bool below_87_3 = negative & (abs_bits > 0x42ae999au);      // x < -87.3f
+  const bool below_88_7 = negative | (abs_bits < 0x42b16666u);      // x < 88.7f
+  const bool scaled = below_86;
+  const bool in_range = !below_87_3 & below_88_7 & !nan;
   const float shifted = x + 20.0f;
-  float arg = scaled ? shifted : x;
-  arg = in_range ? arg : 0.0f;
+  float arg = SelectF(scaled, shifted, x);
+  arg = SelectF(in_range, arg, 0.0f);
   const float e = ExpFInRange(arg);
   const float e_scaled = e * 2.06115362e-09f;  // e^-20
-  float result = scaled ? e_scaled : e;
-  result = x < -87.3f ? 0.0f : result;
-  result = x < 88.7f ? result : INFINITY;
-  return x != x ? x : result;
+  float result = SelectF(scaled, e_scaled, e);
+  result = SelectF(below_87_3, 0.0f, result);
+  result = SelectF(below_88_7, result, INFINITY);
+  return SelectF(nan, x, result);
 }
 
 // tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|), with |u| clamped at 9

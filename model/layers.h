@@ -110,6 +110,22 @@ void LayerNormForward(S* out,        // [T,C]
   for (; t < T; ++t) LayerNormForwardRows<1>(out + t * C, mean + t, rstd + t, inp + t * C, weight, bias, C);
 }
 
+// One row's elementwise backward; the scalars arrive by value. The three
+// outputs are different buffers (an input gradient, a parameter's weight and
+// bias gradients) and none is an input: __restrict lets the loop vectorise.
+template <typename S>
+[[gnu::always_inline]] inline void LayerNormBackwardRowElements(S* __restrict dx, S* __restrict dweight, S* __restrict dbias, const S* x,
+                                                                const S* dy, const S* weight, const S mr,
+                                                                const S sr, const S dm, const S dnm, int C) {
+  for (int c = 0; c < C; ++c) {
+    const S norm = (x[c] - mr) * sr;
+    const S dnorm = weight[c] * dy[c];
+    dbias[c] += dy[c];
+    dweight[c] = Fma(norm, dy[c], dweight[c]);
+    dx[c] = Fma(Fma(-norm, dnm, dnorm - dm), sr, dx[c]);
+  }
+}
+
 // Rows [0, R) of the backward: the two reductions per row (mean of dnorm,
 // mean of dnorm * norm, c ascending) side by side, then each row's
 // elementwise part in ascending row order (dweight and dbias sum over rows
@@ -131,18 +147,15 @@ template <int R, typename S>
     }
   }
   for (int r = 0; r < R; ++r) {
+    // The row's scalars in locals: a store through dx, dweight or dbias
+    // cannot change them, so the loop below vectorises.
     const S dm = dnorm_mean[r] / static_cast<S>(C);
     const S dnm = dnorm_norm_mean[r] / static_cast<S>(C);
+    const S mr = mean[r], sr = rstd[r];
     const S* x = inp + r * C;
     const S* dy = dout + r * C;
     S* dx = dinp + r * C;
-    for (int c = 0; c < C; ++c) {
-      const S norm = (x[c] - mean[r]) * rstd[r];
-      const S dnorm = weight[c] * dy[c];
-      dbias[c] += dy[c];
-      dweight[c] = Fma(norm, dy[c], dweight[c]);
-      dx[c] = Fma(Fma(-norm, dnm, dnorm - dm), rstd[r], dx[c]);
-    }
+    LayerNormBackwardRowElements(dx, dweight, dbias, x, dy, weight, mr, sr, dm, dnm, C);
   }
 }
 
