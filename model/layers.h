@@ -71,22 +71,22 @@ template <int R, typename S>
 [[gnu::always_inline]] inline void LayerNormForwardRows(S* out, S* mean, S* rstd, const S* inp,
                                                         const S* weight, const S* bias, int C) {
   S sum[R], sq[R], m[R], s[R];
-#pragma GCC unroll 8
+DGRR_UNROLL_8
   for (int r = 0; r < R; ++r) sum[r] = sq[r] = 0;
   for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 8
+DGRR_UNROLL_8
     for (int r = 0; r < R; ++r) sum[r] += inp[r * C + c];
   }
-#pragma GCC unroll 8
+DGRR_UNROLL_8
   for (int r = 0; r < R; ++r) m[r] = sum[r] / static_cast<S>(C);
   for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 8
+DGRR_UNROLL_8
     for (int r = 0; r < R; ++r) {
       const S d = inp[r * C + c] - m[r];
       sq[r] = Fma(d, d, sq[r]);
     }
   }
-#pragma GCC unroll 8
+DGRR_UNROLL_8
   for (int r = 0; r < R; ++r) s[r] = S(1) / Sqrt(sq[r] / static_cast<S>(C) + static_cast<S>(kLayerNormEps));
   for (int r = 0; r < R; ++r) {
     const S* x = inp + r * C;
@@ -135,10 +135,10 @@ template <int R, typename S>
                                                          const S* inp, const S* weight, const S* mean,
                                                          const S* rstd, int C) {
   S dnorm_mean[R], dnorm_norm_mean[R];
-#pragma GCC unroll 8
+DGRR_UNROLL_8
   for (int r = 0; r < R; ++r) dnorm_mean[r] = dnorm_norm_mean[r] = 0;
   for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 8
+DGRR_UNROLL_8
     for (int r = 0; r < R; ++r) {
       const S norm = (inp[r * C + c] - mean[r]) * rstd[r];
       const S dnorm = weight[c] * dout[r * C + c];
