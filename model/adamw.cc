@@ -20,21 +20,11 @@ AdamW::AdamW(const ParameterLayout& layout, const AdamWOptions& options)
 
 namespace {
 
-struct UpdateCoefficients {
-  float b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd;
-};
-
 // One tensor's update; the coefficients arrive by value, so the compiler
 // knows no store to p, m or v changes them and vectorises the loop.
 inline void UpdateTensor(float* p, float* m, float* v, const float* g, size_t n,
-                         const UpdateCoefficients k) {
-  for (size_t i = 0; i < n; ++i) {
-    m[i] = k.b1 * m[i] + k.one_minus_b1 * g[i];
-    v[i] = k.b2 * v[i] + k.one_minus_b2 * (g[i] * g[i]);
-    const float m_hat = m[i] / k.c1;
-    const float v_hat = v[i] / k.c2;
-    p[i] = p[i] - k.lr * (m_hat / (std::sqrt(v_hat) + k.eps) + k.wd * p[i]);
-  }
+                         const AdamWCoefficients k) {
+  for (size_t i = 0; i < n; ++i) AdamWUpdateAt(k, p[i], m[i], v[i], g[i]);
 }
 
 }  // namespace
@@ -75,9 +65,23 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
   }
 }
 
+namespace {
+// Ascending i, one fma per square. The sum is a chain (no vectorisation can
+// reorder it); the widest build only turns each step into one vfmadd231sd
+// instead of a call to libm's fma.
+inline double SumOfSquares(const float* grad, size_t n) {
+  double sum_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = static_cast<double>(grad[i]);
+    sum_sq = std::fma(g, g, sum_sq);
+  }
+  return sum_sq;
+}
+}  // namespace
+
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm) {
   double sum_sq = 0.0;
-  for (size_t i = 0; i < n; ++i) sum_sq += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+  RunWithBestIsa([&] { sum_sq = SumOfSquares(grad, n); });
   const double norm = std::sqrt(sum_sq);
   if (max_norm > 0 && norm > static_cast<double>(max_norm)) {
     const float scale = static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));

@@ -4,14 +4,17 @@
 // the runtime registers and checkpoints them like the parameters. Per element,
 // at step t (1-based, after the increment):
 //
-//   m = beta1 * m + (1 - beta1) * g
-//   v = beta2 * v + (1 - beta2) * (g * g)
+//   m = fma(beta1, m, (1 - beta1) * g)
+//   v = fma(beta2, v, ((1 - beta2) * g) * g)
 //   m_hat = m / c1,   v_hat = v / c2,   c1 = 1 - beta1^t,  c2 = 1 - beta2^t
-//   p = p - lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)     (wd = 0 for tensors
-//                                                            without weight_decay)
+//   u = fma(wd, p, m_hat / (sqrt(v_hat) + eps))    (wd = 0 for tensors
+//                                                  without weight_decay)
+//   p = fma(-lr, u, p)
 //
-// in float, evaluated in exactly that order; c1 and c2 are computed in double
-// (beta^t by binary exponentiation, not libm pow) and rounded once to float. Elementwise, so thread-independent.
+// in float, evaluated in exactly that order (AdamWUpdateAt, the one element
+// function host and device share; fma as in model/numerics.h); c1 and c2 are
+// computed in double (beta^t by binary exponentiation, not libm pow) and
+// rounded once to float. Elementwise, so thread-independent.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +23,27 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/det_math.h"
 #include "model/hooks.h"
+#include "model/numerics.h"
 
 namespace dgrr::model {
+
+// The step's float coefficients (one_minus_b1 = 1 - b1 in float, c1 and c2
+// as above).
+struct AdamWCoefficients {
+  float b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd;
+};
+
+// One element's update, in the order written above.
+DGRR_HD inline void AdamWUpdateAt(const AdamWCoefficients& k, float& p, float& m, float& v,
+                                  float g) {
+  m = Fma(k.b1, m, k.one_minus_b1 * g);
+  v = Fma(k.b2, v, (k.one_minus_b2 * g) * g);
+  const float m_hat = m / k.c1;
+  const float v_hat = v / k.c2;
+  p = Fma(-k.lr, Fma(k.wd, p, m_hat / (Sqrt(v_hat) + k.eps)), p);
+}
 
 struct AdamWOptions {
   float beta1 = 0.9f;
@@ -62,8 +83,8 @@ class AdamW {
   std::vector<ObservedNames> observed_names_;
 };
 
-// Global L2 norm of grad[0..n): squares summed in double in ascending index,
-// then sqrt. If the norm exceeds max_norm, every element is multiplied by the
+// Global L2 norm of grad[0..n): squares summed in double in ascending index
+// (sum = fma(g, g, sum)), then sqrt. If the norm exceeds max_norm, every element is multiplied by the
 // float scale max_norm / (norm + 1e-6). Returns the norm before clipping.
 // max_norm <= 0 disables clipping (the norm is still returned).
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm);

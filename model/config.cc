@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/numerics.h"
+
 namespace dgrr::model {
 
 Status GptConfig::Validate() const {
@@ -81,6 +83,24 @@ const NamedTensor* ParameterLayout::Find(std::string_view name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+namespace {
+const char* NumericsName(int64_t version) {
+  switch (version) {
+    case 1: return "separate multiply and add";
+    case 2: return "fused multiply-add";
+  }
+  return "unknown to this dgrr";
+}
+}  // namespace
+
+Status CheckNumericsVersion(int64_t recorded, const std::string& config_path) {
+  if (recorded == kNumericsVersion) return Status::OK();
+  return Status::Corruption(
+      config_path + ": the run was recorded with numerics version " + std::to_string(recorded) + " (" +
+      NumericsName(recorded) + "); this dgrr computes numerics version " + std::to_string(kNumericsVersion) +
+      " (" + NumericsName(kNumericsVersion) + ") and cannot resume or re-execute it bit for bit");
 }
 
 std::string GradientName(std::string_view param_name) {

@@ -89,6 +89,14 @@ class ParameterLayout {
   size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };
 
+// A run's numerics version (model/numerics.h, kNumericsVersion; docs/model.md,
+// "Numerics version"): config.json's "numerics", 1 when the key is absent (the
+// runs recorded before it existed computed with separate multiplies and adds).
+// OK when `recorded` is this build's version; otherwise Corruption (exit 3),
+// one line naming the file and both versions: a run of another arithmetic
+// cannot be resumed or re-executed bit for bit.
+Status CheckNumericsVersion(int64_t recorded, const std::string& config_path);
+
 // The name of the per-batch gradient boundary of a parameter: the last
 // component gets a 'd' ("block1.mlp.fc.w" -> "block1.mlp.fc.dw", "wte" -> "dwte").
 std::string GradientName(std::string_view param_name);

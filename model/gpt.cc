@@ -91,11 +91,13 @@ void Zero(std::vector<S>& v) {
   std::fill(v.begin(), v.end(), S(0));
 }
 
-// The float engine runs `body` in its vector build; the double reference
-// path (finite-difference checks) as it is.
+// The float engine runs `body` in its vector build, its products with the
+// kernel of the same instruction set; the double reference path
+// (finite-difference checks) as it is.
 template <typename S, typename Body>
 void RunInVectorBuild(GemmIsa isa, const Body& body) {
   if constexpr (std::is_same_v<S, float>) {
+    const ScopedGemmIsa products(isa);
     RunWithIsa(isa, body);
   } else {
     (void)isa;

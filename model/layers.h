@@ -9,7 +9,9 @@
 // (+=) into their gradient outputs, so a tensor used twice (the tied token
 // embedding, the residual stream) collects both contributions; the caller
 // zeroes the example's gradient buffers first. Every sum runs in one fixed,
-// documented order (docs/model.md), so results never depend on threads.
+// documented order (docs/model.md), so results never depend on threads, and
+// every product that is added to something is one fma (model/numerics.h:
+// Fma(a, b, c) = round(a * b + c); the double path keeps a * b + c).
 #pragma once
 
 #include <algorithm>
@@ -59,6 +61,41 @@ void EncoderBackward(S* dwte,               // [V,C] accumulated
 }
 
 // ---------------------------------------------------------------- layernorm
+// Each row's sums run over c ascending in one chain; kLayerNormRows rows run
+// side by side (their chains interleaved, each still in its own order), so
+// the adds' latency overlaps instead of bounding the loop. The same bits as
+// one row at a time.
+inline constexpr int kLayerNormRows = 8;
+
+template <int R, typename S>
+[[gnu::always_inline]] inline void LayerNormForwardRows(S* out, S* mean, S* rstd, const S* inp,
+                                                        const S* weight, const S* bias, int C) {
+  S sum[R], sq[R], m[R], s[R];
+DGRR_UNROLL_8
+  for (int r = 0; r < R; ++r) sum[r] = sq[r] = 0;
+  for (int c = 0; c < C; ++c) {
+DGRR_UNROLL_8
+    for (int r = 0; r < R; ++r) sum[r] += inp[r * C + c];
+  }
+DGRR_UNROLL_8
+  for (int r = 0; r < R; ++r) m[r] = sum[r] / static_cast<S>(C);
+  for (int c = 0; c < C; ++c) {
+DGRR_UNROLL_8
+    for (int r = 0; r < R; ++r) {
+      const S d = inp[r * C + c] - m[r];
+      sq[r] = Fma(d, d, sq[r]);
+    }
+  }
+DGRR_UNROLL_8
+  for (int r = 0; r < R; ++r) s[r] = S(1) / Sqrt(sq[r] / static_cast<S>(C) + static_cast<S>(kLayerNormEps));
+  for (int r = 0; r < R; ++r) {
+    const S* x = inp + r * C;
+    for (int c = 0; c < C; ++c) out[r * C + c] = Fma((x[c] - m[r]) * s[r], weight[c], bias[c]);
+    mean[r] = m[r];
+    rstd[r] = s[r];
+  }
+}
+
 template <typename S>
 void LayerNormForward(S* out,        // [T,C]
                       S* mean,       // [T]
@@ -66,18 +103,59 @@ void LayerNormForward(S* out,        // [T,C]
                       const S* inp,  // [T,C]
                       const S* weight, const S* bias,  // [C], [C]
                       int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const S* x = inp + t * C;
-    S sum = 0;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const S m = sum / static_cast<S>(C);
-    S sq = 0;
-    for (int c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
-    const S var = sq / static_cast<S>(C);
-    const S s = S(1) / std::sqrt(var + static_cast<S>(kLayerNormEps));
-    for (int c = 0; c < C; ++c) out[t * C + c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[t] = m;
-    rstd[t] = s;
+  int t = 0;
+  for (; t + kLayerNormRows <= T; t += kLayerNormRows) {
+    LayerNormForwardRows<kLayerNormRows>(out + t * C, mean + t, rstd + t, inp + t * C, weight, bias, C);
+  }
+  for (; t < T; ++t) LayerNormForwardRows<1>(out + t * C, mean + t, rstd + t, inp + t * C, weight, bias, C);
+}
+
+// One row's elementwise backward; the scalars arrive by value. The three
+// outputs are different buffers (an input gradient, a parameter's weight and
+// bias gradients) and none is an input: __restrict lets the loop vectorise.
+template <typename S>
+[[gnu::always_inline]] inline void LayerNormBackwardRowElements(S* __restrict dx, S* __restrict dweight, S* __restrict dbias, const S* x,
+                                                                const S* dy, const S* weight, const S mr,
+                                                                const S sr, const S dm, const S dnm, int C) {
+  for (int c = 0; c < C; ++c) {
+    const S norm = (x[c] - mr) * sr;
+    const S dnorm = weight[c] * dy[c];
+    dbias[c] += dy[c];
+    dweight[c] = Fma(norm, dy[c], dweight[c]);
+    dx[c] = Fma(Fma(-norm, dnm, dnorm - dm), sr, dx[c]);
+  }
+}
+
+// Rows [0, R) of the backward: the two reductions per row (mean of dnorm,
+// mean of dnorm * norm, c ascending) side by side, then each row's
+// elementwise part in ascending row order (dweight and dbias sum over rows
+// ascending).
+template <int R, typename S>
+[[gnu::always_inline]] inline void LayerNormBackwardRows(S* dinp, S* dweight, S* dbias, const S* dout,
+                                                         const S* inp, const S* weight, const S* mean,
+                                                         const S* rstd, int C) {
+  S dnorm_mean[R], dnorm_norm_mean[R];
+DGRR_UNROLL_8
+  for (int r = 0; r < R; ++r) dnorm_mean[r] = dnorm_norm_mean[r] = 0;
+  for (int c = 0; c < C; ++c) {
+DGRR_UNROLL_8
+    for (int r = 0; r < R; ++r) {
+      const S norm = (inp[r * C + c] - mean[r]) * rstd[r];
+      const S dnorm = weight[c] * dout[r * C + c];
+      dnorm_mean[r] += dnorm;
+      dnorm_norm_mean[r] = Fma(dnorm, norm, dnorm_norm_mean[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    // The row's scalars in locals: a store through dx, dweight or dbias
+    // cannot change them, so the loop below vectorises.
+    const S dm = dnorm_mean[r] / static_cast<S>(C);
+    const S dnm = dnorm_norm_mean[r] / static_cast<S>(C);
+    const S mr = mean[r], sr = rstd[r];
+    const S* x = inp + r * C;
+    const S* dy = dout + r * C;
+    S* dx = dinp + r * C;
+    LayerNormBackwardRowElements(dx, dweight, dbias, x, dy, weight, mr, sr, dm, dnm, C);
   }
 }
 
@@ -89,26 +167,14 @@ void LayerNormBackward(S* dinp,          // [T,C] accumulated
                        const S* weight,  // [C]
                        const S* mean, const S* rstd,  // [T], [T]
                        int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const S* x = inp + t * C;
-    const S* dy = dout + t * C;
-    // Two reductions over the row: mean of dnorm and mean of dnorm * norm.
-    S dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int c = 0; c < C; ++c) {
-      const S norm = (x[c] - mean[t]) * rstd[t];
-      const S dnorm = weight[c] * dy[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean = dnorm_mean / static_cast<S>(C);
-    dnorm_norm_mean = dnorm_norm_mean / static_cast<S>(C);
-    for (int c = 0; c < C; ++c) {
-      const S norm = (x[c] - mean[t]) * rstd[t];
-      const S dnorm = weight[c] * dy[c];
-      dbias[c] += dy[c];
-      dweight[c] += norm * dy[c];
-      dinp[t * C + c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[t];
-    }
+  int t = 0;
+  for (; t + kLayerNormRows <= T; t += kLayerNormRows) {
+    LayerNormBackwardRows<kLayerNormRows>(dinp + t * C, dweight, dbias, dout + t * C, inp + t * C, weight,
+                                          mean + t, rstd + t, C);
+  }
+  for (; t < T; ++t) {
+    LayerNormBackwardRows<1>(dinp + t * C, dweight, dbias, dout + t * C, inp + t * C, weight, mean + t,
+                             rstd + t, C);
   }
 }
 
@@ -203,7 +269,7 @@ int CausalRowChunks(S* c, const S* a, std::ptrdiff_t a_cs, const S* b, std::ptrd
     for (int k = k0; k < k1; ++k) {
       const S ak = a[k * a_cs];
       const S* bk = b + k * b_rs + n0;
-      for (int j = 0; j < W; ++j) acc[j] += ak * bk[j];
+      for (int j = 0; j < W; ++j) acc[j] = Fma(ak, bk[j], acc[j]);
     }
     for (int j = 0; j < W; ++j) c[n0 + j] = acc[j];
   }
@@ -263,7 +329,7 @@ void AttentionForward(S* out,              // [T,C]
                       const uint8_t* keep, // [NH,T,T] or nullptr
                       S keep_scale, int T, int C, int NH) {
   const int hs = C / NH;
-  const S scale = S(1) / std::sqrt(static_cast<S>(hs));
+  const S scale = S(1) / Sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
     // Every score q_t . k_t2 at once, lanes along t2 (each dot product still
@@ -311,7 +377,7 @@ void AttentionBackward(S* dqkv,              // [T,3C] written
                        const uint8_t* keep,  // [NH,T,T] or nullptr
                        S keep_scale, int T, int C, int NH) {
   const int hs = C / NH;
-  const S scale = S(1) / std::sqrt(static_cast<S>(hs));
+  const S scale = S(1) / Sqrt(static_cast<S>(hs));
   const int C3 = 3 * C;
   for (int h = 0; h < NH; ++h) {
     const size_t head = static_cast<size_t>(h) * T * T;
@@ -329,7 +395,7 @@ void AttentionBackward(S* dqkv,              // [T,3C] written
       }
       // Through the softmax: dpre = att * (datt - sum(att * datt)).
       S weighted = 0;
-      for (int t2 = 0; t2 <= t; ++t2) weighted += att_row[t2] * datt_row[t2];
+      for (int t2 = 0; t2 <= t; ++t2) weighted = Fma(att_row[t2], datt_row[t2], weighted);
       for (int t2 = 0; t2 <= t; ++t2) dpre_row[t2] = att_row[t2] * (datt_row[t2] - weighted);
       for (int t2 = t + 1; t2 < T; ++t2) dpre_row[t2] = 0;
       // Through pre = scale * (q . k): the score gradient, kept in datt.
@@ -346,29 +412,40 @@ void AttentionBackward(S* dqkv,              // [T,3C] written
 }
 
 // ---------------------------------------------------------------- GELU
-// The tanh approximation used by GPT-2.
+// The tanh approximation used by GPT-2: 0.5 x (1 + tanh(k (x + 0.044715 x^3))),
+// k = sqrt(2/pi), with u = k * fma(0.044715 x^2, x, x) and the result
+// fma(0.5 x, tanh u, 0.5 x). One element function (GeluAt, GeluGradAt) for
+// the host loops and the device kernels.
+template <typename S>
+DGRR_HD inline S GeluInner(S x) {  // k (x + 0.044715 x^3)
+  const S k = S(0.7978845608028654);  // sqrt(2/pi), rounded once to S
+  return k * Fma((S(0.044715) * x) * x, x, x);
+}
+
+template <typename S>
+DGRR_HD inline S GeluAt(S x) {
+  const S half_x = S(0.5) * x;
+  return Fma(half_x, Tanh(GeluInner(x)), half_x);
+}
+
+// d gelu / dx = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2), th = tanh u.
+template <typename S>
+DGRR_HD inline S GeluGradAt(S x) {
+  const S k = S(0.7978845608028654);
+  const S th = Tanh(GeluInner(x));
+  const S sech2 = Fma(-th, th, S(1));
+  const S du = k * Fma(S(3) * S(0.044715) * x, x, S(1));
+  return Fma((S(0.5) * x) * sech2, du, Fma(S(0.5), th, S(0.5)));
+}
+
 template <typename S>
 void GeluForward(S* out, const S* inp, size_t N) {  // out [N], inp [N]
-  const S k = std::sqrt(S(2) / std::numbers::pi_v<S>);
-  for (size_t i = 0; i < N; ++i) {
-    const S x = inp[i];
-    const S cube = S(0.044715) * x * x * x;
-    out[i] = S(0.5) * x * (S(1) + Tanh(k * (x + cube)));
-  }
+  for (size_t i = 0; i < N; ++i) out[i] = GeluAt(inp[i]);
 }
 
 template <typename S>
 void GeluBackward(S* dinp, const S* inp, const S* dout, size_t N) {  // dinp [N] accumulated
-  const S k = std::sqrt(S(2) / std::numbers::pi_v<S>);
-  for (size_t i = 0; i < N; ++i) {
-    const S x = inp[i];
-    const S cube = S(0.044715) * x * x * x;
-    const S u = k * (x + cube);
-    const S th = Tanh(u);
-    const S sech2 = S(1) - th * th;
-    const S local = S(0.5) * (S(1) + th) + x * S(0.5) * sech2 * k * (S(1) + S(3) * S(0.044715) * x * x);
-    dinp[i] += local * dout[i];
-  }
+  for (size_t i = 0; i < N; ++i) dinp[i] = Fma(GeluGradAt(inp[i]), dout[i], dinp[i]);
 }
 
 // ---------------------------------------------------------------- residual, dropout
@@ -427,7 +504,7 @@ void CrossEntropyBackward(S* dlogits,      // [T,V] accumulated
   for (int t = 0; t < T; ++t) {
     for (int v = 0; v < V; ++v) {
       const S indicator = v == targets[t] ? S(1) : S(0);
-      dlogits[t * V + v] += (probs[t * V + v] - indicator) * dlosses[t];
+      dlogits[t * V + v] = Fma(probs[t * V + v] - indicator, dlosses[t], dlogits[t * V + v]);
     }
   }
 }

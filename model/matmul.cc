@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "model/numerics.h"
+
 namespace dgrr::model {
 namespace {
 
@@ -24,6 +26,12 @@ template <int NR>
 [[gnu::always_inline]] inline void PackPanel(float* packed, Strided b, int k0, int kc, int n0,
                                              int nv) {
   const float* src = b.p + k0 * b.rs + n0 * b.cs;
+  if (b.cs == 1 && nv == NR) {  // a whole panel: fixed-size copies (no rep movs)
+    for (int k = 0; k < kc; ++k) {
+      std::memcpy(packed + static_cast<size_t>(k) * NR, src + k * b.rs, sizeof(float) * NR);
+    }
+    return;
+  }
   if (b.cs == 1) {
     for (int k = 0; k < kc; ++k) {
       float* dst = packed + static_cast<size_t>(k) * NR;
@@ -42,12 +50,22 @@ template <int NR>
   }
 }
 
+// acc[j] = fma(a, b[j], acc[j]) for every lane j. Written per lane with the
+// scalar Fma, which GCC turns into one broadcast and one vfmadd per vector in
+// the builds with FMA (AVX2+FMA, AVX-512); the portable build calls libm's
+// fmaf per lane. Either way each lane is one correctly rounded fma.
+template <typename Vec>
+[[gnu::always_inline]] inline void FmaLanes(float a, const Vec& b, Vec& acc) {
+  constexpr int W = sizeof(Vec) / sizeof(float);
+#pragma GCC unroll 16
+  for (int j = 0; j < W; ++j) acc[j] = Fma(a, b[j], acc[j]);
+}
+
 // One register tile: MR rows x two vectors of columns. The k loop is
-// outermost, so each accumulator lane (one output element) sees its products
-// in ascending k, exactly as the reference loop does. Lanes are independent
-// IEEE operations (GCC vector extensions; a scalar times a vector multiplies
-// every lane by that scalar) and the build forbids contraction, so every
-// multiply and every add rounds on its own.
+// outermost, so each accumulator lane (one output element) sees its terms
+// in ascending k, exactly as the reference loop does, each term one fma
+// (acc = fma(a_ik, b_kj, acc)). Lanes are independent (GCC vector
+// extensions), so the vector width cannot change a result.
 template <typename Vec, int MR>
 [[gnu::always_inline]] inline void Tile(float* c, int ldc, const float* a, ptrdiff_t a_rs,
                                         ptrdiff_t a_cs, const float* packed, int kc, int nv,
@@ -73,10 +91,12 @@ template <typename Vec, int MR>
     std::memcpy(&b0, packed + static_cast<size_t>(k) * NR, sizeof(Vec));
     std::memcpy(&b1, packed + static_cast<size_t>(k) * NR + W, sizeof(Vec));
     const float* a_k = a + k * a_cs;
+    // Unrolled, so the accumulators stay in registers.
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const float a_ik = a_k[i * a_rs];
-      acc[i][0] += a_ik * b0;
-      acc[i][1] += a_ik * b1;
+      FmaLanes(a_ik, b0, acc[i][0]);
+      FmaLanes(a_ik, b1, acc[i][1]);
     }
   }
   for (int i = 0; i < MR; ++i) {
@@ -145,13 +165,14 @@ template <typename Vec, int MR>
 // wider vectors hold more output elements, the per-element order is
 // untouched, so all give identical bits (tested). Register tiles: SSE2 and
 // AVX2 have 16 vector registers (4 or 6 rows x 2 vectors of accumulators),
-// AVX-512 has 32 (8 rows x 2).
-[[gnu::target("avx512f")]] void GemmAvx512(float* c, int ldc, Strided a, Strided b, int M, int K,
+// AVX-512 has 32 (8 rows x 2). The AVX2 build needs FMA as well (every CPU
+// with AVX2 has it); the SSE2 build is the portable one, with libm's fmaf.
+[[gnu::target("avx512f,fma")]] void GemmAvx512(float* c, int ldc, Strided a, Strided b, int M, int K,
                                            int N, bool accumulate) {
   BlockedGemm<Float16, 8>(c, ldc, a, b, M, K, N, accumulate);
 }
 
-[[gnu::target("avx2")]] void GemmAvx2(float* c, int ldc, Strided a, Strided b, int M, int K, int N,
+[[gnu::target("avx2,fma")]] void GemmAvx2(float* c, int ldc, Strided a, Strided b, int M, int K, int N,
                                       bool accumulate) {
   BlockedGemm<Float8, 6>(c, ldc, a, b, M, K, N, accumulate);
 }
@@ -190,7 +211,7 @@ void ReferenceLoop(S* c, const S* a, const S* b, int M, int K, int N, bool accum
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
       S acc = accumulate ? c[static_cast<size_t>(m) * N + n] : S(0);
-      for (int k = 0; k < K; ++k) acc += a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
+      for (int k = 0; k < K; ++k) acc = Fma(a[m * a_rs + k * a_cs], b[k * b_rs + n * b_cs], acc);
       c[static_cast<size_t>(m) * N + n] = acc;
     }
   }
@@ -209,8 +230,8 @@ const char* GemmIsaName(GemmIsa isa) {
 
 bool CpuSupports(GemmIsa isa) {
   switch (isa) {
-    case GemmIsa::kAvx512: return __builtin_cpu_supports("avx512f");
-    case GemmIsa::kAvx2: return __builtin_cpu_supports("avx2");
+    case GemmIsa::kAvx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    case GemmIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case GemmIsa::kSse2: return true;  // x86-64 baseline
   }
   return false;
@@ -225,6 +246,22 @@ GemmIsa BestGemmIsa() {
 
 bool CpuHasAvx2() { return CpuSupports(GemmIsa::kAvx2); }
 
+namespace {
+// The instruction set a ScopedGemmIsa chose for this thread, or none.
+thread_local int current_isa_override = -1;
+GemmIsa CurrentGemmIsa() {
+  return current_isa_override < 0 ? BestGemmIsa() : static_cast<GemmIsa>(current_isa_override);
+}
+}  // namespace
+
+ScopedGemmIsa::ScopedGemmIsa(GemmIsa isa) : previous_(current_isa_override) {
+  GemmIsa chosen = isa;
+  if (!CpuSupports(chosen)) chosen = CpuSupports(GemmIsa::kAvx2) ? GemmIsa::kAvx2 : GemmIsa::kSse2;
+  if (!CpuSupports(chosen)) chosen = GemmIsa::kSse2;
+  current_isa_override = static_cast<int>(chosen);
+}
+ScopedGemmIsa::~ScopedGemmIsa() { current_isa_override = previous_; }
+
 void GemmFloatWith(GemmIsa isa, float* c, const float* a, const float* b, int M, int K, int N,
                    bool accumulate, bool trans_a, bool trans_b) {
   GemmFloat(isa, c, a, b, M, K, N, accumulate, trans_a, trans_b);
@@ -232,17 +269,17 @@ void GemmFloatWith(GemmIsa isa, float* c, const float* a, const float* b, int M,
 
 template <>
 void Gemm<float>(float* c, const float* a, const float* b, int M, int K, int N, bool accumulate) {
-  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, false, false);
+  GemmFloat(CurrentGemmIsa(), c, a, b, M, K, N, accumulate, false, false);
 }
 template <>
 void GemmTransA<float>(float* c, const float* a, const float* b, int M, int K, int N,
                        bool accumulate) {
-  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, true, false);
+  GemmFloat(CurrentGemmIsa(), c, a, b, M, K, N, accumulate, true, false);
 }
 template <>
 void GemmTransB<float>(float* c, const float* a, const float* b, int M, int K, int N,
                        bool accumulate) {
-  GemmFloat(BestGemmIsa(), c, a, b, M, K, N, accumulate, false, true);
+  GemmFloat(CurrentGemmIsa(), c, a, b, M, K, N, accumulate, false, true);
 }
 
 // The double path serves the finite-difference checks: the plain loop suffices.
@@ -266,7 +303,7 @@ template <>
 void GemmStrided<float>(float* c, int ldc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
                         const float* b, ptrdiff_t b_rs, ptrdiff_t b_cs, int M, int K, int N,
                         bool accumulate) {
-  GemmFloatStrided(BestGemmIsa(), c, ldc, Strided{a, a_rs, a_cs}, Strided{b, b_rs, b_cs}, M, K, N,
+  GemmFloatStrided(CurrentGemmIsa(), c, ldc, Strided{a, a_rs, a_cs}, Strided{b, b_rs, b_cs}, M, K, N,
                    accumulate);
 }
 template <>
@@ -276,7 +313,7 @@ void GemmStrided<double>(double* c, int ldc, const double* a, ptrdiff_t a_rs, pt
   for (int m = 0; m < M; ++m) {
     for (int n = 0; n < N; ++n) {
       double acc = accumulate ? c[static_cast<size_t>(m) * ldc + n] : 0.0;
-      for (int k = 0; k < K; ++k) acc += a[m * a_rs + k * a_cs] * b[k * b_rs + n * b_cs];
+      for (int k = 0; k < K; ++k) acc = Fma(a[m * a_rs + k * a_cs], b[k * b_rs + n * b_cs], acc);
       c[static_cast<size_t>(m) * ldc + n] = acc;
     }
   }

@@ -6,8 +6,10 @@
 //
 //     c[m][n] = (accumulate ? c[m][n] : 0) + A(m,0)*B(0,n) + A(m,1)*B(1,n) + ... + A(m,K-1)*B(K-1,n)
 //
-// evaluated strictly left to right, one rounding per multiply and one per add
-// (the build has -ffp-contract=off, so no fused multiply-add). The kernel keeps
+// evaluated strictly left to right, each term one fused multiply-add
+// (acc = fma(A(m,k), B(k,n), acc): one rounding per term, model/numerics.h;
+// the double path, a test oracle, keeps a separate multiply and add). The
+// build has -ffp-contract=off, so the compiler fuses nothing else. The kernel keeps
 // k outermost inside a register tile and vectorises across n, the contiguous
 // dimension of the output; lanes of a vector hold different output elements,
 // never partial sums of one element, so vectorisation cannot change results.
@@ -52,7 +54,9 @@ void MatmulReference(S* c, const S* a, const S* b, int M, int K, int N, bool acc
 
 // The float kernel's instruction sets. Gemm dispatches at run time to the
 // widest the CPU supports; all give identical bits, because each lane runs
-// the same per-element sequence of IEEE multiplies and adds (tested).
+// the same per-element sequence of fused multiply-adds (tested). kAvx2 and
+// kAvx512 need the CPU's FMA instructions too; kSse2 is the portable build
+// (x86-64 baseline, libm's fmaf).
 enum class GemmIsa { kSse2, kAvx2, kAvx512 };
 const char* GemmIsaName(GemmIsa isa);
 bool CpuSupports(GemmIsa isa);
@@ -64,7 +68,22 @@ void GemmFloatWith(GemmIsa isa, float* c, const float* a, const float* b, int M,
 // The SSE2 (4-lane) float kernel, whatever the CPU supports.
 void GemmFloatBaseline(float* c, const float* a, const float* b, int M, int K, int N,
                        bool accumulate);
-bool CpuHasAvx2();
+bool CpuHasAvx2();  // AVX2 and FMA
+
+// While one lives, Gemm, GemmTransA, GemmTransB and GemmStrided on this
+// thread use `isa` (or the widest below it the CPU supports) instead of the
+// widest: the model engine's vector build (ExampleEngine::set_vector_isa)
+// then chooses its products' kernel too. Nests; not copyable.
+class ScopedGemmIsa {
+ public:
+  explicit ScopedGemmIsa(GemmIsa isa);
+  ~ScopedGemmIsa();
+  ScopedGemmIsa(const ScopedGemmIsa&) = delete;
+  ScopedGemmIsa& operator=(const ScopedGemmIsa&) = delete;
+
+ private:
+  int previous_;
+};
 
 // out[cols,rows] = in[rows,cols] transposed.
 template <typename S>

@@ -69,6 +69,7 @@ nlohmann::json RunConfig::ToJson() const {
   for (const FaultSpec& f : inject) faults.push_back(f.text);
   return {
       {"schema", kRunConfigSchema},
+      {"numerics", numerics},
       {"seed", seed},
       {"steps", steps},
       {"model",
@@ -107,6 +108,12 @@ StatusOr<RunConfig> RunConfig::FromJson(const nlohmann::json& doc, const std::st
     return Status::Corruption(source + ": not a dgrr run config (schema " + kRunConfigSchema + ")");
   }
   RunConfig rc;
+  // Runs recorded before the key existed computed with numerics version 1.
+  rc.numerics = 1;
+  if (doc.contains("numerics")) {
+    DGRR_ASSIGN_OR_RETURN(rc.numerics, c.Int("numerics", 1, 1 << 20));
+  }
+  DGRR_RETURN_IF_ERROR(CheckNumericsVersion(rc.numerics, source));
   DGRR_ASSIGN_OR_RETURN(rc.steps, c.Int("steps", 1, kMaxSteps));
   DGRR_ASSIGN_OR_RETURN(rc.seed, c.Uint64("seed"));
   DGRR_ASSIGN_OR_RETURN(const JsonObjectReader m, c.Object("model"));

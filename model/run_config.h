@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "model/numerics.h"
 #include "model/faults.h"
 #include "runtime/recording_mode.h"
 
@@ -42,6 +43,11 @@ inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
 inline constexpr double kMaxLearningRate = 1000;
 
 struct RunConfig {
+  // The arithmetic the run computed with (model/numerics.h; docs/model.md,
+  // "Numerics version"): config.json's "numerics", 1 when the key is absent.
+  // FromJson refuses any other version than this build's (exit 3): a run of
+  // another arithmetic cannot be resumed or re-executed bit for bit.
+  int64_t numerics = kNumericsVersion;
   uint64_t seed = 1;
   int64_t steps = 0;
   struct Model {

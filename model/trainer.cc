@@ -31,6 +31,7 @@
 #include "model/data_order.h"
 #include "model/gpt.h"
 #include "model/run_config.h"
+#include "model/numerics.h"
 #include "model/schedule.h"
 #include "model/train_state.h"
 #include "model/train_launch.h"

@@ -6,13 +6,17 @@
 // [[gnu::target(...)]] and [[gnu::flatten]]: everything body calls that the
 // compiler can see (the layer templates, det_math.h) is inlined into that
 // function and vectorised there with 16 (AVX-512) or 8 (AVX2) float lanes
-// instead of SSE2's 4. Bits cannot change: the compiler vectorises only
+// instead of SSE2's 4, and every Fma() (model/numerics.h) becomes one
+// vfmadd instruction. Bits cannot change: the compiler vectorises only
 // across independent elements (it never reassociates a float sum without
 // -ffast-math, and the model keeps every reduction a scalar loop), each lane
-// runs the same IEEE multiplies, adds, divides and square roots as the
-// scalar code, and -ffp-contract=off forbids fused multiply-adds in every
-// build. The golden fingerprints (tests/model/golden_test.cc) and the
-// per-ISA checks of tests/model/gpt_test.cc hold it to that.
+// runs the same IEEE multiplies, adds, divides, square roots and fused
+// multiply-adds as the scalar code, and -ffp-contract=off keeps the compiler
+// from fusing anything the source did not write as Fma(). The portable build
+// (x86-64 baseline, no FMA instructions) calls libm's fmaf for each Fma():
+// the same correctly rounded result, slowly. The golden fingerprints
+// (tests/model/golden_test.cc) and the per-ISA checks of
+// tests/model/gpt_test.cc hold it to that.
 #pragma once
 
 #include "model/matmul.h"
@@ -23,7 +27,7 @@ namespace dgrr::model {
 // Skylake-X has: without BW the compiler cannot vectorise the loops that
 // read byte masks (dropout) with 16-lane floats.
 template <typename Body>
-[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq"), gnu::flatten]] void RunWithAvx512(
+[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma"), gnu::flatten]] void RunWithAvx512(
     const Body& body) {
   body();
 }
@@ -36,7 +40,7 @@ inline bool CpuHasAvx512ForLayers() {
 }
 
 template <typename Body>
-[[gnu::target("avx2"), gnu::flatten]] void RunWithAvx2(const Body& body) {
+[[gnu::target("avx2,fma"), gnu::flatten]] void RunWithAvx2(const Body& body) {
   body();
 }
 
@@ -47,7 +51,7 @@ void RunWithIsa(GemmIsa isa, const Body& body) {
       if (CpuHasAvx512ForLayers()) return RunWithAvx512(body);
       [[fallthrough]];  // an AVX-512 CPU without BW, VL and DQ: AVX2 (it has that)
     case GemmIsa::kAvx2:
-      if (CpuSupports(GemmIsa::kAvx2)) return RunWithAvx2(body);
+      if (CpuSupports(GemmIsa::kAvx2)) return RunWithAvx2(body);  // AVX2 and FMA
       [[fallthrough]];  // asked for more than the CPU has: the same bits, no SIGILL
     case GemmIsa::kSse2: return body();
   }

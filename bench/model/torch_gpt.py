@@ -98,6 +98,9 @@ class Gpt(nn.Module):
 
 
 def loaded_blas():
+    # pip wheels (torch 2.x) carry MKL and oneDNN inside libtorch_cpu.
+    if torch.backends.mkl.is_available():
+        return "mkl (bundled)"
     with open("/proc/self/maps") as maps:
         libs = {line.split()[-1] for line in maps if "blas" in line}
     if any("openblas" in lib for lib in libs):

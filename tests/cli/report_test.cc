@@ -88,7 +88,11 @@ class ReportTest : public test_support::TempDirTest {
   }
   void TrainPair() {
     Train(Path("clean"));
-    Train(Path("flipped"), {"--inject", "bitflip:step=" + std::to_string(kFlipStep) + ",rank=1,at=" + kFlipped});
+    // Bit 22 (not the default 20): under numerics version 2 a flip of bit 20
+    // there is absorbed before the step's loss, which the page's loss notes
+    // need to differ at the flipped step.
+    Train(Path("flipped"),
+          {"--inject", "bitflip:step=" + std::to_string(kFlipStep) + ",rank=1,at=" + kFlipped + ",bit=22"});
   }
   static std::string Artifacts() {
     const std::string dir = std::string(DGRR_BINARY_DIR) + "/test-artifacts";

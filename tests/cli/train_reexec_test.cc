@@ -5,6 +5,7 @@
 // SDC check (exit 4) and a request it refuses (exit 1) keep their codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -64,6 +65,32 @@ TEST_F(TrainReexecTest, ARunWithoutALaunchRecordIsReexecutedFromItsConfig) {
   ASSERT_EQ(RunCommand({"rollback", run, "--step", "2", "--quiet"}), 0) << err_;
   EXPECT_FALSE(fs::exists(run + "/launch.json")) << "a re-execution never writes into the recorded run";
   ASSERT_EQ(RunCommand({"bisect", "--good", run, "--bad", run, "--quiet"}), 0) << err_;
+}
+
+// A run of numerics version 1 (recorded before config.json had "numerics":
+// separate multiplies and adds) cannot be continued or re-executed bit for
+// bit by this dgrr (version 2, fused multiply-add): --resume, replay and
+// rollback refuse it with exit 3 and one line naming both versions.
+TEST_F(TrainReexecTest, ARunOfAnotherNumericsVersionIsRefusedWithExitThree) {
+  const std::string run = Path("v1");
+  Train(run, {"--quiet"});
+  const std::string config = run + "/config.json";
+  auto text = ReadFileToString(config);
+  ASSERT_TRUE(text.ok());
+  nlohmann::json j = nlohmann::json::parse(*text);
+  ASSERT_EQ(j.at("numerics"), 2);
+  j.erase("numerics");
+  ASSERT_TRUE(WriteFileAtomically(config, j.dump(2)).ok());
+  const std::vector<std::vector<std::string>> commands = {
+      {"train", "--out", run, "--resume", "--quiet"}, {"replay", run}, {"rollback", run, "--step", "2"}};
+  for (const auto& args : commands) {
+    EXPECT_EQ(RunCommand(args), 3) << args[0] << ": " << err_;
+    EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << args[0] << ": " << err_;
+    EXPECT_NE(err_.find("recorded with numerics version 1 (separate multiply and add); this dgrr computes "
+                        "numerics version 2 (fused multiply-add)"),
+              std::string::npos)
+        << args[0] << ": " << err_;
+  }
 }
 
 TEST_F(TrainReexecTest, AMovedRunIsReexecutedWhereItIsNow) {

@@ -78,6 +78,76 @@ TEST(DetMath, ExpBranchFreeEqualsBranchingBitForBit) {
   EXPECT_EQ(mismatches, 0u) << "of " << xs.size() << (avx512 ? " (scalar and AVX-512)" : "");
 }
 
+// The element functions compiled for the vector builds (vfmadd, 8 or 16
+// lanes) against this file's portable scalar build (libm's fmaf for every
+// fma), bit for bit over every 1021st float: host libraries never decide a
+// result.
+[[gnu::target("avx2,fma")]] void ElementFunctionsAvx2(float* e, float* t, float* l, const float* in,
+                                                      size_t n) {
+  for (size_t i = 0; i < n; ++i) e[i] = ExpF(in[i]);
+  for (size_t i = 0; i < n; ++i) t[i] = TanhF(in[i]);
+  for (size_t i = 0; i < n; ++i) l[i] = LogF(in[i]);
+}
+[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")]] void ElementFunctionsAvx512(
+    float* e, float* t, float* l, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) e[i] = ExpF(in[i]);
+  for (size_t i = 0; i < n; ++i) t[i] = TanhF(in[i]);
+  for (size_t i = 0; i < n; ++i) l[i] = LogF(in[i]);
+}
+
+TEST(DetMath, VectorBuildsEqualThePortableBuildBitForBit) {
+  const std::vector<float> xs = ExpInputs();
+  const size_t n = xs.size();
+  std::vector<float> e(n), t(n), l(n);
+  for (size_t i = 0; i < n; ++i) {
+    e[i] = ExpF(xs[i]);
+    t[i] = TanhF(xs[i]);
+    l[i] = LogF(xs[i]);
+  }
+  int builds = 0;
+  for (int build = 0; build < 2; ++build) {
+    std::vector<float> ve(n), vt(n), vl(n);
+    if (build == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      ElementFunctionsAvx2(ve.data(), vt.data(), vl.data(), xs.data(), n);
+    } else if (build == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      ElementFunctionsAvx512(ve.data(), vt.data(), vl.data(), xs.data(), n);
+    } else {
+      continue;
+    }
+    ++builds;
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (Bits(ve[i]) != Bits(e[i]) || Bits(vt[i]) != Bits(t[i]) || Bits(vl[i]) != Bits(l[i])) {
+        if (++mismatches <= 5) ADD_FAILURE() << "build " << build << " x bits " << std::hex << Bits(xs[i]);
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << "build " << build;
+  }
+  RecordProperty("vector_builds", builds);
+}
+
+// The polynomials' steps are fused: ExpF at a point where the fused and the
+// unfused Horner steps round differently gives the fused result. (A regression
+// to a separate multiply and add changes some of these bits.)
+TEST(DetMath, HornerStepsAreFused) {
+  size_t differ = 0, n = 0;
+  for (float x = -10.0f; x < 10.0f; x += 0.001f, ++n) {
+    constexpr float kRound = 12582912.0f;
+    const float k = std::fma(x, 1.44269504088896341f, kRound) - kRound;
+    const float r = std::fma(-k, 1.42860682030941723e-06f, std::fma(-k, 0.693145751953125f, x));
+    float fused = 1.0f / 5040.0f, plain = fused;
+    for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) {
+      fused = std::fma(fused, r, c);
+      plain = plain * r + c;  // -ffp-contract=off: two roundings
+    }
+    const float want = std::ldexp(fused, static_cast<int>(k));
+    ASSERT_EQ(Bits(ExpF(x)), Bits(want)) << x;
+    differ += Bits(fused) != Bits(plain);
+  }
+  EXPECT_GT(differ, n / 100) << "the sample should tell fused from unfused steps apart";
+}
+
 TEST(DetMath, TanhAbsoluteError) {
   double worst = 0;
   for (float u = -12.0f; u < 12.0f; u += 0.00731f) {

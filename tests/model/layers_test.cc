@@ -113,7 +113,7 @@ TEST(LayersGradient, Attention) { CheckAttention(false); }
 TEST(LayersGradient, AttentionWithDropout) { CheckAttention(true); }
 
 // The causal products against the plain loops the attention used before
-// (each sum in ascending k over the causal range only), bit for bit, for
+// (each sum in ascending k over the causal range only, one fma per term), bit for bit, for
 // sizes below, at and across the row block; an infinity outside the causal
 // range of A must not reach c (it would as 0 * inf = NaN if those terms were
 // formed).
@@ -134,8 +134,8 @@ TEST(CausalProduct, EqualsThePlainCausalLoopBitForBit) {
     for (int m = 0; m < T; ++m) {
       for (int n = 0; n < N; ++n) {
         float want_lower = 0.0f, want_upper = 0.0f;
-        for (int k = 0; k <= m; ++k) want_lower += a[m * T + k] * b[k * ld + n];
-        for (int k = m; k < T; ++k) want_upper += a[k * T + m] * b[k * ld + n];
+        for (int k = 0; k <= m; ++k) want_lower = std::fma(a[m * T + k], b[k * ld + n], want_lower);
+        for (int k = m; k < T; ++k) want_upper = std::fma(a[k * T + m], b[k * ld + n], want_upper);
         ASSERT_EQ(want_lower, lower[m * ld + n]) << "T " << T << " m " << m << " n " << n;
         ASSERT_EQ(want_upper, upper[m * ld + n]) << "T " << T << " m " << m << " n " << n;
       }

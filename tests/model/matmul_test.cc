@@ -133,6 +133,57 @@ TEST(Matmul, SpecialValuesAgreeAcrossIsas) {
   }
 }
 
+// Each term is ONE fused multiply-add: x = 1 + 2^-23 squared is
+// 1 + 2^-22 + 2^-46, and fma(x, x, -(1 + 2^-22)) keeps the 2^-46 that a
+// separate multiply would round away. Every instruction set (full vectors and
+// ragged lanes, every row of a tile), the reference loop and the plain entry
+// points under ScopedGemmIsa compute it.
+TEST(Matmul, EveryTermIsOneFusedMultiplyAdd) {
+  const float x = 1.0f + 0x1.0p-23f, minus = -(1.0f + 0x1.0p-22f);
+  for (int M : {1, 7}) {
+    for (int N : {1, 5, 16, 40}) {
+      const std::vector<float> a(M, x), b(N, x);
+      std::vector<float> want(static_cast<size_t>(M) * N, minus);
+      MatmulReference(want.data(), a.data(), b.data(), M, 1, N, /*accumulate=*/true);
+      for (float v : want) ASSERT_EQ(v, 0x1.0p-46f) << "reference M=" << M << " N=" << N;
+      for (GemmIsa isa : SupportedIsas()) {
+        std::vector<float> c(want.size(), minus);
+        GemmFloatWith(isa, c.data(), a.data(), b.data(), M, 1, N, /*accumulate=*/true);
+        EXPECT_EQ(c, want) << GemmIsaName(isa) << " M=" << M << " N=" << N;
+        std::vector<float> scoped(want.size(), minus);
+        const ScopedGemmIsa chosen(isa);
+        Gemm(scoped.data(), a.data(), b.data(), M, 1, N, /*accumulate=*/true);
+        EXPECT_EQ(scoped, want) << GemmIsaName(isa) << " scoped, M=" << M << " N=" << N;
+      }
+    }
+  }
+}
+
+// ScopedGemmIsa picks the kernel of the plain entry points on its thread and
+// restores the previous choice when it ends (checked through the portable
+// kernel's bits, which every kernel shares, and through nesting).
+TEST(Matmul, ScopedIsaNestsAndEveryChoiceGivesTheSameBits) {
+  const int M = 13, K = 300, N = 45;
+  const auto a = RandomVector<float>(static_cast<size_t>(M) * K, 41);
+  const auto b = RandomVector<float>(static_cast<size_t>(K) * N, 42);
+  std::vector<float> want(static_cast<size_t>(M) * N);
+  MatmulReference(want.data(), a.data(), b.data(), M, K, N, false, false, true);
+  for (GemmIsa outer : {GemmIsa::kSse2, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    const ScopedGemmIsa o(outer);
+    for (GemmIsa inner : {GemmIsa::kSse2, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+      std::vector<float> got(want.size());
+      {
+        const ScopedGemmIsa i(inner);
+        GemmTransB(got.data(), a.data(), b.data(), M, K, N, false);
+      }
+      EXPECT_EQ(got, want) << GemmIsaName(outer) << "/" << GemmIsaName(inner);
+      std::vector<float> after(want.size());
+      GemmTransB(after.data(), a.data(), b.data(), M, K, N, false);
+      EXPECT_EQ(after, want) << GemmIsaName(outer);
+    }
+  }
+}
+
 // Stacking examples' rows into one call gives each row the bits it gets in a
 // call of its own: what lets the model multiply a whole block of examples at
 // once without changing any example's result.

@@ -18,7 +18,8 @@ namespace {
 // What `dgrr train --out RUN --steps 3 --ranks 2 --batch 4 --lr 0.003 --mode sdc
 // --ckpt-every 1 --audit-every 2 --inject bitflip:step=1,rank=0,at=block0.attn.qkv.out
 // --inject reduce-order:step=2` wrote into config.json before the codec existed
-// (copied from such a run's file).
+// (copied from such a run's file), with the numerics version that one fma per
+// product term brought (model/numerics.h) added.
 constexpr const char* kRecordedConfig = R"({
   "audit_every": 2,
   "batch": 4,
@@ -43,6 +44,7 @@ constexpr const char* kRecordedConfig = R"({
     "resid_dropout": 0.05000000074505806,
     "seq": 16
   },
+  "numerics": 2,
   "optimizer": {
     "grad_clip": 1.0,
     "lr": 0.003000000026077032,

@@ -15,6 +15,8 @@
 
 #include "base/file.h"
 #include "checkpoint/checkpoint_file.h"
+#include "model/launch.h"
+#include "model/numerics.h"
 #include "runtime/inprocess_communicator.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
@@ -664,6 +666,50 @@ TEST_F(AuditTest, AuditSettingIsRecordedInConfigAndReadBack) {
   auto t = Trainer::Create(bad);
   ASSERT_FALSE(t.ok());
   EXPECT_TRUE(t.status().IsInvalidArgument()) << t.status().ToString();
+}
+
+// config.json records the numerics version (model/numerics.h); a run of
+// another version, or one recorded before the key existed (version 1,
+// separate multiply and add), is refused for resume and re-execution: one
+// Corruption (exit 3) naming both versions.
+TEST_F(TrainerTest, RunOfAnotherNumericsVersionIsRefusedForResumeAndReexecution) {
+  TrainOptions o = Options("numerics");
+  o.steps = 2;
+  o.ckpt_every = 1;
+  Train(o);
+  const std::string path = ConfigPathFor(o.out_dir);
+  auto text = ReadFileToString(path, 1 << 20);
+  ASSERT_TRUE(text.ok());
+  nlohmann::json j = nlohmann::json::parse(*text);
+  ASSERT_EQ(j.at("numerics"), kNumericsVersion);
+  ASSERT_TRUE(TrainOptionsFromRun(o.out_dir).ok());
+  for (int recorded : {0, 1, 3}) {
+    if (recorded == 0) {
+      j.erase("numerics");  // a run recorded before the key: version 1
+    } else {
+      j["numerics"] = recorded;
+    }
+    ASSERT_TRUE(WriteFileAtomically(path, j.dump()).ok());
+    const std::string version = "numerics version " + std::to_string(recorded == 0 ? 1 : recorded);
+    auto read = TrainOptionsFromRun(o.out_dir);
+    ASSERT_FALSE(read.ok());
+    EXPECT_TRUE(read.status().IsCorruption()) << read.status().ToString();
+    const std::string message(read.status().message());
+    EXPECT_NE(message.find(path + ": the run was recorded with " + version), std::string::npos) << message;
+    EXPECT_NE(message.find("this dgrr computes numerics version " + std::to_string(kNumericsVersion)),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    // --resume and the re-execution of replay, rollback and bisect.
+    TrainOptions resume = Options("numerics");
+    resume.resume = true;
+    auto t = Trainer::Create(resume);
+    ASSERT_FALSE(t.ok());
+    EXPECT_TRUE(t.status().IsCorruption()) << t.status().ToString();
+    auto launch = LaunchOfRun(o.out_dir);
+    ASSERT_FALSE(launch.ok());
+    EXPECT_TRUE(launch.status().IsCorruption()) << launch.status().ToString();
+  }
 }
 
 // A flip in rank 1's backward pass (an activation gradient, before the
