@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "base/coding.h"
 #include "base/environment.h"
@@ -433,6 +435,72 @@ StatusOr<LaunchRecord> InterpreterFromOurPath(const std::string& run_dir, const 
   return out;
 }
 
+// What a run directory holds, to tell afterwards whether the re-executed
+// program changed it: every regular file and symlink below it (but `skip`,
+// the re-execution's own directory when it lies inside) by its path, with
+// size, modification time and inode. A re-executed program must write only
+// where its control file says (`session.run_dir`); a script that writes its
+// own files into the directory its command line names (a replay of a script
+// overwrote the original run's own ckpt.pt) is caught here. At most
+// kMaxSnapshotEntries entries: beyond that the check is not made.
+struct DirEntryState {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t inode = 0;
+  bool operator==(const DirEntryState&) const = default;
+};
+using DirSnapshot = std::map<std::string, DirEntryState>;
+constexpr size_t kMaxSnapshotEntries = 200000;
+
+std::optional<DirSnapshot> SnapshotRunDir(const std::string& run_dir, const std::string& skip) {
+  namespace fs = std::filesystem;
+  DirSnapshot snapshot;
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(run_dir, ec);
+  const fs::path skipped = fs::weakly_canonical(skip, ec);
+  fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+  if (ec) return std::nullopt;
+  for (; it != end; it.increment(ec)) {
+    if (ec) return std::nullopt;
+    if (it->path() == skipped) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+    if (snapshot.size() >= kMaxSnapshotEntries) return std::nullopt;
+    snapshot[it->path().lexically_relative(root).string()] = {
+        static_cast<uint64_t>(st.st_size), int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+        static_cast<uint64_t>(st.st_ino)};
+  }
+  return snapshot;
+}
+
+Status CheckRunDirUnchanged(const std::string& run_dir, const DirSnapshot& before, const std::string& skip) {
+  std::optional<DirSnapshot> after = SnapshotRunDir(run_dir, skip);
+  if (!after) return Status::OK();
+  std::vector<std::string> changes;
+  for (const auto& [path, state] : before) {
+    auto it = after->find(path);
+    if (it == after->end()) {
+      changes.push_back(path + " (removed)");
+    } else if (!(it->second == state)) {
+      changes.push_back(path + " (modified)");
+    }
+  }
+  for (const auto& [path, state] : *after) {
+    if (!before.count(path)) changes.push_back(path + " (added)");
+  }
+  if (changes.empty()) return Status::OK();
+  std::string named;
+  for (size_t i = 0; i < changes.size() && i < 5; ++i) named += (i ? ", " : "") + changes[i];
+  if (changes.size() > 5) named += " and " + std::to_string(changes.size() - 5) + " more";
+  return Status::IntegrityFailure(
+      "the re-executed program changed the run it replays, " + run_dir + ": " + named +
+      "; under a control file a program must write only below its session's run_dir "
+      "(docs/control-file.md; Python: session.run_dir, docs/python.md)");
+}
+
 }  // namespace
 
 StatusOr<int> RecordedWorldSize(const std::string& run_dir) {
@@ -463,8 +531,15 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   }
   // One rank of an MPI job: the job is started again, under mpirun.
   DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, launch, world_size));
-  DGRR_RETURN_IF_ERROR(CheckDigest(interpreter_note.empty() ? "executable" : "interpreter found on your PATH",
-                                   launch.executable, launch.executable_xxh3, options.allow_changed_program));
+  if (Status s = CheckDigest(interpreter_note.empty() ? "executable" : "interpreter found on your PATH",
+                             launch.executable, launch.executable_xxh3, options.allow_changed_program);
+      !s.ok()) {
+    if (interpreter_note.empty()) return s;
+    // Usually another interpreter of the same name first on PATH (a venv not
+    // activated, a pyenv shim): say how to get the recorded one.
+    return Status::IntegrityFailure(s.message() + ", put the recording's interpreter (" + result.launch.executable +
+                                    ") first on your PATH, or pass --trust to run it as recorded");
+  }
   if (!launch.script.empty()) {
     DGRR_RETURN_IF_ERROR(CheckDigest("script", launch.script, launch.script_xxh3, options.allow_changed_program));
   }
@@ -519,6 +594,7 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
     }
     options.preview(lines, child_start.security_relevant);
   }
+  const std::optional<DirSnapshot> before = SnapshotRunDir(run_dir, result.out_dir);
   DGRR_ASSIGN_OR_RETURN(Launched child, Spawn(start, child_start.environment));
   forwarding.Attach(child.pid);
   OutputSink sink(log.get(), options.output);
@@ -527,6 +603,7 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   DGRR_RETURN_IF_ERROR(exit_code.status());
   DGRR_RETURN_IF_ERROR(closed);
   result.exit_code = *exit_code;
+  if (before) DGRR_RETURN_IF_ERROR(CheckRunDirUnchanged(run_dir, *before, result.out_dir));
   DGRR_RETURN_IF_ERROR(CollectResults(world_size, result));
   return result;
 }

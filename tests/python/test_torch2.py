@@ -180,3 +180,61 @@ def test_an_unsupported_torch_is_refused_in_one_line(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last == ("ImportError: dgrr.torch: torch 1.12.1 is not supported; dgrr.torch needs torch "
                     + dt.SUPPORTED_TORCH)
+
+
+OWN_FILES_SCRIPT = r'''
+import os, sys
+import numpy as np
+import dgrr
+run_dir, where = sys.argv[1], sys.argv[2]
+w = np.ones(4, dtype=np.float32)
+with dgrr.open(run_dir=run_dir, seed=5, checkpoint_every=1, total_steps=4) as s:
+    s.register_state("w", w, "parameter")
+    out = s.declare_boundary("w.next", "optimizer", "output", "optimizer")
+    for step in range(s.resume(), 4):
+        s.begin_step(step)
+        w *= np.float32(0.5)
+        w += np.float32(step)
+        s.record(out, w, first_example=step, count=1)
+        s.end_step(step, float(w[0]))
+        # The script's own checkpoint file, as many scripts keep one.
+        own = s.run_dir if where == "session" else run_dir
+        with open(os.path.join(own, "own.ckpt"), "w") as f:
+            f.write(f"step {step} w {w.tolist()}\n")
+        if s.should_checkpoint(step):
+            s.checkpoint(step)
+        if s.should_stop(step):
+            break
+'''
+
+
+def tree_bytes(root):
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+@pytest.mark.parametrize("where", ["session", "argv"])
+def test_a_replay_leaves_the_original_run_as_it_was_or_names_what_changed(tmp_path, where):
+    script = tmp_path / "own_files.py"
+    script.write_text(OWN_FILES_SCRIPT)
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, str(script), str(run), where], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    before = tree_bytes(run)
+    assert "own.ckpt" in before and before["own.ckpt"].startswith(b"step 3 ")
+    r = subprocess.run([CLI, "replay", str(run), "--from", "1", "--to", "2", "-q"],
+                       capture_output=True, text=True)
+    if where == "session":
+        # Written where the session says: the original run is byte for byte as it was.
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert tree_bytes(run) == before
+    else:
+        # Written into the directory its command line names: the replay
+        # overwrote the original's own file, and says so (exit 5, the file named).
+        assert r.returncode == 5, r.stdout + r.stderr
+        assert "own.ckpt (modified)" in r.stderr and "changed the run it replays" in r.stderr, r.stderr
