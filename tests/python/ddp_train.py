@@ -5,7 +5,7 @@ communication hook (dgrr.distributed.CanonicalReducer).
     torchrun --nproc-per-node N ddp_train.py RUN_DIR [--mode rank|leaf|ddp]
              [--steps S] [--ckpt-every K] [--leaf L] [--params-out FILE]
              [--grads-out FILE] [--flip-bit MODULE@STEP] [--flip-rank R]
-             [--fail-at STEP]
+             [--fail-at STEP] [--corrupt-at STEP]
 
 --mode rank: one leaf per rank (plain: bits fixed at a fixed world size);
 leaf: the model wrapped in LeafChunked(model, L), leaves of L examples
@@ -13,6 +13,8 @@ leaf: the model wrapped in LeafChunked(model, L), leaves of L examples
 baseline; not recorded as a collective). --grads-out: rank 0 writes, every
 step, the reduced gradients and every rank's local gradient (gathered with
 torch.distributed, mode rank only), so the test can redo the sum itself.
+--fail-at raises on rank --flip-rank at STEP; --corrupt-at flips a bit of its
+fc1.weight after STEP's update (the per-step check must name the rank).
 DGRR_TEST_KILL_AFTER_STEP=K SIGKILLs rank --flip-rank after step K.
 """
 
@@ -41,6 +43,8 @@ def main():
     ap.add_argument("--flip-bit", default="", help="MODULE@STEP")
     ap.add_argument("--flip-rank", type=int, default=0)
     ap.add_argument("--fail-at", type=int, default=-1)
+    ap.add_argument("--corrupt-at", type=int, default=-1,
+                    help="flip a bit of fc1.weight on --flip-rank after this step's update")
     ap.add_argument("--params-out", default="")
     ap.add_argument("--grads-out", default="")
     args = ap.parse_args()
@@ -111,6 +115,9 @@ def main():
                 reduced = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
                 grads_log.append(torch.stack(gathered + [reduced]).numpy().copy())
             optimizer.step()
+            if step == args.corrupt_at and rank == args.flip_rank:
+                with torch.no_grad():   # silent data corruption on one rank
+                    model.fc1.weight.view(-1)[:1].view(torch.int32).bitwise_xor_(1 << 20)
             session.end_step(step, loss.item())
             if session.should_checkpoint(step):
                 session.checkpoint(step)
