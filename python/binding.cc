@@ -1634,6 +1634,7 @@ PYBIND11_MODULE(_dgrr, m) {
       },
       py::arg("rank"), py::arg("size"), py::arg("name"), py::arg("ops"),
       "A communicator whose byte collectives call ops's methods (dgrr.distributed).");
+  DefineTreeReduce(m);
   m.attr("have_mpi") =
 #if defined(DGRR_HAVE_MPI)
       true;

@@ -2,8 +2,8 @@
 // python/python_communicator.h.
 #include "python/python_communicator.h"
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -11,7 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include <pybind11/numpy.h>
+
 #include "base/status.h"
+#include "runtime/tree_reduce.h"
 
 namespace py = pybind11;
 
@@ -141,6 +144,27 @@ class PythonCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> MakePythonCommunicator(int rank, int size, std::string name, py::object ops) {
   return std::make_unique<PythonCommunicator>(rank, size, std::move(name), std::move(ops));
+}
+
+void DefineTreeReduce(py::module_& m) {
+  m.def(
+      "tree_reduce",
+      [](py::array rows, int threads) {
+        if (!py::isinstance<py::array_t<float>>(rows) || rows.ndim() != 2 ||
+            (rows.flags() & py::array::c_style) == 0 || !rows.writeable()) {
+          throw py::value_error("tree_reduce: rows must be a writable C-contiguous 2-D float32 array");
+        }
+        const size_t count = static_cast<size_t>(rows.shape(0));
+        const size_t n = static_cast<size_t>(rows.shape(1));
+        if (count == 0) throw py::value_error("tree_reduce: no rows");
+        float* base = static_cast<float*>(rows.mutable_data());
+        std::vector<float*> buffers(count);
+        for (size_t r = 0; r < count; ++r) buffers[r] = base + r * n;
+        py::gil_scoped_release release;
+        TreeReduceInPlace(buffers, n, threads < 1 ? 1 : threads);
+      },
+      py::arg("rows"), py::arg("threads") = 1,
+      "Row 0 = the canonical tree sum of the rows (float32; the others are clobbered).");
 }
 
 }  // namespace dgrr::python

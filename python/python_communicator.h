@@ -27,4 +27,10 @@ namespace dgrr::python {
 std::unique_ptr<Communicator> MakePythonCommunicator(int rank, int size, std::string name,
                                                      pybind11::object ops);
 
+// Defines dgrr._dgrr.tree_reduce(rows, threads=1): the canonical tree sum
+// (runtime/tree_reduce.h) of the rows of a C-contiguous float32 NumPy array,
+// into row 0 (the other rows are clobbered). dgrr.distributed combines the
+// ranks' gathered node sums with it.
+void DefineTreeReduce(pybind11::module_& m);
+
 }  // namespace dgrr::python

@@ -101,7 +101,7 @@ def child(args):
             ratios = [a / b for a, b in zip(times[m], times["ddp"])]
             print(f"{m:5s} / ddp  ratio median {statistics.median(ratios):.3f}  "
                   f"(range {min(ratios):.3f} .. {max(ratios):.3f}, {len(ratios)} rounds)")
-    dist.destroy_process_group()
+    dgrr.distributed.shutdown()
 
 
 def main():

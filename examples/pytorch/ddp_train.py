@@ -17,7 +17,6 @@ continues from its newest checkpoint.
 import argparse
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 import dgrr                      # dgrr
@@ -95,7 +94,7 @@ def main():
                 session.checkpoint(step)                                         # dgrr
             if rank == 0 and step % 10 == 0:
                 print(f"step {step}: loss {loss.item():.4f} (rank 0's share)", flush=True)
-    dist.destroy_process_group()
+    dgrr.distributed.shutdown()                                              # dgrr
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ Three pieces:
 import datetime as _datetime
 import os as _os
 import sys as _sys
-import weakref as _weakref
 
 import torch as _torch
 import torch.distributed as _dist
@@ -48,8 +47,8 @@ import dgrr as _dgrr_pkg
 from . import _dgrr
 from ._dgrr import FailedPreconditionError, InvalidArgumentError
 
-__all__ = ["communicator", "open", "init_process_group", "CanonicalReducer", "canonical_hook",
-           "LeafChunked", "MODES"]
+__all__ = ["communicator", "open", "init_process_group", "shutdown", "CanonicalReducer",
+           "canonical_hook", "LeafChunked", "MODES"]
 
 MODES = ("rank", "leaf")
 
@@ -221,6 +220,27 @@ def communicator(group=None):
     return comm
 
 
+def shutdown():
+    """Ends torch.distributed for this process: a barrier, a pause with the
+    GIL released, then destroy_process_group(). Call it at the end of the
+    script, after the session closed, instead of destroy_process_group().
+
+    Why the pause: a gloo worker thread frees a finished collective's tensors
+    after the collective has completed, and for tensors made in Python (every
+    collective dgrr.distributed issues) that takes the GIL. If the program
+    then drops the process group while holding the GIL (a DDP module's
+    Reducer is freed at exit, and torch 2.11 joins gloo's threads from that
+    deallocation without releasing the GIL), the two wait for each other
+    forever; seen on a loaded machine about once in four 4-process jobs. The
+    pause lets those threads finish first."""
+    import time
+    if _dist.is_available() and _dist.is_initialized():
+        _dist.barrier()
+        time.sleep(0.5)
+        _dist.destroy_process_group()
+        time.sleep(0.1)
+
+
 def open(run_dir, seed, group=None, **kwargs):
     """dgrr.open over torch.distributed: rank and world size from the process
     group (torchrun's RANK and WORLD_SIZE), the per-step check that the
@@ -367,12 +387,14 @@ class CanonicalReducer:
     1/world size (DDP's own convention: each rank's loss is a mean over its
     examples). threads: for the canonical tree's arithmetic.
 
-    The hook runs each bucket's reduction synchronously (the future it
-    returns is complete), in bucket order, which DDP keeps alike on every
-    rank. Buckets must be float32 CPU tensors."""
+    Each bucket's collective is started in bucket order (which DDP keeps
+    alike on every rank) and runs while the backward goes on; the tree over
+    the gathered node sums runs when it completes, and once DDP's backward
+    is over the reduced gradients are recorded on the training thread.
+    Buckets must be float32 CPU tensors."""
 
     def __init__(self, communicator, inst=None, batch=None, mode="rank", leaf_size=None,
-                 chunked=None, mean=True, threads=1):
+                 chunked=None, mean=True, threads=1, group=None):
         if mode not in MODES:
             raise InvalidArgumentError(
                 f"dgrr.distributed.CanonicalReducer: mode {mode!r} is not one of {MODES}")
@@ -408,6 +430,8 @@ class CanonicalReducer:
             self.leaves_total, self.first_leaf, self.end_leaf = self.world, self.rank, self.rank + 1
         self.batch_examples = None    # (first, count) of the step's global batch
         self._reduced = {}            # parameter -> its reduced gradient (a view of a bucket result)
+        self._futures = []            # this backward's bucket futures
+        self.group = group            # the torch.distributed group `communicator` runs on
         self._names = None
         if inst is not None:
             # The reduced gradients are recorded here (phase collective); the
@@ -450,8 +474,19 @@ class CanonicalReducer:
         ddp.register_comm_hook(self, canonical_hook)
         return ddp
 
+    def _aligned(self):
+        """Whether every rank's leaves form a node of the canonical tree of
+        the same size (an aligned block of a power of two leaves, as in mode
+        rank, or mode leaf with leaves/world a power of two): then a rank
+        pre-reduces its block, one all_gather hands every rank the blocks'
+        sums, and the tree over those sums is the tree over all leaves
+        (runtime/tree_reduce.h). Otherwise the general CanonicalAllReduce
+        (an all_to_all and two all_gathers) runs."""
+        local = self.end_leaf - self.first_leaf
+        return self.leaves_total % self.world == 0 and local >= 1 and local & (local - 1) == 0
+
     def reduce(self, bucket):
-        """The bucket's reduced gradient, as a new float32 tensor."""
+        """A future of the bucket's reduced gradient (a new float32 tensor)."""
         buf = bucket.buffer()
         if buf.dtype != _torch.float32 or buf.device.type != "cpu":
             raise InvalidArgumentError(
@@ -466,9 +501,8 @@ class CanonicalReducer:
         if offset != n:
             raise InvalidArgumentError(
                 f"dgrr.distributed: a DDP bucket of {n} values holds parameters of {offset}")
-        out = _torch.empty(n, dtype=_torch.float32)
         if self.mode == "rank":
-            leaves = buf.detach().reshape(1, n).clone()
+            leaves = buf.detach().reshape(1, n)
         else:
             local = self.end_leaf - self.first_leaf
             chunked = self.chunked
@@ -484,17 +518,55 @@ class CanonicalReducer:
                     leaves[:, o:o + p.numel()].zero_()
                 else:
                     leaves[:, o:o + p.numel()].copy_(g.reshape(local, -1))
-        self.comm.canonical_all_reduce(leaves, self.first_leaf, self.leaves_total, out, self.threads)
+        if self._aligned():
+            if leaves.shape[0] > 1:
+                if leaves.data_ptr() == buf.data_ptr():
+                    leaves = leaves.clone()
+                _dgrr.tree_reduce(leaves.numpy(), self.threads)
+            node = leaves[0]
+            if self.world == 1:
+                fut = _torch.futures.Future()
+                fut.set_result(None)
+                gathered = node.reshape(1, n).clone()
+            else:
+                gathered = _torch.empty((self.world, n), dtype=_torch.float32)
+                fut = _dist.all_gather(list(gathered.unbind(0)), node, group=self.group,
+                                       async_op=True).get_future()
+
+            def finish(_, gathered=gathered):
+                if gathered.shape[0] > 1:
+                    _dgrr.tree_reduce(gathered.numpy(), self.threads)
+                return self._finish(gathered[0], params, offsets)
+            result = fut.then(finish)
+        else:
+            out = _torch.empty(n, dtype=_torch.float32)
+            if leaves.data_ptr() == buf.data_ptr():
+                leaves = leaves.clone()       # canonical_all_reduce clobbers its leaves
+            self.comm.canonical_all_reduce(leaves, self.first_leaf, self.leaves_total, out, self.threads)
+            result = _torch.futures.Future()
+            result.set_result(self._finish(out, params, offsets))
+        self._futures.append(result)
+        if bucket.is_last():
+            # Recorded once DDP's backward is over, on the training thread
+            # (the futures' callbacks run on gloo's).
+            _torch.autograd.Variable._execution_engine.queue_callback(self._after_backward)
+        return result
+
+    def _finish(self, out, params, offsets):
         if self.mean and self.world > 1:
             out.mul_(1.0 / self.world)
         for p, o in zip(params, offsets):
             self._reduced[p] = out[o:o + p.numel()].view_as(p)
-        if bucket.is_last():
-            if self.inst is not None and self.batch_examples is not None:
-                # The update that follows is the whole batch's.
-                self.inst.examples = self.batch_examples
-            self._record()
         return out
+
+    def _after_backward(self):
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.wait()
+        if self.inst is not None and self.batch_examples is not None:
+            # The update that follows is the whole batch's.
+            self.inst.examples = self.batch_examples
+        self._record()
 
     def _record(self):
         inst = self.inst
@@ -511,10 +583,10 @@ class CanonicalReducer:
 
 def canonical_hook(state, bucket):
     """DDP communication hook: `state` is a CanonicalReducer. Returns a
-    completed future of the bucket's reduced gradient."""
-    fut = _torch.futures.Future()
+    future of the bucket's reduced gradient."""
     try:
-        fut.set_result(state.reduce(bucket))
+        return state.reduce(bucket)
     except Exception as e:  # noqa: BLE001  (handed to DDP, which raises it in backward)
+        fut = _torch.futures.Future()
         fut.set_exception(e)
-    return fut
+        return fut

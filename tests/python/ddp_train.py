@@ -135,7 +135,7 @@ def main():
     if rank == 0 and args.grads_out:
         np.save(args.grads_out, np.stack(grads_log))
     print(f"rank {rank} of {world}: started at step {start}", flush=True)
-    dist.destroy_process_group()
+    dgrr.distributed.shutdown()
 
 
 if __name__ == "__main__":
