@@ -2,7 +2,7 @@
 dgrr's communication hook (dgrr.distributed, ddp_train.py: the tiny MLP, 4
 steps of Adam, batch 16):
 
-- mode leaf (LeafChunked, leaves of 4 examples): 1, 2 and 4 processes end
+- mode leaf (LeafChunked, leaves of 4 examples): 1, 2, 3 and 4 processes end
   with the same parameters and Adam state, bit for bit, and `dgrr compare`
   certifies them as one logical run, every boundary compared;
 - mode rank (plain, one leaf per rank): two runs at 2 processes end bitwise
@@ -76,8 +76,11 @@ def leaf_one(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("processes", [2, 4])
-def test_leaf_mode_is_bitwise_the_same_for_1_2_and_4_processes(leaf_one, tmp_path, processes):
+# 2 and 4: each rank's leaves are an aligned node of the tree (one all_gather
+# per bucket); 3: they are not (leaves [0,1), [1,2), [2,4)), and the general
+# CanonicalAllReduce runs through the torch.distributed communicator.
+@pytest.mark.parametrize("processes", [2, 3, 4])
+def test_leaf_mode_is_bitwise_the_same_for_1_2_3_and_4_processes(leaf_one, tmp_path, processes):
     r = torchrun_ok(processes, tmp_path / "run", "--mode", "leaf", "--ckpt-every", "2",
                     "--params-out", str(tmp_path / "final.npz"))
     assert f"rank {processes - 1} of {processes}: started at step 0" in r.stdout, r.stdout
