@@ -30,6 +30,7 @@
 #include "base/status.h"
 #include "fingerprint/tensor.h"
 #include "model/corpus.h"
+#include "python/python_communicator.h"
 #include "python/torch_access.h"
 #include "rng/distributions.h"
 #include "rng/rng_streams.h"
@@ -1623,6 +1624,17 @@ PYBIND11_MODULE(_dgrr, m) {
            "Ends the whole job (MPI_Abort with the CLI's exit code for `code`).")
       .def("close", &PyCommunicator::Close);
   m.def("_open_communicator", &OpenCommunicator, py::arg("backend") = "auto");
+  m.def(
+      "_open_python_communicator",
+      [](int rank, int size, const std::string& name, py::object ops) {
+        if (size < 1 || rank < 0 || rank >= size) {
+          ThrowInvalid("rank " + std::to_string(rank) + " of " + std::to_string(size) + " is not a rank");
+        }
+        return std::make_unique<PyCommunicator>(MakePythonCommunicator(rank, size, name, std::move(ops)));
+      },
+      py::arg("rank"), py::arg("size"), py::arg("name"), py::arg("ops"),
+      "A communicator whose byte collectives call ops's methods (dgrr.distributed).");
+  DefineTreeReduce(m);
   m.attr("have_mpi") =
 #if defined(DGRR_HAVE_MPI)
       true;
