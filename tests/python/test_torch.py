@@ -425,7 +425,7 @@ def one_recorded_step(run_dir, with_copies):
             saved = io.BytesIO()
             torch.save(model, saved)
             saved.seek(0)
-            copies = [copy.deepcopy(model), torch.load(saved)]
+            copies = [copy.deepcopy(model), torch.load(saved, weights_only=False)]  # a whole model (torch >= 2.6 loads weights only by default)
             for other in copies:
                 other(x).square().mean().backward()
             # The copies are not instrumented: each may be, on its own.
