@@ -7,9 +7,9 @@
 # Google Benchmark binaries write JSON to OUT_DIR (default BUILD_DIR/bench-results)
 # and a table to the terminal; the recording-overhead run pairs every
 # recording mode with --mode off on tiny and small. The PyTorch comparisons
-# (bench/model/compare_torch.sh, bench/fingerprint/compare_torch.sh) run when
-# /usr/bin/python3 has torch (scripts/install-bench-deps.sh installs it) and
-# are skipped with a line saying so otherwise.
+# (bench/model/compare_torch.sh, bench/fingerprint/compare_torch.sh) and the
+# dgrr.torch benchmarks run with the torch 2.11 environment and are skipped
+# with a line saying so when there is no torch.
 set -uo pipefail
 build=${1:-build}
 out=${2:-$build/bench-results}
@@ -50,18 +50,29 @@ overhead="$build/bench/model/recording_overhead"
 run "recording_overhead tiny" "$overhead" --model tiny --steps 40 --rounds 5 --out "$out/overhead-tiny"
 run "recording_overhead small" "$overhead" --model small --steps 12 --rounds 3 --threads 2 --out "$out/overhead-small"
 
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+# The torch runs use the environment scripts/install-deps.sh makes (torch
+# 2.11), or DGRR_TORCH_PYTHON; /usr/bin/python3 when neither is there.
+py=${DGRR_TORCH_PYTHON:-/opt/dgrr/venv-torch/bin/python}
+[ -x "$py" ] || py=/usr/bin/python3
+if "$py" -c 'import torch' 2>/dev/null; then
+  export DGRR_TORCH_PYTHON=$py
   run "model vs PyTorch" "$(dirname "$0")/../bench/model/compare_torch.sh" "$build" 3
   run "fingerprint vs torch.sum" "$(dirname "$0")/../bench/fingerprint/compare_torch.sh" "$build"
   if [ -d "$build/python/dgrr" ]; then
-    run "dgrr.torch recording overhead" /usr/bin/python3 "$(dirname "$0")/../bench/python/recording_overhead.py" "$build"
-    run "dgrr.torch recording overhead, paired steps" /usr/bin/python3 "$(dirname "$0")/../bench/python/paired_overhead.py" "$build"
+    bp="$(dirname "$0")/../bench/python"
+    run "dgrr.torch recording overhead" "$py" "$bp/recording_overhead.py" "$build"
+    run "dgrr.torch recording overhead, paired steps" "$py" "$bp/paired_overhead.py" "$build"
+    run "nanoGPT with gradient accumulation: overhead by mode" \
+      env PYTHONPATH="$build/python" "$py" "$bp/nanogpt_overhead.py"
+    run "dgrr full vs torch DebugMode" \
+      env PYTHONPATH="$build/python" "$py" "$bp/debugmode_compare.py" --cli "$build/cli/dgrr"
+    run "DDP: dgrr's comm hook vs DDP's all-reduce" "$py" "$bp/ddp_overhead.py" "$build"
   else
     echo "bench: $build/python/dgrr is not built: dgrr.torch overhead skipped" >&2
   fi
 else
   echo
-  echo "== PyTorch comparisons skipped: /usr/bin/python3 has no torch (run scripts/install-bench-deps.sh)"
+  echo "== PyTorch comparisons skipped: $py has no torch (make deps installs it)"
 fi
 
 if ((${#failed[@]})); then
