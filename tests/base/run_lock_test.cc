@@ -75,18 +75,23 @@ TEST_F(RunLockTest, AHolderKilledBySigkillDoesNotBlock) {
 TEST_F(RunLockTest, AChildForkedWhileTheLockIsHeldDoesNotKeepIt) {
   // A DataLoader worker or any other forked child: alive after the parent
   // released the lock, it must not hold the run.
-  int go[2];
+  int go[2], running[2];
   ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(running), 0);
   pid_t child;
   {
     auto held = RunLock::Acquire(dir_);
     ASSERT_TRUE(held.ok()) << held.status().ToString();
     child = ::fork();
     if (child == 0) {
+      // fork() has returned here, so the child's fork handlers have run.
+      if (::write(running[1], "r", 1) != 1) ::_exit(2);
       char c;
       ssize_t n = ::read(go[0], &c, 1);  // stays alive until the parent says
       ::_exit(n == 1 ? 0 : 1);
     }
+    char r = 0;
+    ASSERT_EQ(::read(running[0], &r, 1), 1);
     // While the parent holds it, it is held.
     EXPECT_FALSE(RunLock::Acquire(dir_).ok());
   }
@@ -98,6 +103,8 @@ TEST_F(RunLockTest, AChildForkedWhileTheLockIsHeldDoesNotKeepIt) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ::close(go[0]);
   ::close(go[1]);
+  ::close(running[0]);
+  ::close(running[1]);
 }
 
 TEST_F(RunLockTest, LockingWritesNothingAndTouchesNoFileOfTheUsers) {
