@@ -27,11 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define DGRR_HD __host__ __device__
-#else
-#define DGRR_HD
-#endif
+#include "base/host_device.h"
 
 // Unroll the next loop 8 times, in the dialect of the compiler at hand.
 #if defined(__CUDACC__)

@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DGRR_HD __host__ __device__
-#else
-#define DGRR_HD
-#endif
+#include "base/host_device.h"
 
 namespace dgrr::rng {
 

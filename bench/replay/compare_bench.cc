@@ -94,20 +94,29 @@ const Fixture& Traces() {
   return fixture;
 }
 
+// Compares the two traces of the fixture (DGRR_COMPARE_BENCH_CHUNK: items per
+// chunk); false unless compare certified them in lockstep.
+bool CompareBoth(const Fixture& f) {
+  CompareOptions options;
+  if (const char* chunk = std::getenv("DGRR_COMPARE_BENCH_CHUNK")) {
+    options.chunk_items = std::strtoull(chunk, nullptr, 10);
+  }
+  auto result = CompareRuns(f.a, f.b, options);
+  if (!result.ok() || result->diverged() || !result->lockstep ||
+      result->certify.pairs + kBoundariesPerStep < f.records) {
+    return false;
+  }
+  benchmark::DoNotOptimize(result->certify.certified_pairs);
+  return true;
+}
+
 void BM_CompareLockstepFiles(benchmark::State& state) {
   const Fixture& f = Traces();
   for (auto _ : state) {
-    CompareOptions options;
-    if (const char* chunk = std::getenv("DGRR_COMPARE_BENCH_CHUNK")) {
-      options.chunk_items = std::strtoull(chunk, nullptr, 10);
-    }
-    auto result = CompareRuns(f.a, f.b, options);
-    if (!result.ok() || result->diverged() || !result->lockstep ||
-        result->certify.pairs + kBoundariesPerStep < f.records) {
+    if (!CompareBoth(f)) {
       state.SkipWithError("compare did not certify the identical traces");
       return;
     }
-    benchmark::DoNotOptimize(result->certify.certified_pairs);
   }
   state.counters["records_per_s"] =
       benchmark::Counter(static_cast<double>(2 * f.records) * state.iterations(),
@@ -149,20 +158,6 @@ bool VerifyBoth(const Fixture& f) {
     if (!trace::VerifyTrace(*path, &summary).ok()) return false;
     benchmark::DoNotOptimize(summary.boundaries);
   }
-  return true;
-}
-
-bool CompareBoth(const Fixture& f) {
-  CompareOptions options;
-  if (const char* chunk = std::getenv("DGRR_COMPARE_BENCH_CHUNK")) {
-    options.chunk_items = std::strtoull(chunk, nullptr, 10);
-  }
-  auto result = CompareRuns(f.a, f.b, options);
-  if (!result.ok() || result->diverged() || !result->lockstep ||
-      result->certify.pairs + kBoundariesPerStep < f.records) {
-    return false;
-  }
-  benchmark::DoNotOptimize(result->certify.certified_pairs);
   return true;
 }
 
