@@ -1,7 +1,11 @@
 """A small GPT in plain PyTorch, trained on dgrr's embedded arithmetic
 corpus and recorded by dgrr (examples/pytorch/README.md).
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/pytorch/gpt_train.py runs/gpt [--steps N]
+    PYTHONPATH=build/python python examples/pytorch/gpt_train.py runs/gpt [--steps N] [--accum K]
+
+`--accum K` trains each step's batch as K micro-batches of gradient
+accumulation (each recorded with its own examples, `inst.micro_batch`), and
+`--clip` clips the gradient norm, as nanoGPT-style scripts do.
 
 The model is ordinary PyTorch; the lines marked `# dgrr` are all the
 instrumentation there is.
@@ -84,6 +88,9 @@ def main():
     ap.add_argument("run_dir")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches of gradient accumulation per step (divides --batch)")
+    ap.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off)")
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-every", type=int, default=50)
@@ -91,6 +98,8 @@ def main():
     ap.add_argument("--mode", default="full", help="full, trusted, sdc or off")
     ap.add_argument("--no-dgrr", action="store_true", help="train without dgrr (for the benchmark)")
     args = ap.parse_args()
+    if args.accum < 1 or args.batch % args.accum != 0:
+        ap.error(f"--accum {args.accum} does not divide --batch {args.batch}")
 
     info = dgrr.torch.determinism(threads=args.threads)                        # dgrr
     # Every global generator is seeded (dgrr checkpoints them all; Python's
@@ -123,10 +132,10 @@ def main():
         for step in range(start, args.steps):
             inst.begin_step(step, (step * args.batch, args.batch))                      # dgrr
             x, y = batches.next()
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            inst.record_loss(loss)                                                     # dgrr
             optimizer.zero_grad()
-            loss.backward()
+            loss = accumulate(args, model, x, y, step, inst)
+            if args.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
             scheduler.step()
             session.end_step(step, loss.item())                                        # dgrr
@@ -140,6 +149,35 @@ def main():
         print_loop_time(loop_start, loop_cpu)
 
 
+def accumulate(args, model, x, y, step, inst):
+    """The step's forward and backward as `args.accum` micro-batches; returns
+    the batch's mean loss. With a dgrr instrumentation, each micro-batch runs
+    inside `inst.micro_batch(first, count)`: its records (and dgrr Dropout's
+    masks) carry that micro-batch's global examples."""
+    if args.accum == 1:  # the whole batch at once
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        if inst is not None:
+            inst.record_loss(loss)                                                     # dgrr
+        loss.backward()
+        return loss
+    micro = args.batch // args.accum
+    total = 0.0
+    for k in range(args.accum):
+        first = step * args.batch + k * micro
+        xs, ys = x[k * micro:(k + 1) * micro], y[k * micro:(k + 1) * micro]
+        if inst is None:
+            dgrr.torch.random_context.set(seed=args.seed, step=step, examples=(first, micro))
+            loss = F.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) / args.accum
+            loss.backward()
+        else:
+            with inst.micro_batch(first, micro):                                      # dgrr
+                loss = F.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) / args.accum
+                inst.record_loss(loss)                                                 # dgrr
+                loss.backward()
+        total = total + loss.detach()
+    return total
+
+
 def train_plain(args, model, optimizer, scheduler, loader):
     """The same loop with no dgrr session (dgrr Dropout keyed by hand)."""
     batches = dgrr.torch.EndlessBatches(loader)
@@ -148,9 +186,10 @@ def train_plain(args, model, optimizer, scheduler, loader):
         dgrr.torch.random_context.set(seed=args.seed, step=step,
                                       examples=(step * args.batch, args.batch))
         x, y = batches.next()
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         optimizer.zero_grad()
-        loss.backward()
+        loss = accumulate(args, model, x, y, step, None)
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         scheduler.step()
     print(f"trained {args.steps} steps without dgrr, loss {loss.item():.4f}", flush=True)

@@ -1,4 +1,5 @@
-"""examples/pytorch/gpt_train.py: a few steps recorded, then replayed by dgrr."""
+"""examples/pytorch/gpt_train.py: a few steps recorded with two micro-batches
+of gradient accumulation and gradient clipping, then replayed by dgrr."""
 
 import os
 import subprocess
@@ -12,7 +13,7 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "pytorch", "gpt_train.py")
 def test_the_gpt_example_records_and_replays(tmp_path):
     run = tmp_path / "gpt"
     r = subprocess.run([sys.executable, EXAMPLE, str(run), "--steps", "6", "--ckpt-every", "3",
-                        "--batch", "4", "--threads", "1"], capture_output=True, text=True)
+                        "--batch", "4", "--accum", "2", "--clip", "1.0", "--threads", "1"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "started at step 0, ended after step 5" in r.stdout
     assert (run / "ckpt" / "step-00000002.h5").exists()
