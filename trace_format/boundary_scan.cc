@@ -1,6 +1,7 @@
 #include "trace_format/boundary_scan.h"
 
 #include <algorithm>
+#include <array>
 
 #include "trace_format/record.h"
 
@@ -45,50 +46,72 @@ size_t RunOf(const uint8_t* records, const uint32_t* crcs, size_t count, ScanSta
 // from per-byte bounds, and the name id (bytes 4-7) and rank (24-27) below
 // their limits as unsigned 32-bit maxima; one compare and one mask for all.
 // The shape slots, bytes [76, 124), as two overlapping vectors of four
-// 64-bit slots (0-3 and 2-5), each slot compared with zero.
+// 64-bit slots (0-3 and 2-5), ANDed with the masks of the slots that must be
+// zero for the record's ndim (kUnusedSlots, one table row per ndim 0..6);
+// one VPTEST then says whether any of those bytes is nonzero. The first
+// record, the only one that may come with no sequence number before it, is
+// checked apart, so that the loop compares each seq with the last one
+// unconditionally.
+struct alignas(32) UnusedSlotMasks {
+  uint64_t low[4];   // slots 0-3 (bytes [76, 108))
+  uint64_t high[4];  // slots 2-5 (bytes [92, 124)); slots 2-3 are low's already
+};
+constexpr std::array<UnusedSlotMasks, kInlineDims + 1> MakeUnusedSlots() {
+  std::array<UnusedSlotMasks, kInlineDims + 1> t{};
+  for (size_t ndim = 0; ndim <= kInlineDims; ++ndim) {
+    for (size_t slot = 0; slot < 4; ++slot) t[ndim].low[slot] = slot >= ndim ? ~uint64_t{0} : 0;
+    for (size_t slot = 4; slot < 6; ++slot) t[ndim].high[slot - 2] = slot >= ndim ? ~uint64_t{0} : 0;
+  }
+  return t;
+}
+alignas(32) constexpr std::array<UnusedSlotMasks, kInlineDims + 1> kUnusedSlots = MakeUnusedSlots();
+
+struct Avx2Bounds {
+  __m256i byte_min, byte_max, word_max;
+};
+
+__attribute__((target("avx2"))) inline bool LocalRulesHoldAvx2(const uint8_t* p, const Avx2Bounds& b) {
+  namespace at = boundary_layout;
+  const __m256i head = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i outside = _mm256_or_si256(_mm256_subs_epu8(head, b.byte_max), _mm256_subs_epu8(b.byte_min, head));
+  const __m256i in_range = _mm256_and_si256(_mm256_cmpeq_epi8(outside, _mm256_setzero_si256()),
+                                            _mm256_cmpeq_epi32(_mm256_max_epu32(head, b.word_max), b.word_max));
+  const bool head_valid = static_cast<uint32_t>(_mm256_movemask_epi8(in_range)) == 0xffffffffu;
+  const UnusedSlotMasks& unused = kUnusedSlots[std::min<uint8_t>(p[at::kNdim], kInlineDims)];
+  const __m256i slots0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at::kDims));
+  const __m256i slots2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at::kDims + 16));
+  const __m256i stray = _mm256_or_si256(
+      _mm256_and_si256(slots0, _mm256_load_si256(reinterpret_cast<const __m256i*>(unused.low))),
+      _mm256_and_si256(slots2, _mm256_load_si256(reinterpret_cast<const __m256i*>(unused.high))));
+  return head_valid & (_mm256_testz_si256(stray, stray) != 0);
+}
+
 __attribute__((target("avx2"))) size_t RunOfAvx2(const uint8_t* records, const uint32_t* crcs, size_t count,
                                                  ScanState* state) {
   namespace at = boundary_layout;
   static_assert(at::kPhase == 1 && at::kDirection == 2 && at::kDType == 3 && at::kNameId == 4 &&
                 at::kSeq == 8 && at::kRank == 24 && at::kNdim == 28 && at::kDims == 76 && kInlineDims == 6);
-  if (state->defined_names == 0 || state->world_size == 0) return 0;  // no boundary can be clean
+  if (count == 0 || state->defined_names == 0 || state->world_size == 0) return 0;  // no boundary can be clean
   constexpr char kAny = -1;
-  const __m256i byte_min = _mm256_setr_epi8(static_cast<char>(RecordType::kBoundary), 0, 0, 0, 0, 0, 0, 0,
-                                            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            0, 0, 0, 0);
-  const __m256i byte_max = _mm256_setr_epi8(
-      static_cast<char>(RecordType::kBoundary), kMaxPhase, 1, kMaxDTypeValue, kAny, kAny, kAny, kAny, kAny,
-      kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny,
-      kAny, kAny, kAny, 0, 0, 0);
+  Avx2Bounds bounds;
+  bounds.byte_min = _mm256_setr_epi8(static_cast<char>(RecordType::kBoundary), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  bounds.byte_max = _mm256_setr_epi8(static_cast<char>(RecordType::kBoundary), kMaxPhase, 1, kMaxDTypeValue, kAny,
+                                     kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny,
+                                     kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, kAny, 0, 0, 0);
   // 32-bit words 1 (name id) and 6 (rank) at most limit - 1; the rest anything.
-  const __m256i word_max = _mm256_setr_epi32(-1, static_cast<int>(state->defined_names - 1), -1, -1, -1, -1,
-                                             static_cast<int>(state->world_size - 1), -1);
-  const __m256i zero = _mm256_setzero_si256();
-  bool has_seq = state->has_seq;
-  uint64_t last_seq = state->last_seq;
+  bounds.word_max = _mm256_setr_epi32(-1, static_cast<int>(state->defined_names - 1), -1, -1, -1, -1,
+                                      static_cast<int>(state->world_size - 1), -1);
   size_t n = 0;
-  for (; n < count; ++n) {
-    const uint8_t* p = records + n * kRecordSize;
-    const __m256i head = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i outside = _mm256_or_si256(_mm256_subs_epu8(head, byte_max), _mm256_subs_epu8(byte_min, head));
-    const __m256i in_range = _mm256_and_si256(_mm256_cmpeq_epi8(outside, zero),
-                                              _mm256_cmpeq_epi32(_mm256_max_epu32(head, word_max), word_max));
-    const bool head_valid = static_cast<uint32_t>(_mm256_movemask_epi8(in_range)) == 0xffffffffu;
-    const __m256i slots0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at::kDims));
-    const __m256i slots2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + at::kDims + 16));
-    const unsigned zero_slots =
-        static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(slots0, zero)))) |
-        static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(slots2, zero)))) << 2;
-    // Slots at and above ndim must be zero (none when ndim >= 6).
-    const unsigned unused = (0x3fu << std::min<unsigned>(p[at::kNdim], kInlineDims)) & 0x3fu;
-    const uint64_t seq = BoundaryView(p).seq();
-    const bool clean = head_valid & ((unused & ~zero_slots) == 0) & (StoredRecordCrc(p) == crcs[n]) &
-                       (!has_seq | (seq > last_seq));
-    if (!clean) break;
-    has_seq = true;
-    last_seq = seq;
-  }
-  if (n > 0) {
+  uint64_t last_seq = BoundaryView(records).seq();
+  if (LocalRulesHoldAvx2(records, bounds) & (StoredRecordCrc(records) == crcs[0]) &
+      (!state->has_seq | (last_seq > state->last_seq))) {
+    for (n = 1; n < count; ++n) {
+      const uint8_t* p = records + n * kRecordSize;
+      const uint64_t seq = BoundaryView(p).seq();
+      if (!(LocalRulesHoldAvx2(p, bounds) & (StoredRecordCrc(p) == crcs[n]) & (seq > last_seq))) break;
+      last_seq = seq;
+    }
     state->has_seq = true;
     state->last_seq = last_seq;
   }

@@ -12,8 +12,10 @@
 // order, and reports the median over rounds of each paired ratio (baseline
 // time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read and
 // verify: the thread's; compare: the process's, both of its threads) and by
-// wall time, with the range in the label. The instruction set (the block CRC
-// and scan kernels the reader picked) is printed above the results.
+// wall time, with the range in the label. The same rounds time the floor of
+// a reader that copies (pread of the reader's pieces, alone and with the
+// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu). The instruction set (the
+// block CRC and scan kernels the reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <time.h>
@@ -152,6 +154,34 @@ uint64_t ReadBoth(const Fixture& f, char* buffer, size_t size) {
   return total;
 }
 
+// The floor of any reader of the format that does not map the file: pread
+// of both files in the reader's 256 KiB pieces (the copy VerifyTrace pays),
+// and, with `checksum`, the block CRC of every record of each piece as well
+// (the copy and the CRC, with none of the field checks).
+constexpr size_t kReaderPiece = 1 << 18;  // trace_format/reader.cc's kMaxReadBufferBytes
+static_assert(kReaderPiece % trace::kRecordSize == 0);
+
+uint64_t PreadBoth(const Fixture& f, uint8_t* buffer, uint32_t* crcs, bool checksum) {
+  uint64_t total = 0;
+  for (const std::string* path : {&f.a, &f.b}) {
+    const int fd = ::open(path->c_str(), O_RDONLY);
+    off_t offset = static_cast<off_t>(trace::kHeaderSize);
+    ssize_t n;
+    while ((n = ::pread(fd, buffer, kReaderPiece, offset)) > 0) {
+      offset += n;
+      const size_t records = static_cast<size_t>(n) / trace::kRecordSize;
+      if (checksum) {
+        crc32c::ValueOfBlocks(buffer, trace::kRecordSize, trace::kRecordCrcOffset, records, crcs);
+        total += crcs[records / 2];
+      } else {
+        total += buffer[static_cast<size_t>(n) - 1];
+      }
+    }
+    ::close(fd);
+  }
+  return total;
+}
+
 bool VerifyBoth(const Fixture& f) {
   for (const std::string* path : {&f.a, &f.b}) {
     trace::VerifySummary summary;
@@ -198,50 +228,59 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// DGRR_COMPARE_BENCH_ROUNDS rounds (default 7).
+// DGRR_COMPARE_BENCH_ROUNDS rounds (default 7). Beside VerifyTrace and the
+// compare, each round also times PreadBoth without and with the CRC: what a
+// reader that copies the bytes out of the page cache cannot go below.
 void BM_InterleavedRounds(benchmark::State& state) {
   const Fixture& f = Traces();
   constexpr size_t kBuffer = 1 << 20;
   std::unique_ptr<char[]> buffer(new char[kBuffer]);
+  std::unique_ptr<uint8_t[]> piece(new uint8_t[kReaderPiece]);
+  std::unique_ptr<uint32_t[]> crcs(new uint32_t[kReaderPiece / trace::kRecordSize]);
   ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
-  std::vector<double> verify_cpu, verify_wall, compare_cpu, compare_wall;
+  constexpr int kCandidates = 5;  // read(2), verify, compare, pread, pread + CRC
+  std::vector<double> cpu[kCandidates], wall[kCandidates];
   int round = 0;
   for (auto _ : state) {
-    double read_t[2] = {}, verify_t[2] = {}, compare_t[2] = {};  // {cpu, wall}
-    for (int k = 0; k < 3; ++k) {
-      const int which = (k + round) % 3;
+    double t[kCandidates][2] = {};  // {cpu, wall}
+    for (int k = 0; k < kCandidates; ++k) {
+      const int which = (k + round) % kCandidates;
       const Clocks t0 = Clocks::Now();
       bool ok = true;
       if (which == 0) benchmark::DoNotOptimize(ReadBoth(f, buffer.get(), kBuffer));
       if (which == 1) ok = VerifyBoth(f);
       if (which == 2) ok = CompareBoth(f);
+      if (which == 3) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), false));
+      if (which == 4) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), true));
       const Clocks t1 = Clocks::Now();
       if (!ok) {
         state.SkipWithError(which == 1 ? "verify failed" : "compare did not certify the identical traces");
         return;
       }
-      double* out = which == 0 ? read_t : which == 1 ? verify_t : compare_t;
-      out[0] = which == 2 ? t1.process - t0.process : t1.thread - t0.thread;
-      out[1] = t1.wall - t0.wall;
+      t[which][0] = which == 2 ? t1.process - t0.process : t1.thread - t0.thread;
+      t[which][1] = t1.wall - t0.wall;
     }
     ++round;
-    verify_cpu.push_back(read_t[0] / verify_t[0]);
-    verify_wall.push_back(read_t[1] / verify_t[1]);
-    compare_cpu.push_back(read_t[0] / compare_t[0]);
-    compare_wall.push_back(read_t[1] / compare_t[1]);
+    for (int which = 1; which < kCandidates; ++which) {
+      cpu[which].push_back(t[0][0] / t[which][0]);
+      wall[which].push_back(t[0][1] / t[which][1]);
+    }
   }
-  state.counters["ratio_compare_cpu"] = Median(compare_cpu);
-  state.counters["ratio_compare_wall"] = Median(compare_wall);
-  state.counters["ratio_verify_cpu"] = Median(verify_cpu);
-  state.counters["ratio_verify_wall"] = Median(verify_wall);
+  state.counters["ratio_compare_cpu"] = Median(cpu[2]);
+  state.counters["ratio_compare_wall"] = Median(wall[2]);
+  state.counters["ratio_verify_cpu"] = Median(cpu[1]);
+  state.counters["ratio_verify_wall"] = Median(wall[1]);
+  state.counters["ratio_pread_cpu"] = Median(cpu[3]);
+  state.counters["ratio_pread_crc_cpu"] = Median(cpu[4]);
   auto range = [](const std::vector<double>& v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
                   *std::max_element(v.begin(), v.end()));
     return std::string(text);
   };
-  state.SetLabel("ranges: compare cpu " + range(compare_cpu) + " wall " + range(compare_wall) +
-                 ", verify cpu " + range(verify_cpu) + " wall " + range(verify_wall));
+  state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
+                 range(cpu[1]) + " wall " + range(wall[1]) + ", pread cpu " + range(cpu[3]) +
+                 ", pread+crc cpu " + range(cpu[4]));
 }
 
 int Rounds() {
