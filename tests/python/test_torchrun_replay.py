@@ -16,6 +16,8 @@ checkpoints after steps 1 and 3), every job 2 processes under a timeout:
   step 2 replays step 2 of both jobs from step 1's checkpoint and names step
   2 (first, rank 0's reduced gradient: compare orders a step's records by
   rank, and rank 1's flipped contribution is in it);
+- the job started again with 1 process instead of 2 is refused, naming both
+  world sizes, and changes nothing;
 - a launch record whose torchrun job ran on 2 nodes, or whose worker command
   line is not torchrun's, is refused in one line.
 """
@@ -45,11 +47,12 @@ def env():
     return e
 
 
-def torchrun(run_dir, *args):
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+def torchrun(run_dir, *args, processes=2, ok=True):
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
            SCRIPT, str(run_dir), *ARGS, *args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=JOB_TIMEOUT, cwd=HERE)
-    assert r.returncode == 0, r.stdout + r.stderr
+    if ok:
+        assert r.returncode == 0, r.stdout + r.stderr
     return r
 
 
@@ -115,6 +118,18 @@ def test_bisect_of_torchrun_jobs_names_the_flipped_step_and_rank(recorded, tmp_p
     # 0's reduced gradient, which holds rank 1's flipped contribution.
     assert (first["step"], first["rank"], first["phase"], first["name"]) == (2, 0, "collective", "fc1.weight.grad")
 
+
+
+def test_a_resume_at_another_world_size_is_refused_naming_both(recorded, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(recorded.path / "run", run)
+    r = torchrun(run, processes=1, ok=False)
+    assert r.returncode != 0
+    assert "step-00000003.h5: the run was recorded at world size 2, this resume has world size 1" in r.stderr, \
+        r.stderr
+    # Nothing of the run changed.
+    for k in range(2):
+        assert (run / f"rank{k}.trace").read_bytes() == (recorded.path / "run" / f"rank{k}.trace").read_bytes()
 
 
 @pytest.mark.parametrize("edit, code, message", [
