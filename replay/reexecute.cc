@@ -389,7 +389,7 @@ StatusOr<std::string> FindOnPath(const std::string& name) {
 // with fewer cores than ranks the job is oversubscribed, which changes no bit.
 StatusOr<LaunchRecord> MpiJobOf(const std::string& run_dir, const LaunchRecord& launch, int world_size) {
   const auto* mpi = MpiLauncherVariable(launch);
-  if (mpi == nullptr) return launch;
+  if (mpi == nullptr || !launch.launcher.name.empty()) return launch;  // torchrun's job: TorchrunJobOf
   auto mpirun = FindOnPath("mpirun");
   if (!mpirun.ok()) {
     return Status::FailedPrecondition(run_dir + ": the program ran as " + std::to_string(world_size) +
@@ -406,6 +406,44 @@ StatusOr<LaunchRecord> MpiJobOf(const std::string& run_dir, const LaunchRecord& 
     job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
     job.environment.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
   }
+  return job;
+}
+
+// What to start for a worker of a torchrun job (launch.launcher): torchrun
+// again, as `INTERPRETER -m torch.distributed.run --standalone --nnodes 1
+// --nproc-per-node N --max-restarts 0 SCRIPT ARGS...`, with the interpreter
+// the worker ran under (already the one from the caller's PATH unless the run
+// is trusted explicitly, and digest-checked like any executable), so torchrun
+// is that interpreter's own. --standalone: a fresh rendezvous on a free local
+// port (the recorded job's endpoint may be taken; where the processes meet
+// changes no bit). --max-restarts 0: a re-execution that fails is a finding,
+// not something to retry. torchrun starts each worker as `INTERPRETER -u
+// SCRIPT ARGS` (or `-u -m MODULE ARGS`), which is what the record's argv holds.
+StatusOr<LaunchRecord> TorchrunJobOf(const std::string& run_dir, const LaunchRecord& launch, int world_size) {
+  if (launch.launcher.name != kTorchrunLauncher) return launch;
+  const LaunchRecord::Launcher& l = launch.launcher;
+  if (l.nnodes != 1) {
+    return Status::FailedPrecondition(
+        run_dir + ": the program ran as a torchrun job on " +
+        (l.nnodes == 0 ? std::string("nodes of unequal sizes") : std::to_string(l.nnodes) + " nodes") +
+        " (launch.json's launcher); dgrr re-executes single-node torchrun jobs only");
+  }
+  if (l.nproc_per_node != world_size) {
+    return Status::Corruption(LaunchPathFor(run_dir) + ": launcher: nproc_per_node " +
+                              std::to_string(l.nproc_per_node) + " differs from the traces' world size " +
+                              std::to_string(world_size));
+  }
+  if (launch.argv.size() < 3 || launch.argv[1] != "-u" ||
+      (launch.argv[2] == "-m" ? launch.argv.size() < 4 : launch.argv[2].rfind('-', 0) == 0)) {
+    return Status::FailedPrecondition(run_dir + ": the program ran under torchrun, but its recorded command line (" +
+                                      (launch.argv.empty() ? std::string() : launch.argv[0]) +
+                                      " ...) is not the `PYTHON -u SCRIPT ARGS` torchrun starts a worker with; "
+                                      "dgrr cannot start that job again");
+  }
+  LaunchRecord job = launch;
+  job.argv = {launch.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+              "--nproc-per-node", std::to_string(world_size), "--max-restarts", "0"};
+  job.argv.insert(job.argv.end(), launch.argv.begin() + 2, launch.argv.end());
   return job;
 }
 
@@ -529,8 +567,10 @@ StatusOr<ReexecuteResult> Reexecute(const std::string& run_dir, const std::strin
   if (!launch.script.empty() && trust.level != RunTrust::kExplicit) {
     DGRR_ASSIGN_OR_RETURN(launch, InterpreterFromOurPath(run_dir, launch, &interpreter_note));
   }
-  // One rank of an MPI job: the job is started again, under mpirun.
-  DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, launch, world_size));
+  // One rank of an MPI job: the job is started again, under mpirun; one
+  // worker of a torchrun job: under torchrun.
+  DGRR_ASSIGN_OR_RETURN(const LaunchRecord torchrun_job, TorchrunJobOf(run_dir, launch, world_size));
+  DGRR_ASSIGN_OR_RETURN(const LaunchRecord start, MpiJobOf(run_dir, torchrun_job, world_size));
   if (Status s = CheckDigest(interpreter_note.empty() ? "executable" : "interpreter found on your PATH",
                              launch.executable, launch.executable_xxh3, options.allow_changed_program);
       !s.ok()) {

@@ -10,7 +10,9 @@
 // working directory and the environment that matters; it checks that the
 // executable (and script) still has the recorded digest, writes the control
 // file into the output directory, starts the program with DGRR_CONTROL naming
-// it, and collects each rank's dgrr.control-result/1.
+// it, and collects each rank's dgrr.control-result/1. One rank of an MPI job
+// is started again as the whole job under mpirun, one worker of a torchrun
+// job as the whole job under torchrun (docs/launch-record.md).
 #pragma once
 
 #include <cstdint>

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "base/coding.h"
+#include "base/environment.h"
 #include "base/file.h"
 #include "base/file_system.h"
 #include "fingerprint/fingerprint.h"
@@ -98,6 +101,30 @@ StatusOr<uint64_t> FileContentDigest(const std::string& path) {
   return Xxh3OfFile(*file);
 }
 
+StatusOr<LaunchRecord::Launcher> TorchrunLauncherFromEnvironment() {
+  LaunchRecord::Launcher launcher;
+  // Every torchrun worker has TORCHELASTIC_RUN_ID (torch.distributed.elastic's
+  // LocalElasticAgent sets it with RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ...).
+  if (!GetEnv("TORCHELASTIC_RUN_ID")) return launcher;
+  auto count = [](const char* name) -> StatusOr<int> {
+    const std::optional<std::string> v = GetEnv(name);
+    char* end = nullptr;
+    const long n = v ? std::strtol(v->c_str(), &end, 10) : 0;
+    if (!v || v->empty() || *end != '\0' || n < 1 || n > (1 << 20)) {
+      return Status::InvalidArgument(std::string("torchrun started this process (TORCHELASTIC_RUN_ID is set) but ") +
+                                     name + " is " + (v ? "'" + *v + "'" : std::string("unset")) +
+                                     ", not a number of processes");
+    }
+    return static_cast<int>(n);
+  };
+  DGRR_ASSIGN_OR_RETURN(const int local, count("LOCAL_WORLD_SIZE"));
+  DGRR_ASSIGN_OR_RETURN(const int world, count("WORLD_SIZE"));
+  launcher.name = kTorchrunLauncher;
+  launcher.nproc_per_node = local;
+  launcher.nnodes = world % local == 0 ? world / local : 0;  // 0: nodes of unequal sizes
+  return launcher;
+}
+
 StatusOr<LaunchRecord> CaptureLaunchRecord() {
   LaunchRecord r;
   DGRR_ASSIGN_OR_RETURN(std::string cmdline, ReadFileToString("/proc/self/cmdline", kMaxLaunchBytes));
@@ -120,6 +147,7 @@ StatusOr<LaunchRecord> CaptureLaunchRecord() {
     if (LaunchVariableMatters(name)) r.environment.emplace_back(std::move(name), std::string(eq + 1));
   }
   std::sort(r.environment.begin(), r.environment.end());
+  DGRR_ASSIGN_OR_RETURN(r.launcher, TorchrunLauncherFromEnvironment());
   return r;
 }
 
@@ -127,7 +155,7 @@ std::string LaunchPathFor(const std::string& run_dir) { return run_dir + "/" + k
 
 nlohmann::ordered_json LaunchRecordJson(const LaunchRecord& record) {
   nlohmann::ordered_json j;
-  j["schema"] = kLaunchSchema;
+  j["schema"] = record.launcher.name.empty() ? kLaunchSchemaV1 : kLaunchSchema;
   j["argv"] = record.argv;
   j["working_directory"] = record.working_directory;
   j["executable"] = record.executable;
@@ -139,6 +167,13 @@ nlohmann::ordered_json LaunchRecordJson(const LaunchRecord& record) {
   nlohmann::ordered_json env = nlohmann::ordered_json::object();
   for (const auto& [name, value] : record.environment) env[name] = value;
   j["environment"] = env;
+  if (!record.launcher.name.empty()) {
+    nlohmann::ordered_json l;
+    l["name"] = record.launcher.name;
+    l["nproc_per_node"] = record.launcher.nproc_per_node;
+    l["nnodes"] = record.launcher.nnodes;
+    j["launcher"] = l;
+  }
   return j;
 }
 
@@ -160,7 +195,9 @@ StatusOr<LaunchRecord> ReadLaunchRecord(const std::string& run_dir) {
   if (!doc.is_object()) return Status::Corruption(path + ": not a JSON object");
   JsonObjectReader r(doc, path);
   DGRR_ASSIGN_OR_RETURN(std::string schema, r.String("schema"));
-  if (schema != kLaunchSchema) return r.Error("schema", "'" + schema + "' is not " + kLaunchSchema);
+  if (schema != kLaunchSchema && schema != kLaunchSchemaV1) {
+    return r.Error("schema", "'" + schema + "' is not " + kLaunchSchema + " (or " + kLaunchSchemaV1 + ")");
+  }
   LaunchRecord out;
   DGRR_ASSIGN_OR_RETURN(const nlohmann::json* argv, r.Array("argv"));
   if (argv->empty()) return r.Error("argv", "must name the program");
@@ -180,12 +217,30 @@ StatusOr<LaunchRecord> ReadLaunchRecord(const std::string& run_dir) {
     if (!it.value().is_string()) return env.Error(it.key(), "expected a string");
     out.environment.emplace_back(it.key(), it.value().get<std::string>());
   }
+  const bool v2 = schema == kLaunchSchema;
+  if (v2 && doc.contains("launcher")) {
+    DGRR_ASSIGN_OR_RETURN(JsonObjectReader l, r.Object("launcher"));
+    DGRR_ASSIGN_OR_RETURN(out.launcher.name, l.String("name"));
+    if (out.launcher.name != kTorchrunLauncher) {
+      return l.Error("name", "'" + out.launcher.name + "' is not a launcher dgrr knows (torchrun)");
+    }
+    DGRR_ASSIGN_OR_RETURN(const int64_t nproc, l.Int("nproc_per_node", 1, 1 << 20));
+    DGRR_ASSIGN_OR_RETURN(const int64_t nnodes, l.Int("nnodes", 0, 1 << 20));
+    out.launcher.nproc_per_node = static_cast<int>(nproc);
+    out.launcher.nnodes = static_cast<int>(nnodes);
+    for (auto it = doc["launcher"].begin(); it != doc["launcher"].end(); ++it) {
+      if (it.key() != "name" && it.key() != "nproc_per_node" && it.key() != "nnodes") {
+        return l.Error(it.key(), std::string("is not part of ") + kLaunchSchema);
+      }
+    }
+  }
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     static const char* const kKnown[] = {"schema", "argv", "working_directory", "executable",
-                                         "executable_xxh3", "script", "script_xxh3", "environment"};
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; }) ==
-        std::end(kKnown)) {
-      return r.Error(it.key(), std::string("is not part of ") + kLaunchSchema);
+                                         "executable_xxh3", "script", "script_xxh3", "environment", "launcher"};
+    if ((it.key() == "launcher" && !v2) ||
+        std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; }) ==
+            std::end(kKnown)) {
+      return r.Error(it.key(), "is not part of " + schema);
     }
   }
   return out;

@@ -1,5 +1,5 @@
 // The launch record: how to run a recorded program again
-// (docs/launch-record.md, schema "dgrr.launch/1", RUN_DIR/launch.json).
+// (docs/launch-record.md, schema "dgrr.launch/2", RUN_DIR/launch.json).
 //
 // Rank 0's Session writes it when a run starts: the program's argv, working
 // directory, executable path and content digest, and the environment
@@ -19,7 +19,10 @@
 
 namespace dgrr {
 
-inline constexpr const char* kLaunchSchema = "dgrr.launch/1";
+// Version 2 adds the optional `launcher` (a torchrun job). A record without
+// one is written as version 1, which every reader of version 2 reads too.
+inline constexpr const char* kLaunchSchema = "dgrr.launch/2";
+inline constexpr const char* kLaunchSchemaV1 = "dgrr.launch/1";
 inline constexpr const char* kLaunchFileName = "launch.json";
 
 struct LaunchRecord {
@@ -33,7 +36,24 @@ struct LaunchRecord {
   uint64_t script_xxh3 = 0;
   // The variables that matter, by name (sorted), with their values then.
   std::vector<std::pair<std::string, std::string>> environment;
+  // The launcher that started the program as one worker of a job, when it
+  // is one a re-executor starts again itself: today torchrun
+  // (torch.distributed.run), from the variables it sets for its workers
+  // (TORCHELASTIC_RUN_ID, LOCAL_WORLD_SIZE, WORLD_SIZE). Empty name: none.
+  struct Launcher {
+    std::string name;           // "torchrun" or empty
+    int nproc_per_node = 0;     // LOCAL_WORLD_SIZE
+    int nnodes = 0;             // WORLD_SIZE / LOCAL_WORLD_SIZE
+    bool operator==(const Launcher&) const = default;
+  } launcher;
 };
+
+inline constexpr const char* kTorchrunLauncher = "torchrun";
+
+// The torchrun launcher of this process, from the variables torchrun sets
+// for each worker; an empty Launcher when torchrun did not start it.
+// InvalidArgument when the variables are there but do not add up.
+StatusOr<LaunchRecord::Launcher> TorchrunLauncherFromEnvironment();
 
 // The variable that shows an MPI launcher (mpirun, srun) started the
 // recorded program, or null: such a program is one rank of a job and cannot

@@ -730,8 +730,13 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->Load(path));
   }
   if (ckpt->world_size() != options_.world_size) {
-    return Status::FailedPrecondition(ckpt->path() + ": written by " + std::to_string(ckpt->world_size()) +
-                                      " ranks, this run has " + std::to_string(options_.world_size));
+    // Under torchrun or mpirun: the job was started with another number of
+    // processes than the run was recorded with.
+    return Status::FailedPrecondition(ckpt->path() + ": the run was recorded at world size " +
+                                      std::to_string(ckpt->world_size()) + ", this resume has world size " +
+                                      std::to_string(options_.world_size) +
+                                      ": resume it with the world size it was recorded at, or use another "
+                                      "run directory");
   }
   if (ckpt->config_digest() != state_config_digest_) {
     // The checkpoint's run: RUN/ckpt/step-N.h5 beside RUN/config.json.

@@ -67,6 +67,8 @@ if "$py" -c 'import torch' 2>/dev/null; then
     run "dgrr full vs torch DebugMode" \
       env PYTHONPATH="$build/python" "$py" "$bp/debugmode_compare.py" --cli "$build/cli/dgrr"
     run "DDP: dgrr's comm hook vs DDP's all-reduce" "$py" "$bp/ddp_overhead.py" "$build"
+    run "checkpoint write+restore: dgrr vs torch.distributed.checkpoint" \
+      "$py" "$bp/checkpoint_vs_dcp.py" "$build"
   else
     echo "bench: $build/python/dgrr is not built: dgrr.torch overhead skipped" >&2
   fi

@@ -461,6 +461,17 @@ def _optimizer_tensors(model, optimizer):
     return [(pname, key, t) for _, pname, key, t in _optimizer_entries(model, optimizer)]
 
 
+def _refuse_sharded_parameters(model, what):
+    """One line, instead of an error from inside dgrr's tensor reader, for a
+    model whose parameters are DTensors (FSDP2's fully_shard, tensor
+    parallelism): dgrr does not read sharded parameters yet (docs/ddp.md)."""
+    for name, p in model.named_parameters():
+        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
+            raise InvalidArgumentError(
+                f"dgrr.torch.{what}: parameter '{name}' is a DTensor (FSDP2 fully_shard or tensor "
+                "parallelism): dgrr does not record or checkpoint sharded parameters yet (docs/ddp.md)")
+
+
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
                          generators=True, prefix=""):
     """Registers a torch run's state with the session, so its checkpoints
@@ -484,6 +495,7 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     `p.data = ...`, model.to() or .double(), no load_state_dict after this):
     end_step, checkpoint and resume refuse a registered tensor whose memory
     changed, by name."""
+    _refuse_sharded_parameters(model, "register_torch_state")
     for name, p in _named_parameters(model):
         session.register_state(f"{prefix}model.{name}", p, "parameter")
     for name, b in model.named_buffers():
@@ -1836,6 +1848,7 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
     or their boundaries would share names ("fc.out", "loss"...).
     Instrumenting a model twice is refused (every boundary would be recorded
     twice); remove() the first one."""
+    _refuse_sharded_parameters(model, "instrument")
     if _instrumentation_of(model) is not None:
         raise FailedPreconditionError(
             "dgrr.torch: this model is already instrumented; call remove() on the first "

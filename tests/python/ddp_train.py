@@ -13,13 +13,15 @@ leaf: the model wrapped in LeafChunked(model, L), leaves of L examples
 baseline; not recorded as a collective). --grads-out: rank 0 writes, every
 step, the reduced gradients and every rank's local gradient (gathered with
 torch.distributed, mode rank only), so the test can redo the sum itself.
---fail-at raises on rank --flip-rank at STEP; --corrupt-at flips a bit of its
+--flip-bit flips bit 13 of MODULE's first output element on rank --flip-rank
+at STEP (forward only); --fail-at raises on rank --flip-rank at STEP; --corrupt-at flips a bit of its
 fc1.weight after STEP's update (the per-step check must name the rank).
 DGRR_TEST_KILL_AFTER_STEP=K SIGKILLs rank --flip-rank after step K.
 """
 
 import argparse
 import os
+import random
 import signal
 import sys
 
@@ -30,7 +32,30 @@ import torch.distributed as dist
 import dgrr
 import dgrr.distributed
 import dgrr.torch
-from mlp_train import BATCH, SEED, Mlp, batch, flip_bit_hook
+from mlp_train import BATCH, SEED, Mlp, batch
+
+
+class _FlipMantissaBit(torch.autograd.Function):
+    """Identity for autograd, bit 13 of the first element's mantissa flipped
+    forward (a relative change of about 2**-10): large enough to reach the
+    loss's gradient through this small MLP, where a flip of the lowest bit
+    is rounded away by the next layer."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clone()
+        y.view(-1).view(torch.int32)[0] ^= 1 << 13
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def flip_bit_hook(at_step, state):
+    def hook(module, inputs, output):
+        return _FlipMantissaBit.apply(output) if state["step"] == at_step else None
+    return hook
 
 
 def main():
@@ -52,6 +77,11 @@ def main():
     info = dgrr.torch.determinism(threads=1)
     rank, world = dgrr.distributed.init_process_group("gloo", timeout_s=120)
     torch.manual_seed(SEED)            # the same initial parameters on every rank
+    # Python's and NumPy's global generators are checkpointed too: seeded, so
+    # that two runs' checkpoints agree where their training does (dgrr bisect
+    # compares checkpoint digests).
+    random.seed(SEED)
+    np.random.seed(SEED)
     model = Mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     state = {"step": -1}

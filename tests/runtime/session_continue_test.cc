@@ -472,6 +472,36 @@ TEST_F(SessionContinueTest, ControlAndLaunchDocumentsRoundTrip) {
   auto lb = ReadLaunchRecord(dir_.string());
   ASSERT_TRUE(lb.ok()) << lb.status().ToString();
   EXPECT_EQ(LaunchRecordJson(*lb), LaunchRecordJson(l));
+  // Without a launcher: version 1, as before version 2 existed.
+  EXPECT_EQ(LaunchRecordJson(l)["schema"], "dgrr.launch/1");
+
+  // A torchrun worker's record (version 2) round-trips its launcher.
+  l.launcher = {kTorchrunLauncher, 2, 1};
+  EXPECT_EQ(LaunchRecordJson(l)["schema"], "dgrr.launch/2");
+  ASSERT_TRUE(WriteLaunchRecord(dir_.string(), l).ok());
+  lb = ReadLaunchRecord(dir_.string());
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_EQ(lb->launcher, l.launcher);
+  EXPECT_EQ(LaunchRecordJson(*lb), LaunchRecordJson(l));
+}
+
+// torchrun's worker variables make the launcher; without them there is none.
+TEST(LaunchRecordTorchrun, TheLauncherComesFromTorchrunsWorkerVariables) {
+  ::unsetenv("TORCHELASTIC_RUN_ID");
+  auto none = TorchrunLauncherFromEnvironment();
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->name.empty());
+  ::setenv("TORCHELASTIC_RUN_ID", "none", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  auto two_nodes = TorchrunLauncherFromEnvironment();
+  ASSERT_TRUE(two_nodes.ok());
+  EXPECT_EQ(*two_nodes, (LaunchRecord::Launcher{kTorchrunLauncher, 2, 2}));
+  ::setenv("WORLD_SIZE", "x", 1);
+  auto bad = TorchrunLauncherFromEnvironment();
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("WORLD_SIZE is 'x'"), std::string::npos) << bad.status().message();
+  for (const char* v : {"TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "WORLD_SIZE"}) ::unsetenv(v);
 }
 
 }  // namespace
