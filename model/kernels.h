@@ -98,8 +98,10 @@ struct GemmKernel {
     const size_t n = g % N, m = (g / N) % M, q = g / (static_cast<size_t>(M) * N);
     const size_t b2 = q % nb2, b1 = q / nb2;
     float* out = c.At(b1, b2, m, n);
+    const float* ap = a.At(b1, b2, m, 0);
+    const float* bp = b.At(b1, b2, 0, n);
     float acc = accumulate ? *out : 0.0f;
-    for (int k = 0; k < K; ++k) acc = Fma(*a.At(b1, b2, m, k), *b.At(b1, b2, k, n), acc);
+    for (int k = 0; k < K; ++k) acc = Fma(ap[k * a.cs], bp[k * b.rs], acc);
     if (bias != nullptr) acc = acc + bias[n];
     *out = acc;
   }
@@ -119,8 +121,10 @@ struct CausalProductKernel {
     const size_t n = g % N, m = (g / N) % T, q = g / (static_cast<size_t>(T) * N);
     const size_t b2 = q % nb2, b1 = q / nb2;
     const int k0 = lower ? 0 : static_cast<int>(m), k1 = lower ? static_cast<int>(m) + 1 : T;
+    const float* ap = a.At(b1, b2, m, 0);
+    const float* bp = b.At(b1, b2, 0, n);
     float acc = 0.0f;
-    for (int k = k0; k < k1; ++k) acc = Fma(*a.At(b1, b2, m, k), *b.At(b1, b2, k, n), acc);
+    for (int k = k0; k < k1; ++k) acc = Fma(ap[k * a.cs], bp[k * b.rs], acc);
     *c.At(b1, b2, m, n) = acc;
   }
 };

@@ -1237,7 +1237,11 @@ Status Trainer::Validate() {
   if (o.audit_every < 0 || o.audit_every > kMaxSteps) {
     return out_of_range("--audit-every", o.audit_every, 0, kMaxSteps);
   }
-  DGRR_ASSIGN_OR_RETURN(device_, ParseDevice(o.device));
+  if (auto device = ParseDevice(o.device); device.ok()) {
+    device_ = *device;
+  } else {
+    return Status::InvalidArgument("--device: " + std::string(device.status().message()));
+  }
   if (o.gemm != "exact" && o.gemm != "cublas") {
     return Status::InvalidArgument("--gemm: unknown kernel '" + o.gemm + "' (exact, cublas)");
   }
