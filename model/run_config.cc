@@ -98,8 +98,10 @@ nlohmann::json RunConfig::ToJson() const {
       {"ckpt_every", ckpt_every},
       {"audit_every", audit_every},
       {"inject", faults},
-      {"device", device},
   };
+  // Written only off the defaults, so a cpu run's file is byte for byte
+  // what it was before the keys existed.
+  if (device != "cpu") doc["device"] = device;
   if (gemm != "exact") doc["gemm"] = gemm;
   return doc;
 }

@@ -84,7 +84,8 @@ struct RunConfig {
   // emulator) or "cuda". Never changes a result (the device kernels are
   // bitwise the CPU layers, docs/gpu.md), so a schedule-only key: a resume
   // may cross devices and `compare` of a cpu and a cuda-sim run is exit 0.
-  // Absent in runs recorded before the key: "cpu".
+  // Written only when not "cpu"; absent (cpu runs, and runs recorded before
+  // the key): "cpu".
   std::string device = "cpu";
   // The matrix products' kernel: "exact" (the canonical fma chain, on every
   // device) or "cublas" (the pinned deterministic cuBLAS handle, --device
