@@ -48,18 +48,19 @@ grep -E '\(Skipped\)' "$out/gpu-tests.log" > "$out/still-skipped.txt" || true
 # 4. dgrr.torch with a CUDA torch: recording and registered state of a model
 #    on the GPU (the binding is built for one CPython; another interpreter
 #    cannot load it, which the log then says).
-python_row="no interpreter with a CUDA torch"
+python_state=skipped python_row="no interpreter with a CUDA torch"
 if [[ -d "$build/python/dgrr" ]]; then
   for py in python3 /usr/bin/python3; do
     if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
       PYTHONPATH="$build/python" "$py" -m pytest -q -rs tests/python/test_torch.py -k cuda \
         2>&1 | tee "$out/python-cuda.log"
-      if ((PIPESTATUS[0] == 0)); then python_row="pass"; else python_row="FAIL"; tests_rc=1; fi
+      if ((PIPESTATUS[0] == 0)); then python_state=pass; else python_state=FAIL; tests_rc=1; fi
+      python_row="$py -m pytest tests/python/test_torch.py -k cuda"
       break
     fi
   done
 fi
-row "dgrr.torch CUDA tests" "${python_row%% *}" "$python_row (python-cuda.log)"
+row "dgrr.torch CUDA tests" "$python_state" "$python_row (python-cuda.log)"
 if [[ -x "$build/bench/fingerprint/device_fingerprint_bench" && "$device" == cuda ]]; then
   "$build/bench/fingerprint/device_fingerprint_bench" 15 1 16 256 4096 2>&1 | tee "$out/device-fingerprint.txt"
   row "device fingerprint bench" "$( ((PIPESTATUS[0] == 0)) && echo ran || echo FAIL)" "device-fingerprint.txt"
@@ -129,7 +130,9 @@ speed() {  # speed LABEL NAME ARGS...
   local label=$1 name=$2
   shift 2
   if "$dgrr" train --out "$runs/$name" --json --quiet "${small[@]}" "$@" > "$out/train-$name.json" 2> "$out/train-$name.log"; then
-    row "$label" ran "$(grep -o '"tokens_per_s": *[0-9.e+]*' "$out/train-$name.json" | grep -o '[0-9.e+]*$') tokens/s"
+    local rate
+    rate=$(grep -o '"tokens_per_s": *[0-9.e+]*' "$out/train-$name.json" | grep -o '[0-9.e+]*$')
+    row "$label" ran "$(printf '%.0f' "$rate") tokens/s"
   else
     row "$label" refused "$(head -1 "$out/train-$name.log")"
   fi
