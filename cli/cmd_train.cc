@@ -229,6 +229,7 @@ Status CheckResumeSettings(const po::variables_map& vm, const TrainOptions& give
   check("mode", std::string(RecordModeName(given.mode)), std::string(RecordModeName(run.mode)));
   check("ckpt-every", Text(given.ckpt_every), Text(run.ckpt_every));
   check("audit-every", Text(given.audit_every), Text(run.audit_every));
+  check("gemm", given.gemm, run.gemm);  // --device may differ: it never changes results
   // The run's own faults may be repeated (the same command line), not changed.
   std::vector<std::string> typed, recorded;
   for (const auto& f : given.faults) {
@@ -337,6 +338,13 @@ int RunTrain(const std::vector<std::string>& args) {
        "A flip in one rank's copy of the gradients, parameters or moments "
        "stops the run at the SDC check (exit 4). race takes PARAM, its gradient or its "
        "allreduce name (docs/model.md)")
+      ("device", po::value(&o.device)->default_value("cpu"),
+       "where the steps run: cpu, cuda-sim (the model's device kernels on a CPU grid emulator) or "
+       "cuda (the same kernels on a GPU). Never changes results: a cuda-sim or cuda run is bitwise "
+       "the cpu run, and a --resume may continue on another device (docs/gpu.md)")
+      ("gemm", po::value(&o.gemm)->default_value("exact"),
+       "the matrix products: exact (the canonical fma chain, every device) or cublas (--device cuda "
+       "only; changes results, recorded in config.json; not built yet)")
       ("force", "replace the run already in --out (only dgrr's own files are removed)")
       ("resume", "continue the run in --out from its newest checkpoint: options given must agree with its "
                  "config.json (the same command line does); with no config.json there yet, start it")
@@ -349,7 +357,8 @@ int RunTrain(const std::vector<std::string>& args) {
       "train",
       "dgrr train --out RUN_DIR [--steps N] [--seed S] [--model tiny|small] [--data FILE]\n"
       "                  [--ranks R] [--threads T] [--batch B] [--lr LR] [--mode full|trusted|sdc|off]\n"
-      "                  [--ckpt-every K] [--audit-every K] [--inject SPEC]... [--force] [--quiet]\n"
+      "                  [--ckpt-every K] [--audit-every K] [--device cpu|cuda-sim|cuda] [--gemm exact|cublas]\n"
+      "                  [--inject SPEC]... [--force] [--quiet]\n"
       "       dgrr train ... --resume [--fallback] [--inject skip-restore:NAME]",
       "Trains the reference GPT (a byte-level decoder-only transformer) data-parallel over R ranks\n"
       "and T threads per rank, bitwise reproducibly: the parameters after every step are identical\n"
@@ -373,6 +382,7 @@ int RunTrain(const std::vector<std::string>& args) {
   o.force = vm.count("force") > 0;
   o.resume = vm.count("resume") > 0;
   o.fallback = vm.count("fallback") > 0;
+  o.device_given = Given(vm, "device");
   // Under mpirun the job's size is the world size; --ranks may only repeat it.
   const Launched launched = LaunchedByMpi();
   if (launched.size > 0) {

@@ -51,9 +51,12 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
     }
     // Elementwise (no sum across elements), so the widest vector build runs
     // it with the same operations per element (model/vector_isa.h).
-    RunWithBestIsa([&] {
-      UpdateTensor(p, m, v, g, t.size, {b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd});
-    });
+    const AdamWCoefficients coefficients{b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd};
+    if (launcher_ != nullptr) {
+      AdamWUpdateOnDevice(*launcher_, p, m, v, g, t.size, coefficients);
+    } else {
+      RunWithBestIsa([&] { UpdateTensor(p, m, v, g, t.size, coefficients); });
+    }
     if (observer != nullptr) {
       observer->OnBoundary(names.param, Phase::kOptimizer, Operator::kOptimizer, true, p, t.shape, first_example,
                            example_count);

@@ -23,27 +23,14 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/adamw_update.h"
 #include "model/det_math.h"
 #include "model/hooks.h"
 #include "model/numerics.h"
 
 namespace dgrr::model {
 
-// The step's float coefficients (one_minus_b1 = 1 - b1 in float, c1 and c2
-// as above).
-struct AdamWCoefficients {
-  float b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd;
-};
-
-// One element's update, in the order written above.
-DGRR_HD inline void AdamWUpdateAt(const AdamWCoefficients& k, float& p, float& m, float& v,
-                                  float g) {
-  m = Fma(k.b1, m, k.one_minus_b1 * g);
-  v = Fma(k.b2, v, (k.one_minus_b2 * g) * g);
-  const float m_hat = m / k.c1;
-  const float v_hat = v / k.c2;
-  p = Fma(-k.lr, Fma(k.wd, p, m_hat / (Sqrt(v_hat) + k.eps)), p);
-}
+// AdamWCoefficients and AdamWUpdateAt: model/adamw_update.h.
 
 struct AdamWOptions {
   float beta1 = 0.9f;
@@ -51,6 +38,8 @@ struct AdamWOptions {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
 };
+
+class Launcher;  // model/grid.h
 
 class AdamW {
  public:
@@ -70,12 +59,16 @@ class AdamW {
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
   const AdamWOptions& options() const { return options_; }
+  // Run the update as model/kernels.h's AdamWKernel through `launcher`
+  // (cuda-sim, cuda) instead of the CPU loop; the same bits. nullptr: CPU.
+  void set_launcher(Launcher* launcher) { launcher_ = launcher; }
 
  private:
   ParameterLayout layout_;  // a copy: small, and no lifetime coupling to the model
   AdamWOptions options_;
   int64_t step_ = 0;
   std::vector<float> m_, v_;
+  Launcher* launcher_ = nullptr;
   // The names Step reports, per tensor, made once rather than at every step.
   struct ObservedNames {
     std::string grad, param, m, v;
@@ -88,5 +81,13 @@ class AdamW {
 // float scale max_norm / (norm + 1e-6). Returns the norm before clipping.
 // max_norm <= 0 disables clipping (the norm is still returned).
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm);
+// The same on a device (model/kernels.h SumOfSquaresKernel, ScaleKernel);
+// grad is host memory; the same bits. nullptr: the CPU version.
+float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm, Launcher* launcher);
+
+// One tensor's AdamW update through `launcher` (host arrays; copied to and
+// from the device where its memory is not the host's).
+void AdamWUpdateOnDevice(Launcher& launcher, float* p, float* m, float* v, const float* g, size_t n,
+                         const AdamWCoefficients& k);
 
 }  // namespace dgrr::model

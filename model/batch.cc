@@ -9,21 +9,39 @@
 
 namespace dgrr::model {
 
-BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t max_examples)
+BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t max_examples,
+                               Device device)
     : config_(config),
       layout_(config),
       num_threads_(std::max(1, num_threads)),
-      num_params_(layout_.total_size()) {
+      num_params_(layout_.total_size()),
+      device_(device) {
+  // The GPU runs a worker's whole block; one worker feeds it.
+  if (device_ == Device::kCuda) num_threads_ = 1;
   // Worker w runs the examples [w*n/T, (w+1)*n/T) as one block, so an
   // engine needs room for ceil(max_examples / threads) of them.
   const size_t threads = static_cast<size_t>(num_threads_);
   const size_t per_worker = std::max<size_t>(1, (max_examples + threads - 1) / threads);
   for (int w = 0; w < num_threads_; ++w) {
-    engines_.push_back(std::make_unique<ExampleEngine<float>>(config, per_worker));
+    if (device_ == Device::kCpu) {
+      engines_.push_back(std::make_unique<ExampleEngine<float>>(config, per_worker));
+      continue;
+    }
+    StatusOr<std::unique_ptr<Launcher>> launcher = MakeLauncher(device_);
+    if (!launcher.ok()) {
+      device_status_ = launcher.status();
+      break;
+    }
+    launchers_.push_back(std::move(*launcher));
+    device_engines_.push_back(std::make_unique<DeviceEngine>(config, launchers_.back().get(), per_worker));
   }
   storage_.resize(max_examples * num_params_);
   for (size_t i = 0; i < max_examples; ++i) pointers_.push_back(storage_.data() + i * num_params_);
   losses_.resize(max_examples);
+  if (device_status_.ok() && !launchers_.empty() && !launchers_[0]->host_memory()) {
+    device_params_ = DeviceArray<float>(launchers_[0].get(), num_params_);
+    device_grads_ = DeviceArray<float>(launchers_[0].get(), max_examples * num_params_);
+  }
 }
 
 Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examples,
@@ -42,6 +60,36 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   // The same static partition ParallelFor gives indices, taken a block at a
   // time: each worker stacks its examples into one set of matrix multiplies.
   const int workers = static_cast<int>(std::min<size_t>(count_, static_cast<size_t>(num_threads_)));
+  if (device_ != Device::kCpu) {
+    DGRR_RETURN_IF_ERROR(device_status_);
+    // The device engines: the same static partition. On the emulator the
+    // kernels read and write this object's host buffers; on a GPU the
+    // parameters go up once and the per-example gradients come back.
+    const bool host = launchers_[0]->host_memory();
+    const float* dparams = params;
+    float* dgrads = storage_.data();
+    if (!host) {
+      launchers_[0]->CopyToDevice(device_params_.data(), params, num_params_ * sizeof(float));
+      dparams = device_params_.data();
+      dgrads = device_grads_.data();
+    }
+    ParallelFor(static_cast<size_t>(workers), workers, [&](size_t w, int) {
+      DeviceEngine& engine = *device_engines_[w];
+      const IndexRange range = StaticPartition(count_, workers, static_cast<int>(w));
+      for (size_t i = range.begin; i < range.end; i += engine.max_examples()) {
+        const size_t n = std::min(engine.max_examples(), range.end - i);
+        const uint8_t* tokens = examples + i * window;
+        engine.ForwardBlock(dparams, tokens, n, first_example + i, hooks, losses_.data() + i);
+        engine.BackwardBlock(dparams, tokens, n, first_example + i, dgrads + i * num_params_,
+                             num_params_, hooks);
+      }
+    });
+    if (!host) {
+      launchers_[0]->CopyToHost(storage_.data(), device_grads_.data(),
+                                count_ * num_params_ * sizeof(float));
+    }
+    return Status::OK();
+  }
   ParallelFor(static_cast<size_t>(workers), workers, [&](size_t w, int) {
     ExampleEngine<float>& engine = *engines_[w];
     const IndexRange range = StaticPartition(count_, workers, static_cast<int>(w));

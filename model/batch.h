@@ -7,14 +7,22 @@
 #include <span>
 #include <vector>
 
+#include "model/device_engine.h"
 #include "model/gpt.h"
+#include "model/grid.h"
 
 namespace dgrr::model {
 
 class BatchGradients {
  public:
   // Buffers for up to `max_examples` per call and one engine per thread.
-  BatchGradients(const GptConfig& config, int num_threads, size_t max_examples);
+  // `device` chooses the engine: kCpu the CPU layers (ExampleEngine), kCudaSim
+  // and kCuda the device kernels (DeviceEngine) on the grid emulator, one per
+  // thread, or on the GPU (one worker: the device runs the block's
+  // examples). Where the device's launcher cannot be made (cuda without a
+  // GPU), ComputeExamples returns why; device_status() says it up front.
+  BatchGradients(const GptConfig& config, int num_threads, size_t max_examples,
+                 Device device = Device::kCpu);
   BatchGradients(const BatchGradients&) = delete;
   BatchGradients& operator=(const BatchGradients&) = delete;
 
@@ -37,6 +45,8 @@ class BatchGradients {
                             uint64_t first_example, const ExampleHooks& hooks, float* grad_out);
 
   int num_threads() const { return num_threads_; }
+  Device device() const { return device_; }
+  const Status& device_status() const { return device_status_; }
   size_t num_parameters() const { return num_params_; }
 
  private:
@@ -45,7 +55,12 @@ class BatchGradients {
   int num_threads_;
   size_t num_params_;
   size_t count_ = 0;
-  std::vector<std::unique_ptr<ExampleEngine<float>>> engines_;  // one per worker
+  std::vector<std::unique_ptr<ExampleEngine<float>>> engines_;  // one per worker (cpu)
+  Device device_ = Device::kCpu;
+  Status device_status_;
+  std::vector<std::unique_ptr<Launcher>> launchers_;             // one per worker (devices)
+  std::vector<std::unique_ptr<DeviceEngine>> device_engines_;
+  DeviceArray<float> device_params_, device_grads_;  // a launcher without host memory
   std::vector<float> storage_;                                  // max_examples x num_params
   std::vector<float*> pointers_;
   std::vector<float> losses_;

@@ -73,6 +73,13 @@ class DropoutMaskSource {
   virtual ~DropoutMaskSource() = default;
   virtual void FillKeepMask(uint64_t example_index, int layer, DropoutSite site,
                             float drop_probability, uint8_t* keep, size_t count) const = 0;
+  // True when the masks are rng::FillDropoutKeepMask's of (seed, step): the
+  // device engine (model/device_engine.h) then draws them per element on the
+  // device instead of asking FillKeepMask on the host. Default: no.
+  virtual bool PhiloxKey(uint64_t* seed, uint64_t* step) const {
+    (void)seed, (void)step;
+    return false;
+  }
 };
 
 // Fills `out[0..count)` with standard normal draws for the parameter tensor

@@ -412,31 +412,8 @@ void AttentionBackward(S* dqkv,              // [T,3C] written
 }
 
 // ---------------------------------------------------------------- GELU
-// The tanh approximation used by GPT-2: 0.5 x (1 + tanh(k (x + 0.044715 x^3))),
-// k = sqrt(2/pi), with u = k * fma(0.044715 x^2, x, x) and the result
-// fma(0.5 x, tanh u, 0.5 x). One element function (GeluAt, GeluGradAt) for
-// the host loops and the device kernels.
-template <typename S>
-DGRR_HD inline S GeluInner(S x) {  // k (x + 0.044715 x^3)
-  const S k = S(0.7978845608028654);  // sqrt(2/pi), rounded once to S
-  return k * Fma((S(0.044715) * x) * x, x, x);
-}
-
-template <typename S>
-DGRR_HD inline S GeluAt(S x) {
-  const S half_x = S(0.5) * x;
-  return Fma(half_x, Tanh(GeluInner(x)), half_x);
-}
-
-// d gelu / dx = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2), th = tanh u.
-template <typename S>
-DGRR_HD inline S GeluGradAt(S x) {
-  const S k = S(0.7978845608028654);
-  const S th = Tanh(GeluInner(x));
-  const S sech2 = Fma(-th, th, S(1));
-  const S du = k * Fma(S(3) * S(0.044715) * x, x, S(1));
-  return Fma((S(0.5) * x) * sech2, du, Fma(S(0.5), th, S(0.5)));
-}
+// GeluAt and GeluGradAt, the element functions host loops and device
+// kernels share, are in model/det_math.h.
 
 template <typename S>
 void GeluForward(S* out, const S* inp, size_t N) {  // out [N], inp [N]

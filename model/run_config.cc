@@ -67,7 +67,7 @@ Status CheckDerivedFields(RunConfig& rc, const JsonObjectReader& model, const Js
 nlohmann::json RunConfig::ToJson() const {
   nlohmann::json faults = nlohmann::json::array();
   for (const FaultSpec& f : inject) faults.push_back(f.text);
-  return {
+  nlohmann::json doc = {
       {"schema", kRunConfigSchema},
       {"numerics", numerics},
       {"seed", seed},
@@ -99,6 +99,11 @@ nlohmann::json RunConfig::ToJson() const {
       {"audit_every", audit_every},
       {"inject", faults},
   };
+  // Written only off the defaults, so a cpu run's file is byte for byte
+  // what it was before the keys existed.
+  if (device != "cpu") doc["device"] = device;
+  if (gemm != "exact") doc["gemm"] = gemm;
+  return doc;
 }
 
 StatusOr<RunConfig> RunConfig::FromJson(const nlohmann::json& doc, const std::string& source) {
@@ -148,6 +153,19 @@ StatusOr<RunConfig> RunConfig::FromJson(const nlohmann::json& doc, const std::st
   // Runs recorded before the audit existed have no key: they ran without it.
   if (doc.contains("audit_every")) {
     DGRR_ASSIGN_OR_RETURN(rc.audit_every, c.Int("audit_every", 0, kMaxSteps));
+  }
+  // Runs recorded before the keys: on the CPU, with the exact products.
+  if (doc.contains("device")) {
+    DGRR_ASSIGN_OR_RETURN(rc.device, c.String("device"));
+    if (rc.device != "cpu" && rc.device != "cuda-sim" && rc.device != "cuda") {
+      return c.Error("device", "expected \"cpu\", \"cuda-sim\" or \"cuda\", got \"" + rc.device + "\"");
+    }
+  }
+  if (doc.contains("gemm")) {
+    DGRR_ASSIGN_OR_RETURN(rc.gemm, c.String("gemm"));
+    if (rc.gemm != "exact" && rc.gemm != "cublas") {
+      return c.Error("gemm", "expected \"exact\" or \"cublas\", got \"" + rc.gemm + "\"");
+    }
   }
   DGRR_ASSIGN_OR_RETURN(const nlohmann::json* inject, c.Array("inject"));
   for (size_t i = 0; i < inject->size(); ++i) {

@@ -80,6 +80,18 @@ struct RunConfig {
   RecordMode mode = RecordMode::kFull;
   int64_t ckpt_every = 0;
   int64_t audit_every = 0;  // absent in runs recorded before the audit: 0
+  // Where the steps ran: "cpu", "cuda-sim" (the device kernels on the grid
+  // emulator) or "cuda". Never changes a result (the device kernels are
+  // bitwise the CPU layers, docs/gpu.md), so a schedule-only key: a resume
+  // may cross devices and `compare` of a cpu and a cuda-sim run is exit 0.
+  // Written only when not "cpu"; absent (cpu runs, and runs recorded before
+  // the key): "cpu".
+  std::string device = "cpu";
+  // The matrix products' kernel: "exact" (the canonical fma chain, on every
+  // device) or "cublas" (the pinned deterministic cuBLAS handle, --device
+  // cuda only: deterministic run to run but NOT equal to exact, so it is a
+  // result-changing setting). Written only when "cublas"; absent: "exact".
+  std::string gemm = "exact";
   // The run's faults (never skip-restore: that is a property of one resume).
   std::vector<FaultSpec> inject;
 
@@ -87,7 +99,8 @@ struct RunConfig {
   // after a step does not depend on them (Trainer's state config leaves them
   // out, so a checkpoint of an `sdc` run with 4 threads restores into a
   // `full` replay with 1).
-  static constexpr const char* kScheduleOnlyKeys[] = {"mode", "threads", "ckpt_every", "audit_every"};
+  static constexpr const char* kScheduleOnlyKeys[] = {"mode", "threads", "ckpt_every", "audit_every",
+                                                       "device"};
 
   // The document config.json holds (the session writes it with dump(2), keys
   // sorted). Every value must be valid: FromJson(ToJson()) gives it back.

@@ -152,6 +152,11 @@ class PhiloxMasks final : public DropoutMaskSource {
     rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
                              rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
   }
+  bool PhiloxKey(uint64_t* seed, uint64_t* step) const override {
+    *seed = rng_.seed();
+    *step = step_;
+    return true;
+  }
 
  private:
   const rng::RngStreams& rng_;
@@ -293,13 +298,21 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         comm(comm),
         group(comm),
         r(comm.rank()),
-        batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard)),
+        batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard), impl.t.device_),
         params(impl.num_params),
         grad(impl.num_params),
         adamw(impl.layout, AdamWOptions{0.9f, 0.95f, 1e-8f, impl.t.preset_.train.weight_decay}),
         tokens(static_cast<size_t>(impl.shard) * impl.t.data_->window()),
         slots(static_cast<size_t>(impl.shard)),
-        next_boundary(static_cast<size_t>(impl.shard)) {}
+        next_boundary(static_cast<size_t>(impl.shard)) {
+    if (impl.t.device_ != Device::kCpu) {
+      // Clipping and AdamW as device kernels too (the launcher was shown
+      // to be available in Validate).
+      auto launcher = MakeLauncher(impl.t.device_);
+      if (launcher.ok()) optimizer_launcher = std::move(*launcher);
+      adamw.set_launcher(optimizer_launcher.get());
+    }
+  }
 
   // BoundaryObserver, called by workers (per example) and by the rank thread
   // (per batch: AdamW). Per-example calls touch only their example's slots.
@@ -487,6 +500,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   BatchGradients batch;
   std::vector<float> params, grad;
   AdamW adamw;
+  std::unique_ptr<Launcher> optimizer_launcher;  // --device cuda-sim / cuda
   std::vector<uint8_t> tokens;
   std::vector<std::vector<Slot>> slots;  // per local example
   std::vector<uint32_t> next_boundary;   // per local example: see ExampleBoundaryIndex
@@ -767,7 +781,8 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   }
   DGRR_RETURN_IF_ERROR(RecordCollective(rank, batch_first));
 
-  const float grad_norm = ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip);
+  const float grad_norm = ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip,
+                                                    rank.optimizer_launcher.get());
   const float lr = schedule.At(step);
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
@@ -1222,6 +1237,27 @@ Status Trainer::Validate() {
   if (o.audit_every < 0 || o.audit_every > kMaxSteps) {
     return out_of_range("--audit-every", o.audit_every, 0, kMaxSteps);
   }
+  if (auto device = ParseDevice(o.device); device.ok()) {
+    device_ = *device;
+  } else {
+    return Status::InvalidArgument("--device: " + std::string(device.status().message()));
+  }
+  if (o.gemm != "exact" && o.gemm != "cublas") {
+    return Status::InvalidArgument("--gemm: unknown kernel '" + o.gemm + "' (exact, cublas)");
+  }
+  if (o.gemm == "cublas" && device_ != Device::kCuda) {
+    return Status::InvalidArgument("--gemm cublas runs on --device cuda only (this run: --device " +
+                                   o.device + ")");
+  }
+  if (o.gemm == "cublas") {
+    return Status::FailedPrecondition(
+        "--gemm cublas: the device engine's cuBLAS products are not built yet (docs/gpu.md); "
+        "use --gemm exact");
+  }
+  if (device_ == Device::kCuda) {
+    // Before anything is written: a run that cannot start says so at once.
+    DGRR_RETURN_IF_ERROR(MakeLauncher(Device::kCuda).status());
+  }
   DGRR_ASSIGN_OR_RETURN(preset_, PresetByName(o.preset));
   if (o.layers) preset_.model.num_layers = *o.layers;
   if (o.dim) preset_.model.channels = *o.dim;
@@ -1330,6 +1366,8 @@ Status Trainer::Validate() {
   c.mode = o.mode;
   c.ckpt_every = o.ckpt_every;
   c.audit_every = o.audit_every;
+  c.device = o.device;
+  c.gemm = o.gemm;
   // skip-restore is a property of one resume, not of the run.
   for (const auto& f : o.faults) {
     if (f.kind != FaultKind::kSkipRestore) c.inject.push_back(f);
@@ -1382,6 +1420,8 @@ TrainOptions TrainOptionsFromConfig(const RunConfig& c, const std::string& run_d
   o.mode = c.mode;
   o.ckpt_every = c.ckpt_every;
   o.audit_every = c.audit_every;
+  o.device = c.device;
+  o.gemm = c.gemm;
   o.faults = c.inject;
   o.config_path = ConfigPathFor(run_dir);
   o.faults_from_config = o.faults.size();
@@ -1401,6 +1441,10 @@ Status Trainer::LoadConfigForResume() {
   o.resume = true;
   o.fallback = options_.fallback;
   o.stop = options_.stop;  // a front end's stop request holds for the resumed run too
+  if (options_.device_given) {  // the device never changes results: a resume may cross
+    o.device = options_.device;
+    o.device_given = true;
+  }
   for (const auto& f : options_.faults) {
     if (f.kind != FaultKind::kSkipRestore) {
       return Status::InvalidArgument("--resume takes only skip-restore faults; '" + f.text +

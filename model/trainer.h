@@ -31,6 +31,7 @@
 #include "base/run_lock.h"
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
+#include "model/grid.h"
 #include "model/config.h"
 #include "model/corpus.h"
 #include "checkpoint/checkpoint_file.h"
@@ -63,6 +64,14 @@ struct TrainOptions {
   // per-example fingerprints; a difference is Divergence. 0: off. Never
   // changes a recorded value.
   int64_t audit_every = 0;
+  // Where the steps run (docs/gpu.md): "cpu", "cuda-sim" or "cuda"; never
+  // changes a result. On --resume the device given (device_given) replaces
+  // the run's: a run may continue on another device.
+  std::string device = "cpu";
+  bool device_given = false;
+  // The products' kernel: "exact" or "cublas" (--device cuda only; changes
+  // results, so the run records it and a resume keeps it).
+  std::string gemm = "exact";
   std::vector<FaultSpec> faults;
   // Set by TrainOptionsFromRun: the run's config.json, and how many of
   // `faults` (the first ones) it named, so that a value it holds which
@@ -185,6 +194,7 @@ class Trainer {
   Preset preset_;
   int batch_ = 0;
   float lr_ = 0;
+  Device device_ = Device::kCpu;
   std::unique_ptr<Dataset> data_;
   RunConfig run_config_;   // what config.json records (built by Validate)
   nlohmann::json config_;  // run_config_.ToJson()

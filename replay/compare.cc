@@ -740,7 +740,7 @@ std::string Describe(const ReportedBoundary& x) {
 // the machine's hardware thread count. Host
 // name and collection time are dropped before diffing (EnvironmentForDiff).
 bool NeverChangesResults(const std::string& key) {
-  static const char* const kKeys[] = {"threads", "ranks", "ckpt_every", "audit_every",
+  static const char* const kKeys[] = {"threads", "ranks", "ckpt_every", "audit_every", "device",
                                       "host.hardware_threads"};
   for (const char* k : kKeys) {
     if (key == k) return true;

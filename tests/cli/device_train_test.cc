@@ -1,0 +1,120 @@
+// `dgrr train --device cuda-sim`: the model's device kernels on the CPU grid
+// emulator give runs bitwise equal to --device cpu (`dgrr compare` exit 0)
+// for tiny at 1 and 2 ranks, a reduced small, and across resumes that cross
+// from cpu to cuda-sim and back; `--device cuda` trains equal to cpu where a
+// GPU is (scripts/gpu-checks.sh runs this suite there) and is refused in one
+// line (exit 1) where none is; `--gemm cublas` off --device cuda is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/file.h"
+#include "runtime/session.h"
+#include "tests/cli/run_captured.h"
+#include "tests/support/temp_dir_test.h"
+
+namespace dgrr::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EmulatedGridTrainTest : public test_support::TempDirTest, protected CapturedCommands {
+ protected:
+  int Train(const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--out", Path(name), "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunCommand(args);
+  }
+  int Compare(const std::string& a, const std::string& b) {
+    return RunCommand({"compare", Path(a), Path(b)});
+  }
+  std::string Device(const std::string& name) {
+    auto text = ReadFileToString(ConfigPathFor(Path(name)));
+    return text.ok() ? nlohmann::json::parse(*text).value("device", std::string("(absent)")) : "(unreadable)";
+  }
+  // Copies run `from` to `to` without its checkpoints of steps >= `step`, so
+  // that a resume of `to` starts from the checkpoint before.
+  void CopyCutAt(const std::string& from, const std::string& to, int step) {
+    fs::copy(Path(from), Path(to), fs::copy_options::recursive);
+    for (const auto& entry : fs::directory_iterator(Path(to) + "/ckpt")) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && std::stoi(name.substr(5, 8)) >= step) fs::remove(entry.path());
+    }
+  }
+};
+
+TEST_F(EmulatedGridTrainTest, TinyOneRankEqualsCpu) {
+  ASSERT_EQ(Train("cpu", {"--steps", "3"}), 0) << err_;
+  ASSERT_EQ(Train("sim", {"--steps", "3", "--device", "cuda-sim"}), 0) << err_;
+  EXPECT_EQ(Device("sim"), "cuda-sim");
+  EXPECT_EQ(Device("cpu"), "(absent)");  // a cpu run's config.json is as before the key
+  EXPECT_EQ(Compare("cpu", "sim"), 0) << out_ << err_;
+  EXPECT_NE(out_.find("device: (absent) | \"cuda-sim\"  (never changes results)"), std::string::npos) << out_;
+}
+
+TEST_F(EmulatedGridTrainTest, TinyTwoRanksEqualsCpuAndResumesAcrossDevices) {
+  const std::vector<std::string> run = {"--steps", "4", "--ranks", "2", "--ckpt-every", "2"};
+  ASSERT_EQ(Train("cpu", run), 0) << err_;
+  auto sim = run;
+  for (const char* a : {"--threads", "2", "--device", "cuda-sim"}) sim.push_back(a);
+  ASSERT_EQ(Train("sim", sim), 0) << err_;
+  EXPECT_EQ(Compare("cpu", "sim"), 0) << out_ << err_;
+  // Started on the CPU, continued on the emulated grid from step 2.
+  CopyCutAt("cpu", "cpu-then-sim", 3);
+  ASSERT_EQ(Train("cpu-then-sim", {"--resume", "--device", "cuda-sim"}), 0) << err_;
+  EXPECT_EQ(Device("cpu-then-sim"), "cuda-sim");
+  EXPECT_EQ(Compare("cpu", "cpu-then-sim"), 0) << out_ << err_;
+  // And back.
+  CopyCutAt("sim", "sim-then-cpu", 3);
+  ASSERT_EQ(Train("sim-then-cpu", {"--resume", "--device", "cpu"}), 0) << err_;
+  EXPECT_EQ(Device("sim-then-cpu"), "(absent)");
+  EXPECT_EQ(Compare("cpu", "sim-then-cpu"), 0) << out_ << err_;
+  // A resume without --device keeps the run's.
+  CopyCutAt("sim", "sim-again", 3);
+  ASSERT_EQ(Train("sim-again", {"--resume"}), 0) << err_;
+  EXPECT_EQ(Device("sim-again"), "cuda-sim");
+}
+
+// The small preset's shape (4 layers, 128 channels, 64 positions), two
+// examples of one step: the emulator runs every thread one after another.
+TEST_F(EmulatedGridTrainTest, ReducedSmallEqualsCpu) {
+  const std::vector<std::string> run = {"--model", "small", "--batch", "2", "--steps", "1"};
+  ASSERT_EQ(Train("cpu", run), 0) << err_;
+  auto sim = run;
+  sim.insert(sim.end(), {"--device", "cuda-sim"});
+  ASSERT_EQ(Train("sim", sim), 0) << err_;
+  EXPECT_EQ(Compare("cpu", "sim"), 0) << out_ << err_;
+}
+
+TEST_F(EmulatedGridTrainTest, BadDeviceAndGemmSettingsAreOneLineUsageErrors) {
+  EXPECT_EQ(Train("a", {"--device", "gpu"}), 1);
+  EXPECT_EQ(err_, "dgrr train: --device: unknown device 'gpu' (known: cpu, cuda-sim, cuda)\n");
+  EXPECT_EQ(Train("b", {"--gemm", "cublas", "--device", "cuda-sim"}), 1);
+  EXPECT_EQ(err_, "dgrr train: --gemm cublas runs on --device cuda only (this run: --device cuda-sim)\n");
+  EXPECT_EQ(Train("c", {"--gemm", "fast"}), 1);
+  EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+  EXPECT_FALSE(fs::exists(ConfigPathFor(Path("a"))));
+}
+
+// On a machine with a GPU: --device cuda trains bitwise equal to the CPU.
+// Without one: refused before anything is written, in one line, exit 1.
+class CudaDeviceTrainTest : public EmulatedGridTrainTest {};
+
+TEST_F(CudaDeviceTrainTest, TinyEqualsCpuOrIsRefusedInOneLine) {
+  if (Train("gpu", {"--steps", "3", "--device", "cuda"}) != 0) {
+    EXPECT_EQ(Train("gpu", {"--steps", "3", "--device", "cuda"}), 1);
+    EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+    EXPECT_EQ(err_.rfind("dgrr train: --device cuda: ", 0), 0u) << err_;
+    EXPECT_FALSE(fs::exists(ConfigPathFor(Path("gpu"))));
+    GTEST_SKIP() << "no CUDA device: " << err_;
+  }
+  ASSERT_EQ(Train("cpu", {"--steps", "3"}), 0) << err_;
+  EXPECT_EQ(Compare("cpu", "gpu"), 0) << out_ << err_;
+}
+
+}  // namespace
+}  // namespace dgrr::cli

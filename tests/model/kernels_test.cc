@@ -1,0 +1,434 @@
+// The device kernels (model/kernels.h) run over the emulated grid
+// (model/grid.h, cuda-sim) against the CPU layers they mirror: every output
+// bit equal, on random inputs and odd sizes; then the whole device engine
+// against ExampleEngine<float>, every boundary, loss and gradient; then the
+// batch-level kernels (canonical tree sum, clipping, AdamW, dropout masks)
+// against the CPU code the trainer runs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/batch.h"
+#include "model/device_engine.h"
+#include "model/gpt.h"
+#include "model/grid.h"
+#include "model/kernels.h"
+#include "model/layers.h"
+#include "model/splitmix.h"
+#include "rng/rng_streams.h"
+#include "runtime/tree_reduce.h"
+
+namespace dgrr::model {
+namespace {
+
+using kernels::View;
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  SplitMixStream s(seed);
+  for (float& x : v) {
+    const double u = static_cast<double>(s.Next() >> 11) * 0x1.0p-53;
+    x = static_cast<float>((2 * u - 1) * scale);
+  }
+  return v;
+}
+
+std::vector<uint8_t> Bytes(size_t n, uint64_t seed, unsigned below = 256) {
+  std::vector<uint8_t> v(n);
+  SplitMixStream s(seed);
+  for (uint8_t& x : v) x = static_cast<uint8_t>(s.Below(below));
+  return v;
+}
+
+// Bitwise equality, naming the first differing element.
+void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " cpu " << want[i] << " cuda-sim " << got[i];
+      return;
+    }
+  }
+}
+
+class GridKernels : public ::testing::Test {
+ protected:
+  GridEmulator sim;
+};
+
+TEST_F(GridKernels, EmulatorRunsEveryThreadOfEveryBlockOnce) {
+  // 300 threads: three blocks of 128, the last partly past the end.
+  std::vector<float> out(300, 0.0f);
+  sim.Launch(kernels::FillKernel{out.data(), 2.5f, out.size()});
+  for (float x : out) ASSERT_EQ(x, 2.5f);
+  std::vector<float> none(4, 1.0f);
+  sim.Launch(kernels::FillKernel{none.data(), 0.0f, 0});  // an empty grid launches nothing
+  EXPECT_EQ(none[0], 1.0f);
+}
+
+TEST_F(GridKernels, GemmFormsEqualTheCpuProducts) {
+  const int M = 7, K = 13, N = 11;
+  const auto a = Random(M * K, 1), b = Random(K * N, 2), bias = Random(N, 3), c0 = Random(M * N, 4);
+  // c = a . b + bias (MatmulForward), written.
+  std::vector<float> want(M * N), got(M * N, 9.0f);
+  MatmulForward(want.data(), a.data(), b.data(), bias.data(), M, K, N);
+  kernels::GemmKernel k;
+  k.c = {got.data(), N}, k.a = {a.data(), K}, k.b = {b.data(), N}, k.bias = bias.data();
+  k.M = M, k.K = K, k.N = N;
+  sim.Launch(k);
+  ExpectSameBits(want, got, "MatmulForward");
+  // c += a^T . b with a stored [K, M] (GemmTransA), accumulated.
+  const auto at = Random(K * M, 5);
+  want = c0, got = c0;
+  GemmTransA(want.data(), at.data(), b.data(), M, K, N, /*accumulate=*/true);
+  k = {};
+  k.c = {got.data(), N}, k.a = {at.data(), 1, M}, k.b = {b.data(), N};
+  k.M = M, k.K = K, k.N = N, k.accumulate = true;
+  sim.Launch(k);
+  ExpectSameBits(want, got, "GemmTransA");
+  // c = a . b^T with b stored [N, K] (GemmTransB).
+  const auto bt = Random(N * K, 6);
+  GemmTransB(want.data(), a.data(), bt.data(), M, K, N, /*accumulate=*/false);
+  k = {};
+  k.c = {got.data(), N}, k.a = {a.data(), K}, k.b = {bt.data(), 1, K};
+  k.M = M, k.K = K, k.N = N;
+  sim.Launch(k);
+  ExpectSameBits(want, got, "GemmTransB");
+}
+
+TEST_F(GridKernels, LayerNormForwardAndBackwardEqualTheCpu) {
+  const int T = 11, C = 19;  // more rows than the CPU's 8-row blocks, and a remainder
+  const auto x = Random(T * C, 10, 3.0f), w = Random(C, 11), b = Random(C, 12), dy = Random(T * C, 13);
+  std::vector<float> out(T * C), mean(T), rstd(T), out2(T * C), mean2(T), rstd2(T);
+  LayerNormForward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), T, C);
+  sim.Launch(kernels::LayerNormForwardKernel{out2.data(), mean2.data(), rstd2.data(), x.data(), w.data(),
+                                             b.data(), static_cast<size_t>(T), C});
+  ExpectSameBits(out, out2, "ln out");
+  ExpectSameBits(mean, mean2, "ln mean");
+  ExpectSameBits(rstd, rstd2, "ln rstd");
+  auto dx = Random(T * C, 14), dw = Random(C, 15), db = Random(C, 16);
+  auto dx2 = dx, dw2 = dw, db2 = db;
+  LayerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                    rstd.data(), T, C);
+  sim.Launch(kernels::LayerNormBackwardInputKernel{dx2.data(), dy.data(), x.data(), w.data(), mean.data(),
+                                                   rstd.data(), static_cast<size_t>(T), C});
+  sim.Launch(kernels::LayerNormBackwardParamsKernel{dw2.data(), db2.data(), 0, dy.data(), x.data(),
+                                                    mean.data(), rstd.data(), T, C, 1});
+  ExpectSameBits(dx, dx2, "ln dinp");
+  ExpectSameBits(dw, dw2, "ln dweight");
+  ExpectSameBits(db, db2, "ln dbias");
+}
+
+// AttentionForward/Backward of one example against the score products,
+// softmax rows and causal products the device engine launches for it.
+TEST_F(GridKernels, AttentionForwardAndBackwardEqualTheCpu) {
+  for (bool dropout : {false, true}) {
+    SCOPED_TRACE(dropout ? "dropout" : "no dropout");
+    const int T = 19, NH = 3, hs = 5, C = NH * hs, C3 = 3 * C;  // T past the CPU's 16-row blocks
+    const ptrdiff_t TT = T * T;
+    const auto qkv = Random(T * C3, 20, 2.0f), dout = Random(T * C, 21);
+    const auto keep = Bytes(NH * TT, 22, 2);
+    const float keep_scale = 1.0f / (1.0f - 0.25f), scale = 1.0f / Sqrt(static_cast<float>(hs));
+    std::vector<float> out(T * C), pre(NH * TT), att(NH * TT), drop(NH * TT);
+    AttentionForward(out.data(), pre.data(), att.data(), dropout ? drop.data() : nullptr, qkv.data(),
+                     dropout ? keep.data() : nullptr, keep_scale, T, C, NH);
+    std::vector<float> out2(T * C), pre2(NH * TT), att2(NH * TT), drop2(NH * TT);
+    kernels::GemmKernel s;
+    s.c = {pre2.data(), T, 1, 0, TT}, s.a = {qkv.data(), C3, 1, 0, hs}, s.b = {qkv.data() + C, 1, C3, 0, hs};
+    s.M = T, s.K = hs, s.N = T, s.nb2 = NH;
+    sim.Launch(s);
+    kernels::SoftmaxForwardKernel sm{pre2.data(), att2.data(), dropout ? drop2.data() : nullptr,
+                                     dropout ? keep.data() : nullptr, keep_scale, scale, T,
+                                     static_cast<size_t>(NH * T)};
+    sim.Launch(sm);
+    const float* used2 = dropout ? drop2.data() : att2.data();
+    kernels::CausalProductKernel y;
+    y.c = {out2.data(), C, 1, 0, hs}, y.a = {used2, T, 1, 0, TT}, y.b = {qkv.data() + 2 * C, C3, 1, 0, hs};
+    y.T = T, y.N = hs, y.nb2 = NH;
+    sim.Launch(y);
+    ExpectSameBits(pre, pre2, "preatt");
+    ExpectSameBits(att, att2, "att");
+    if (dropout) ExpectSameBits(drop, drop2, "att dropped");
+    ExpectSameBits(out, out2, "attention out");
+
+    std::vector<float> dqkv(T * C3), datt(NH * TT), dpre(NH * TT);
+    AttentionBackward(dqkv.data(), datt.data(), dpre.data(), dout.data(), qkv.data(), att.data(),
+                      dropout ? drop.data() : nullptr, dropout ? keep.data() : nullptr, keep_scale, T, C, NH);
+    std::vector<float> dqkv2(T * C3, 7.0f), datt2(NH * TT), dpre2(NH * TT);
+    kernels::GemmKernel d;
+    d.c = {datt2.data(), T, 1, 0, TT}, d.a = {dout.data(), C, 1, 0, hs};
+    d.b = {qkv.data() + 2 * C, 1, C3, 0, hs};
+    d.M = T, d.K = hs, d.N = T, d.nb2 = NH;
+    sim.Launch(d);
+    sim.Launch(kernels::SoftmaxBackwardKernel{datt2.data(), dpre2.data(), att.data(),
+                                              dropout ? keep.data() : nullptr, keep_scale, scale, T,
+                                              static_cast<size_t>(NH * T)});
+    kernels::CausalProductKernel p;
+    p.T = T, p.N = hs, p.nb2 = NH;
+    p.c = {dqkv2.data(), C3, 1, 0, hs}, p.a = {datt2.data(), T, 1, 0, TT}, p.b = {qkv.data() + C, C3, 1, 0, hs};
+    p.lower = true;
+    sim.Launch(p);
+    p.c = {dqkv2.data() + C, C3, 1, 0, hs}, p.a = {datt2.data(), 1, T, 0, TT}, p.b = {qkv.data(), C3, 1, 0, hs};
+    p.lower = false;
+    sim.Launch(p);
+    p.c = {dqkv2.data() + 2 * C, C3, 1, 0, hs}, p.a = {dropout ? drop.data() : att.data(), 1, T, 0, TT};
+    p.b = {dout.data(), C, 1, 0, hs};
+    sim.Launch(p);
+    ExpectSameBits(dpre, dpre2, "dpreatt");
+    ExpectSameBits(dqkv, dqkv2, "dqkv");
+  }
+}
+
+TEST_F(GridKernels, ElementwiseAndLossKernelsEqualTheCpu) {
+  const size_t n = 1001;
+  const auto x = Random(n, 30, 6.0f), dy = Random(n, 31), acc = Random(n, 32);
+  const auto keep = Bytes(n, 33, 2);
+  std::vector<float> want(n), got(n);
+  GeluForward(want.data(), x.data(), n);
+  sim.Launch(kernels::GeluForwardKernel{got.data(), x.data(), n});
+  ExpectSameBits(want, got, "gelu");
+  want = acc, got = acc;
+  GeluBackward(want.data(), x.data(), dy.data(), n);
+  sim.Launch(kernels::GeluBackwardKernel{got.data(), x.data(), dy.data(), n});
+  ExpectSameBits(want, got, "gelu backward");
+  DropoutForward(want.data(), x.data(), keep.data(), 1.25f, n);
+  sim.Launch(kernels::DropoutForwardKernel{got.data(), x.data(), keep.data(), 1.25f, n});
+  ExpectSameBits(want, got, "dropout");
+  want = acc, got = acc;
+  DropoutBackward(want.data(), dy.data(), keep.data(), 1.25f, n);
+  sim.Launch(kernels::DropoutBackwardKernel{got.data(), dy.data(), keep.data(), 1.25f, n});
+  ExpectSameBits(want, got, "dropout backward");
+  ResidualForward(want.data(), x.data(), dy.data(), n);
+  sim.Launch(kernels::ResidualForwardKernel{got.data(), x.data(), dy.data(), n});
+  ExpectSameBits(want, got, "residual");
+  auto want2 = dy, got2 = dy;
+  want = acc, got = acc;
+  ResidualBackward(want.data(), want2.data(), x.data(), n);
+  sim.Launch(kernels::ResidualBackwardKernel{got.data(), got2.data(), x.data(), n});
+  ExpectSameBits(want, got, "residual backward 1");
+  ExpectSameBits(want2, got2, "residual backward 2");
+
+  // Cross-entropy of two examples of T = 5 (windows of T + 1 tokens).
+  const int T = 5, V = 256;
+  const auto logits = Random(2 * T * V, 34, 8.0f);
+  const auto tokens = Bytes(2 * (T + 1), 35);
+  std::vector<float> probs(2 * T * V), losses(2 * T), probs2(2 * T * V), losses2(2 * T);
+  for (int e = 0; e < 2; ++e) {
+    CrossEntropyForward(probs.data() + e * T * V, losses.data() + e * T, logits.data() + e * T * V,
+                        tokens.data() + e * (T + 1) + 1, T, V);
+  }
+  sim.Launch(kernels::CrossEntropyForwardKernel{probs2.data(), losses2.data(), logits.data(), tokens.data(),
+                                                T, V, 2 * T});
+  ExpectSameBits(probs, probs2, "probs");
+  ExpectSameBits(losses, losses2, "token losses");
+  std::vector<float> dl(2 * T * V, 0.0f), dl2(2 * T * V, 0.0f), dloss(2 * T, 1.0f / T);
+  for (int e = 0; e < 2; ++e) {
+    CrossEntropyBackward(dl.data() + e * T * V, probs.data() + e * T * V, tokens.data() + e * (T + 1) + 1,
+                         dloss.data() + e * T, T, V);
+  }
+  sim.Launch(kernels::CrossEntropyBackwardKernel{dl2.data(), probs.data(), tokens.data(), 1.0f / T, T, V, 2});
+  ExpectSameBits(dl, dl2, "dlogits");
+}
+
+TEST_F(GridKernels, EncoderEqualsTheCpuWithRepeatedTokens) {
+  const int T = 9, C = 7, V = 256;
+  auto tokens = Bytes(2 * (T + 1), 40, 4);  // few distinct tokens: many repeats
+  const auto wte = Random(V * C, 41), wpe = Random(T * C, 42), dout = Random(2 * T * C, 43);
+  std::vector<float> out(2 * T * C), out2(2 * T * C);
+  for (int e = 0; e < 2; ++e) {
+    EncoderForward(out.data() + e * T * C, tokens.data() + e * (T + 1), wte.data(), wpe.data(), T, C);
+  }
+  sim.Launch(kernels::EncoderForwardKernel{out2.data(), tokens.data(), wte.data(), wpe.data(), T, C, 2});
+  ExpectSameBits(out, out2, "encoded");
+  // Gradients of two examples in one array of stride V*C + T*C.
+  const size_t stride = V * C + T * C;
+  auto grads = Random(2 * stride, 44), grads2 = grads;
+  for (int e = 0; e < 2; ++e) {
+    std::fill(grads.begin() + e * stride + V * C, grads.begin() + (e + 1) * stride, 0.0f);
+    std::fill(grads2.begin() + e * stride + V * C, grads2.begin() + (e + 1) * stride, 0.0f);
+    EncoderBackward(grads.data() + e * stride, grads.data() + e * stride + V * C, dout.data() + e * T * C,
+                    tokens.data() + e * (T + 1), T, C);
+  }
+  sim.Launch(kernels::EncoderBackwardWteKernel{grads2.data(), stride, dout.data(), tokens.data(), T, C, V, 2});
+  sim.Launch(kernels::EncoderBackwardWpeKernel{grads2.data() + V * C, stride, dout.data(), T, C, 2});
+  ExpectSameBits(grads, grads2, "dwte, dwpe");
+}
+
+TEST_F(GridKernels, TreeSumEqualsTheCanonicalTreeForEveryCount) {
+  const size_t n = 37;
+  for (size_t count = 1; count <= 21; ++count) {
+    SCOPED_TRACE(count);
+    auto data = Random(count * n, 50 + count, 1e3f), data2 = data;
+    std::vector<float*> buffers;
+    for (size_t i = 0; i < count; ++i) buffers.push_back(data.data() + i * n);
+    TreeReduceInPlace(buffers, n, 1);
+    sim.Launch(kernels::TreeSumKernel{data2.data(), n, count, n});
+    ExpectSameBits(std::vector<float>(data.begin(), data.begin() + n),
+                   std::vector<float>(data2.begin(), data2.begin() + n), "tree sum");
+  }
+}
+
+TEST_F(GridKernels, ClippingAndAdamWEqualTheCpu) {
+  GptConfig config;
+  config.seq_len = 5, config.num_layers = 1, config.channels = 6, config.num_heads = 2;
+  const ParameterLayout layout(config);
+  const size_t n = layout.total_size();
+  auto params = Random(n, 60), grad = Random(n, 61, 4.0f);
+  auto params2 = params, grad2 = grad;
+  for (float max_norm : {0.5f, 1e9f}) {  // clipping and not
+    auto g = grad, g2 = grad;
+    const float norm = ClipGradientsByGlobalNorm(g.data(), n, max_norm);
+    const float norm2 = ClipGradientsByGlobalNorm(g2.data(), n, max_norm, &sim);
+    EXPECT_EQ(std::memcmp(&norm, &norm2, sizeof norm), 0);
+    ExpectSameBits(g, g2, "clipped gradient");
+  }
+  AdamW cpu(layout, AdamWOptions{0.9f, 0.95f, 1e-8f, 0.1f}), dev(layout, AdamWOptions{0.9f, 0.95f, 1e-8f, 0.1f});
+  dev.set_launcher(&sim);
+  for (int step = 0; step < 3; ++step) {
+    cpu.Step(params.data(), grad.data(), 1e-2f);
+    dev.Step(params2.data(), grad2.data(), 1e-2f);
+  }
+  ExpectSameBits(params, params2, "AdamW parameters");
+  ExpectSameBits(cpu.m(), dev.m(), "AdamW m");
+  ExpectSameBits(cpu.v(), dev.v(), "AdamW v");
+}
+
+TEST_F(GridKernels, DropoutMasksDrawnPerElementEqualTheSequentialStream) {
+  const rng::RngStreams streams(1234);
+  const size_t per_example = 301;  // not a multiple of Philox's four words
+  for (double p : {0.0, 0.1, 0.5}) {
+    const uint64_t threshold = rng::BernoulliThresholdUnchecked(1.0 - p);
+    std::vector<uint8_t> want(3 * per_example), got(3 * per_example, 7);
+    for (int e = 0; e < 3; ++e) {
+      rng::FillDropoutKeepMask(streams, 5, 10 + e, 1, 2, threshold, want.data() + e * per_example, per_example);
+    }
+    kernels::DropoutMaskKernel k;
+    k.keep = got.data(), k.seed = 1234, k.step = 5, k.first_example = 10, k.layer = 1, k.site = 2;
+    k.threshold = threshold, k.per_example = per_example, k.count = 3;
+    sim.Launch(k);
+    EXPECT_EQ(want, got) << "p = " << p;
+  }
+}
+
+// ---------------------------------------------------------------- the engine
+
+// Every boundary's bytes, by (example, name); thread-safe.
+class BytesObserver : public BoundaryObserver {
+ public:
+  void OnBoundary(std::string_view name, Phase, Operator, bool, const float* data, std::span<const int64_t> dims,
+                  uint64_t first_example, uint32_t) override {
+    size_t count = 1;
+    for (int64_t d : dims) count *= static_cast<size_t>(d);
+    std::lock_guard<std::mutex> lock(mu_);
+    seen[{first_example, std::string(name)}] = std::vector<float>(data, data + count);
+    order.push_back(std::string(name));
+  }
+  std::mutex mu_;
+  std::map<std::pair<uint64_t, std::string>, std::vector<float>> seen;
+  std::vector<std::string> order;
+};
+
+// Philox masks that say so (the trainer's PhiloxMasks: drawn on the device).
+class KeyedMasks : public DropoutMaskSource {
+ public:
+  KeyedMasks(uint64_t seed, uint64_t step) : rng_(seed), seed_(seed), step_(step) {}
+  void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
+                    size_t n) const override {
+    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
+                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
+  }
+  bool PhiloxKey(uint64_t* seed, uint64_t* step) const override {
+    *seed = seed_, *step = step_;
+    return true;
+  }
+
+ private:
+  rng::RngStreams rng_;
+  uint64_t seed_, step_;
+};
+
+void ExpectEngineEqualsCpu(const GptConfig& config, const DropoutMaskSource* masks, size_t count) {
+  Gpt model = *Gpt::Create(config);
+  model.Initialize(SplitMixNormalFill(7));
+  const size_t np = model.num_parameters(), window = config.seq_len + 1;
+  const auto tokens = Bytes(count * window, 70);
+  ExampleEngine<float> cpu(config, count);
+  GridEmulator sim;
+  DeviceEngine dev(config, &sim, count);
+  BytesObserver seen_cpu, seen_dev;
+  ExampleHooks hooks_cpu{&seen_cpu, nullptr, masks}, hooks_dev{&seen_dev, nullptr, masks};
+  std::vector<float> losses(count), losses2(count), grads(count * np, 5.0f), grads2(count * np, 6.0f);
+  std::vector<float*> pointers;
+  for (size_t e = 0; e < count; ++e) pointers.push_back(grads.data() + e * np);
+  cpu.ForwardBlock(model.parameters(), tokens.data(), count, 100, hooks_cpu, losses.data());
+  cpu.BackwardBlock(model.parameters(), tokens.data(), count, 100, pointers.data(), hooks_cpu);
+  dev.ForwardBlock(model.parameters(), tokens.data(), count, 100, hooks_dev, losses2.data());
+  dev.BackwardBlock(model.parameters(), tokens.data(), count, 100, grads2.data(), np, hooks_dev);
+  ExpectSameBits(losses, losses2, "losses");
+  ExpectSameBits(grads, grads2, "parameter gradients");
+  EXPECT_EQ(seen_cpu.order, seen_dev.order);
+  ASSERT_GT(seen_cpu.seen.size(), 40u * count);  // every per-example boundary, each example
+  ASSERT_EQ(seen_cpu.seen.size(), seen_dev.seen.size());
+  for (const auto& [key, want] : seen_cpu.seen) {
+    ExpectSameBits(want, seen_dev.seen[key], key.second.c_str());
+  }
+}
+
+GptConfig OddConfig(float dropout) {
+  GptConfig c;
+  c.seq_len = 7, c.num_layers = 2, c.channels = 12, c.num_heads = 3;
+  c.attn_dropout = c.resid_dropout = dropout;
+  return c;
+}
+
+TEST(GridEngine, EqualsTheCpuEngineEveryBoundaryWithoutDropout) {
+  ExpectEngineEqualsCpu(OddConfig(0), nullptr, 3);
+}
+
+TEST(GridEngine, EqualsTheCpuEngineWithMasksDrawnOnTheDevice) {
+  KeyedMasks masks(99, 4);
+  ExpectEngineEqualsCpu(OddConfig(0.2f), &masks, 3);
+}
+
+TEST(GridEngine, EqualsTheCpuEngineWithMasksFilledOnTheHost) {
+  SplitMixDropoutMasks masks(5);
+  ExpectEngineEqualsCpu(OddConfig(0.2f), &masks, 2);
+}
+
+TEST(GridEngine, BatchGradientsOnCudaSimEqualTheCpuForAnyThreadCount) {
+  GptConfig config = OddConfig(0.1f);
+  Gpt model = *Gpt::Create(config);
+  model.Initialize(SplitMixNormalFill(3));
+  const size_t count = 5, window = config.seq_len + 1, np = model.num_parameters();
+  const auto tokens = Bytes(count * window, 80);
+  KeyedMasks masks(1, 2);
+  ExampleHooks hooks{nullptr, nullptr, &masks};
+  BatchGradients cpu(config, 1, count);
+  std::vector<float> want(np), got(np);
+  auto loss = cpu.ComputeMeanGradient(model.parameters(), tokens.data(), count, 0, hooks, want.data());
+  ASSERT_TRUE(loss.ok());
+  for (int threads : {1, 2}) {
+    BatchGradients sim(config, threads, count, Device::kCudaSim);
+    ASSERT_TRUE(sim.device_status().ok());
+    auto loss2 = sim.ComputeMeanGradient(model.parameters(), tokens.data(), count, 0, hooks, got.data());
+    ASSERT_TRUE(loss2.ok());
+    EXPECT_EQ(std::memcmp(&*loss, &*loss2, sizeof(float)), 0);
+    ExpectSameBits(want, got, "mean gradient");
+  }
+}
+
+TEST(GridEngine, DeviceNamesParse) {
+  EXPECT_EQ(*ParseDevice("cpu"), Device::kCpu);
+  EXPECT_EQ(*ParseDevice("cuda-sim"), Device::kCudaSim);
+  EXPECT_EQ(*ParseDevice("cuda"), Device::kCuda);
+  EXPECT_FALSE(ParseDevice("gpu").ok());
+  EXPECT_STREQ(DeviceName(Device::kCudaSim), "cuda-sim");
+}
+
+}  // namespace
+}  // namespace dgrr::model
