@@ -226,7 +226,9 @@ set(DGRR_PC_CFLAGS "")
 set(DGRR_PC_EXTRA_LIBS "")
 if(TARGET dgrr_checkpoint)
   # The HDF5 that FindHDF5 found (Debian: .../hdf5/serial), with what it says
-  # libhdf5 needs; checkpoint headers include <hdf5.h>.
+  # libhdf5 needs. No installed header includes <hdf5.h> (nor nlohmann/json,
+  # below) any more; the -I flags stay so consumers' command lines keep
+  # working unchanged, e.g. a program that includes these libraries itself.
   dgrr_pc_link_flags(_hdf5_libs ${HDF5_C_LIBRARIES})
   string(APPEND DGRR_PC_EXTRA_LIBS "${_hdf5_libs}")
   foreach(dir IN LISTS HDF5_C_INCLUDE_DIRS)

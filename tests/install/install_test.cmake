@@ -43,6 +43,15 @@ foreach(f trace_format/writer.h trace_format/reader.h checkpoint/hdf5_util.h rep
     message(FATAL_ERROR "install put the internal header ${f} under include/dgrr/")
   endif()
 endforeach()
+# No third-party header is reachable from an installed one: no installed
+# header includes nlohmann/json (HDF5, zstd and xxhash stay in the .cc files).
+file(GLOB_RECURSE installed_headers ${prefix}/include/*.h)
+foreach(header IN LISTS installed_headers)
+  file(STRINGS ${header} includes REGEX "^[ \t]*#[ \t]*include[ \t]*<(nlohmann|hdf5|H5|zstd|xxhash)")
+  if(includes)
+    message(FATAL_ERROR "the installed ${header} includes a third-party header: ${includes}")
+  endif()
+endforeach()
 foreach(generic include/base include/runtime include/checkpoint)
   if(EXISTS ${prefix}/${generic})
     message(FATAL_ERROR "install put headers in the generic ${generic}/ (they belong under include/dgrr/)")
