@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/deleted_paths.h"
 #include "model/launch.h"
+#include "model/run_config.h"
 #include "replay/bisect.h"
 #include "replay/reexecute.h"
 #include "replay/trust.h"
@@ -121,6 +122,7 @@ int RunBisect(const std::vector<std::string>& args) {
   if (parsed >= 0) return parsed;
 
   replay::BisectOptions bisect;
+  bisect.compare.config_key_changes_results = model::RunConfigKeyChangesResults;
   if (vm.count("ignore")) bisect.compare.ignore_globs = vm["ignore"].as<std::vector<std::string>>();
   bisect.compare.context = vm["context"].as<uint32_t>();
   if (vm.count("keep")) bisect.keep_dir = vm["keep"].as<std::string>();

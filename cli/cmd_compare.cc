@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "model/run_config.h"
 #include "replay/compare.h"
 #include "replay/perfetto.h"
 
@@ -50,6 +51,7 @@ int RunCompare(const std::vector<std::string>& args) {
   if (parsed >= 0) return parsed;
 
   replay::CompareOptions compare;
+  compare.config_key_changes_results = model::RunConfigKeyChangesResults;
   if (vm.count("ignore")) compare.ignore_globs = vm["ignore"].as<std::vector<std::string>>();
   compare.context = vm["context"].as<uint32_t>();
   compare.band = vm["band"].as<uint32_t>();

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "model/run_config.h"
 #include "replay/compare.h"
 #include "replay/report.h"
 
@@ -55,6 +56,7 @@ int RunReport(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   replay::CompareOptions compare;
+  compare.config_key_changes_results = model::RunConfigKeyChangesResults;
   if (vm.count("ignore")) compare.ignore_globs = vm["ignore"].as<std::vector<std::string>>();
   compare.context = vm["context"].as<uint32_t>();
   compare.band = vm["band"].as<uint32_t>();

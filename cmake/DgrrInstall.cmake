@@ -1,7 +1,8 @@
-# Installing libdgrr (docs/install.md): the component libraries; their headers
-# under include/dgrr/<component>/ (rooted names kept, so "runtime/session.h"
-# resolves through -I<prefix>/include/dgrr) with the umbrella
-# include/dgrr/dgrr.h; a CMake package (`find_package(dgrr)` giving dgrr::dgrr,
+# Installing libdgrr (docs/install.md): the component libraries; the public
+# headers (the umbrella include/dgrr/dgrr.h, the few others a program outside
+# the tree includes, and the dgrr headers those include: DGRR_PUBLIC_HEADERS
+# below) under include/dgrr/ with their rooted names kept, so
+# "runtime/session.h" resolves through -I<prefix>/include/dgrr; a CMake package (`find_package(dgrr)` giving dgrr::dgrr,
 # CUDA as the optional component `cuda`); a pkg-config file (dgrr.pc) whose
 # plain `--libs` links; and the zstd filter as an HDF5 plugin.
 include(GNUInstallDirs)
@@ -32,12 +33,79 @@ foreach(component IN LISTS DGRR_INSTALLED_COMPONENTS)
   # component alone. Install side only: the tree has it globally already.
   target_compile_options(dgrr_${component} INTERFACE
     $<INSTALL_INTERFACE:$<$<COMPILE_LANGUAGE:C,CXX>:-ffp-contract=off>>)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/
-          DESTINATION ${DGRR_INSTALL_HEADER_ROOT}/${component}
-          FILES_MATCHING PATTERN "*.h")
   list(APPEND DGRR_INSTALLED_TARGETS dgrr_${component})
 endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/include/dgrr/dgrr.h DESTINATION ${DGRR_INSTALL_HEADER_ROOT})
+
+# ---------------------------------------------------------------------------
+# Headers. Only what a program outside the tree includes is installed
+# (docs/api.md, "What is stable"): the entry points below and every dgrr
+# header they include, found by following their #include "..." lines at
+# configure time. A header one of them starts to include is installed with
+# it; the rest (the trace writer and reader, the HDF5 helpers, the mapper,
+# the re-executor, the CLI's) stay in the tree. The install test checks that
+# a program builds from the installed headers alone.
+#   include/dgrr/dgrr.h           the API (docs/api.md)
+#   checkpoint/checkpoint_file.h  for a program that writes checkpoints itself
+#   base/kill_point.h             not API: the test hook the examples call
+# ---------------------------------------------------------------------------
+set(DGRR_PUBLIC_HEADERS include/dgrr/dgrr.h)
+if(TARGET dgrr_checkpoint)
+  list(APPEND DGRR_PUBLIC_HEADERS checkpoint/checkpoint_file.h)
+endif()
+list(APPEND DGRR_PUBLIC_HEADERS base/kill_point.h)
+
+# dgrr_header_closure(<out> headers...): the headers and every header of
+# this tree they include ("x/y.h" rooted at the source tree), transitively.
+# An include of a generated header (base/version.h) is left to its own rule.
+function(dgrr_header_closure out)
+  set(closure)
+  set(pending ${ARGN})
+  while(pending)
+    list(POP_FRONT pending header)
+    if(header IN_LIST closure)
+      continue()
+    endif()
+    list(APPEND closure ${header})
+    set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                 ${PROJECT_SOURCE_DIR}/${header})
+    file(STRINGS ${PROJECT_SOURCE_DIR}/${header} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
+    foreach(line IN LISTS lines)
+      if(line MATCHES "#[ \t]*include[ \t]+\"([^\"]+)\"")
+        set(included ${CMAKE_MATCH_1})
+        if(EXISTS ${PROJECT_SOURCE_DIR}/${included})
+          list(APPEND pending ${included})
+        elseif(NOT EXISTS ${PROJECT_BINARY_DIR}/generated/${included})
+          message(FATAL_ERROR "dgrr install: ${header} includes \"${included}\", "
+                              "which is neither in the tree nor generated")
+        endif()
+      endif()
+    endforeach()
+  endwhile()
+  set(${out} ${closure} PARENT_SCOPE)
+endfunction()
+
+dgrr_header_closure(DGRR_INSTALLED_HEADERS ${DGRR_PUBLIC_HEADERS})
+# A partial build (DGRR_ONLY) lacks components the headers need: it installs
+# its libraries but no headers, rather than headers that cannot compile.
+set(_dgrr_headers_complete TRUE)
+foreach(header IN LISTS DGRR_INSTALLED_HEADERS)
+  string(REGEX MATCH "^[^/]+" component ${header})
+  if(NOT component STREQUAL "include" AND NOT component IN_LIST DGRR_INSTALLED_COMPONENTS)
+    message(STATUS "dgrr install: no headers installed (${header} needs ${component}, not in this build)")
+    set(_dgrr_headers_complete FALSE)
+    break()
+  endif()
+endforeach()
+foreach(header IN LISTS DGRR_INSTALLED_HEADERS)
+  if(NOT _dgrr_headers_complete)
+    break()
+  endif()
+  get_filename_component(dir ${header} DIRECTORY)
+  if(header STREQUAL "include/dgrr/dgrr.h")
+    set(dir "")
+  endif()
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${DGRR_INSTALL_HEADER_ROOT}/${dir})
+endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/generated/base/version.h
         DESTINATION ${DGRR_INSTALL_HEADER_ROOT}/base)
 
@@ -158,7 +226,9 @@ set(DGRR_PC_CFLAGS "")
 set(DGRR_PC_EXTRA_LIBS "")
 if(TARGET dgrr_checkpoint)
   # The HDF5 that FindHDF5 found (Debian: .../hdf5/serial), with what it says
-  # libhdf5 needs; checkpoint headers include <hdf5.h>.
+  # libhdf5 needs. No installed header includes <hdf5.h> (nor nlohmann/json,
+  # below) any more; the -I flags stay so consumers' command lines keep
+  # working unchanged, e.g. a program that includes these libraries itself.
   dgrr_pc_link_flags(_hdf5_libs ${HDF5_C_LIBRARIES})
   string(APPEND DGRR_PC_EXTRA_LIBS "${_hdf5_libs}")
   foreach(dir IN LISTS HDF5_C_INCLUDE_DIRS)

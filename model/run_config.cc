@@ -187,6 +187,15 @@ StatusOr<RunConfig> RunConfig::FromJson(const nlohmann::json& doc, const std::st
   return rc;
 }
 
+bool RunConfigKeyChangesResults(std::string_view key) {
+  // inject[3] is an element of inject.
+  if (const size_t bracket = key.find('['); bracket != std::string_view::npos) key = key.substr(0, bracket);
+  for (const RunConfigKey& k : kRunConfigKeys) {
+    if (key == k.key) return k.changes_results;
+  }
+  return true;
+}
+
 bool IsRunConfig(const nlohmann::json& doc) {
   return doc.is_object() && doc.contains("schema") && doc["schema"] == kRunConfigSchema;
 }

@@ -5,8 +5,9 @@
 // ToJson(); `train --resume`, `plan`, `replay`, `rollback` and `bisect` read
 // it back with FromJson/ReadRunConfig. Writer and reader are side by side
 // here so that they cannot drift apart: a field is added in four places of
-// this file and nowhere else (the struct, ToJson, FromJson, and, when it
-// never changes what a step computes, kScheduleOnlyKeys).
+// this file and nowhere else (the struct, ToJson, FromJson, kRunConfigKeys
+// with whether it changes results, and, when it never changes what a step
+// computes, kScheduleOnlyKeys).
 //
 // FromJson checks every field for presence, type and range against the same
 // limits the trainer applies to command-line values, and the fields across
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -109,6 +111,59 @@ struct RunConfig {
   // Reads and checks `doc`; `source` names it in errors (usually the path).
   static StatusOr<RunConfig> FromJson(const nlohmann::json& doc, const std::string& source);
 };
+
+// Every key ToJson writes, dotted as `dgrr compare` names a config.json
+// difference ("optimizer.lr"; an array's elements are "inject[0]", ...), with
+// whether two runs that differ in it can record different values.
+// changes_results is false only for what the runs' results are shown not to
+// depend on: the rank and thread counts (the parameters after every step are
+// identical for any R and T) and the checkpoint and audit intervals (they
+// read the state, never change it). Not the same list as kScheduleOnlyKeys:
+// the recording mode changes which boundaries are recorded (so what compare
+// sees) but not the state, and the rank count changes how a checkpoint is
+// sharded but not the results. tests/model/run_config_test.cc checks that
+// the table and ToJson name the same keys.
+struct RunConfigKey {
+  const char* key;
+  bool changes_results;
+};
+inline constexpr RunConfigKey kRunConfigKeys[] = {
+    {"schema", true},
+    {"numerics", true},
+    {"seed", true},
+    {"steps", true},  // the learning-rate schedule spans the run
+    {"model.preset", true},
+    {"model.layers", true},
+    {"model.dim", true},
+    {"model.heads", true},
+    {"model.seq", true},
+    {"model.attn_dropout", true},
+    {"model.resid_dropout", true},
+    {"data.source", true},
+    {"data.path", true},
+    {"data.bytes", true},
+    {"data.xxh3", true},
+    {"optimizer.lr", true},
+    {"optimizer.min_lr", true},
+    {"optimizer.warmup_steps", true},
+    {"optimizer.weight_decay", true},
+    {"optimizer.grad_clip", true},
+    {"batch", true},
+    {"ranks", false},
+    {"threads", false},
+    {"mode", true},
+    {"ckpt_every", false},
+    {"audit_every", false},
+    {"inject", true},  // and each inject[i]
+    {"device", false},  // cpu, cuda-sim and cuda compute the same bits (docs/model.md, "Devices")
+    {"gemm", true},     // cublas is deterministic, not equal to exact
+};
+
+// Whether a config.json difference in `key` (dotted, as above) can change a
+// recorded value: the table's attribute; an array element takes its array's;
+// a key the table does not know may (true). `dgrr compare` and `dgrr report`
+// mark the others "never changes results" (docs/compare.md).
+bool RunConfigKeyChangesResults(std::string_view key);
 
 // Whether `doc` says it is a run config (its schema), whatever else it holds.
 bool IsRunConfig(const nlohmann::json& doc);

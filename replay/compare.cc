@@ -378,6 +378,12 @@ Status ReportRankDisagreements(const RunInput& run, const Side& side, char which
   return Status::OK();
 }
 
+// The environment fingerprint's keys (runtime/environment.cc) that only
+// say how many threads there were: the results do not depend on them.
+bool EnvironmentKeyChangesResults(const std::string& key) {
+  return key != "host.hardware_threads" && key.rfind("controls.dgrr.threads.", 0) != 0;
+}
+
 }  // namespace
 
 std::vector<KeyDifference> DiffJson(const json& a, const json& b) {
@@ -438,6 +444,10 @@ StatusOr<CompareResult> CompareRuns(const std::string& a, const std::string& b,
   DGRR_RETURN_IF_ERROR(DiffJsonFiles(ra.env_path, rb.env_path, true,
                                      &result.environments_available,
                                      &result.environment_differences));
+  if (options.config_key_changes_results) {
+    for (KeyDifference& d : result.config_differences) d.changes_results = options.config_key_changes_results(d.key);
+  }
+  for (KeyDifference& d : result.environment_differences) d.changes_results = EnvironmentKeyChangesResults(d.key);
 
   result.logical = CompareAsLogicalRuns(ra, rb);
   const ItemFilter filter{options.ignore_globs};
@@ -739,15 +749,6 @@ std::string Describe(const ReportedBoundary& x) {
 // docs/checkpoint-format.md), the audit interval (the audit only reads), and
 // the machine's hardware thread count. Host
 // name and collection time are dropped before diffing (EnvironmentForDiff).
-bool NeverChangesResults(const std::string& key) {
-  static const char* const kKeys[] = {"threads", "ranks", "ckpt_every", "audit_every", "device",
-                                      "host.hardware_threads"};
-  for (const char* k : kKeys) {
-    if (key == k) return true;
-  }
-  return key.rfind("controls.dgrr.threads.", 0) == 0;
-}
-
 // `diverged`: whether the recordings differ at all. When they do not, no
 // setting is "a likely explanation": none of them changed a recorded value.
 void PrintDifferences(std::ostringstream& o, const char* what, bool available, bool digests_differ,
@@ -762,7 +763,7 @@ void PrintDifferences(std::ostringstream& o, const char* what, bool available, b
     return;
   }
   size_t harmless = 0;
-  for (const KeyDifference& d : diffs) harmless += NeverChangesResults(d.key);
+  for (const KeyDifference& d : diffs) harmless += !d.changes_results;
   const size_t likely = diffs.size() - harmless;
   o << what << ": " << diffs.size() << " difference" << (diffs.size() == 1 ? "" : "s");
   if (likely > 0 && !diverged) {
@@ -777,7 +778,7 @@ void PrintDifferences(std::ostringstream& o, const char* what, bool available, b
   }
   for (const KeyDifference& d : diffs) {
     o << "  " << d.key << ": " << d.a.value_or("(absent)") << " | " << d.b.value_or("(absent)")
-      << (NeverChangesResults(d.key) ? "  (never changes results)" : "") << "\n";
+      << (d.changes_results ? "" : "  (never changes results)") << "\n";
   }
 }
 

@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -35,6 +37,12 @@ struct CompareOptions {
   // Keep both sequences and the whole alignment in the result (the Perfetto
   // export needs them); forces the in-memory path.
   bool keep_sequences = false;
+  // Whether a difference in a config.json key (dotted: "optimizer.lr") can
+  // change a recorded value; the others are marked "never changes results".
+  // What a key means is the business of the program that wrote the config,
+  // not of replay/: `dgrr` passes its run-config codec's attribute
+  // (model::RunConfigKeyChangesResults). Null: every key may.
+  std::function<bool(std::string_view key)> config_key_changes_results;
 };
 
 // One key of config.json or of the environment fingerprint whose values
@@ -43,6 +51,9 @@ struct KeyDifference {
   std::string key;
   std::optional<std::string> a;
   std::optional<std::string> b;
+  // False for a setting that never changes results (the thread count):
+  // CompareOptions::config_key_changes_results for a config key.
+  bool changes_results = true;
 };
 
 struct SideSummary {

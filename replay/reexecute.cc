@@ -20,6 +20,7 @@
 #include "base/coding.h"
 #include "base/environment.h"
 #include "base/file.h"
+#include "runtime/control_file_json.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 

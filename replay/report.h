@@ -1,5 +1,7 @@
 // The HTML report of a comparison (docs/report.md): one self-contained page,
 // CSS, script and data inline, that a browser opens without network access.
+// The script and CSS are replay/report_assets/, embedded at build time
+// (replay/report_assets.h).
 //
 //   CompareOptions compare;  compare.keep_sequences = true;
 //   auto result = CompareRuns("runs/a", "runs/b", compare);

@@ -1,4 +1,5 @@
 #include "runtime/control_file.h"
+#include "runtime/control_file_json.h"
 
 #include <cstdlib>
 #include <set>

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,8 +53,8 @@ StatusOr<ControlFile> ReadControlFile(const std::string& path);
 // does) asks first: under a control file it must leave that directory alone
 // and write where the control says.
 StatusOr<std::optional<ControlFile>> ReadActiveControl();
-// The dgrr.control/1 document for `control` (what ReadControlFile reads).
-nlohmann::ordered_json ControlFileJson(const ControlFile& control);
+// The dgrr.control/1 document for `control`: ControlFileJson in
+// runtime/control_file_json.h (kept out of this installed header).
 
 // The result a rank reports back.
 struct ControlMismatch {

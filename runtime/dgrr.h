@@ -1,12 +1,12 @@
-// dgrr.h: the one header a training program includes to make its run
-// reproducible and recorded (docs/api.md walks through a complete loop).
+// runtime/dgrr.h: the runtime half of <dgrr/dgrr.h>, the one header a training
+// program includes (docs/api.md walks through a complete loop; what is stable).
 //
 //   dgrr::Session          one rank of one run: controls, env, RNG, trace, state
 //   dgrr::OpGuard          RAII guard recording an operator's inputs and outputs
 //   dgrr::rng::RngStreams  counter-based randomness by (purpose, coordinates)
 //   dgrr::TensorRef        a view of the bytes to fingerprint, with dtype and shape
 //   dgrr::Communicator     collectives between ranks, on bytes (in-process here;
-//                          MPI in runtime/mpi_communicator.h, linked as dgrr::mpi)
+//                          MPI in runtime/mpi_communicator.h: dgrr::mpi, in-tree only)
 //   dgrr::CanonicalAllReduce  the gradient sum across ranks, bitwise the same
 //                          for any number of ranks and threads
 #pragma once

@@ -1,4 +1,5 @@
 #include "runtime/launch_record.h"
+#include "runtime/launch_record_json.h"
 
 #include <unistd.h>
 

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,7 +90,8 @@ StatusOr<LaunchRecord> CaptureLaunchRecord();
 StatusOr<uint64_t> FileContentDigest(const std::string& path);
 
 std::string LaunchPathFor(const std::string& run_dir);
-nlohmann::ordered_json LaunchRecordJson(const LaunchRecord& record);
+// The document itself: LaunchRecordJson in runtime/launch_record_json.h (this
+// header is installed, and keeps nlohmann/json out of the public surface).
 // Atomically (write, fsync, rename).
 Status WriteLaunchRecord(const std::string& run_dir, const LaunchRecord& record);
 // NotFound when RUN_DIR has no launch.json (a run recorded before dgrr kept

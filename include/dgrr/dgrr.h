@@ -2,8 +2,8 @@
 //
 //   auto session = dgrr::Open(options);   // a Session with checkpoints on HDF5
 //
-// Installed as <prefix>/include/dgrr/dgrr.h beside the component headers in
-// <prefix>/include/dgrr/<component>/ (docs/install.md).
+// Installed as <prefix>/include/dgrr/dgrr.h beside the component headers it
+// includes, in <prefix>/include/dgrr/<component>/ (docs/install.md).
 #pragma once
 
 #include <memory>

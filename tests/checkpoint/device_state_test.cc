@@ -21,6 +21,7 @@
 #include "checkpoint/session_store.h"
 #include "checkpoint/tensor_file.h"
 #include "runtime/control_file.h"
+#include "runtime/control_file_json.h"
 #include "runtime/rank_group.h"
 #include "runtime/session.h"
 #include "tests/support/fake_device.h"

@@ -1,11 +1,15 @@
 // config.json's one codec (model/run_config.h): the trainer writes exactly the
 // bytes it wrote when the file was a literal in trainer.cc, FromJson reads
-// back what ToJson wrote, and files of older runs stay readable.
+// back what ToJson wrote, files of older runs stay readable, and every key
+// says whether it changes results.
 #include "model/run_config.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/file.h"
 #include "model/trainer.h"
@@ -201,6 +205,39 @@ TEST_F(RunConfigTest, RefusesEditedValuesNamingTheKey) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("key 'batch': 3 is not divisible by ranks 2"), std::string::npos)
       << c.status().ToString();
+}
+
+// kRunConfigKeys names exactly the keys config.json holds (so a key added to
+// the codec must say whether it changes results), and only the rank and
+// thread counts and the checkpoint and audit intervals never do.
+TEST_F(RunConfigTest, EveryKeySaysWhetherItChangesResults) {
+  std::set<std::string> written;
+  std::vector<std::pair<const nlohmann::json*, std::string>> pending = {{nullptr, ""}};
+  const nlohmann::json doc = nlohmann::json::parse(kRecordedConfig);
+  pending.front().first = &doc;
+  while (!pending.empty()) {
+    auto [value, prefix] = pending.back();
+    pending.pop_back();
+    if (value->is_object()) {
+      for (auto it = value->begin(); it != value->end(); ++it) {
+        pending.emplace_back(&it.value(), prefix.empty() ? it.key() : prefix + "." + it.key());
+      }
+    } else {
+      written.insert(prefix);  // an array is one key: inject
+    }
+  }
+  std::set<std::string> table, unchanging;
+  for (const RunConfigKey& k : kRunConfigKeys) {
+    EXPECT_TRUE(table.insert(k.key).second) << k.key << " listed twice";
+    if (!k.changes_results) unchanging.insert(k.key);
+    EXPECT_EQ(RunConfigKeyChangesResults(k.key), k.changes_results) << k.key;
+  }
+  EXPECT_EQ(table, written);
+  EXPECT_EQ(unchanging, (std::set<std::string>{"audit_every", "ckpt_every", "ranks", "threads"}));
+  EXPECT_TRUE(RunConfigKeyChangesResults("inject[1]"));
+  EXPECT_TRUE(RunConfigKeyChangesResults("mode"));
+  EXPECT_TRUE(RunConfigKeyChangesResults("a.key.no.run.config.has"));
+  EXPECT_FALSE(RunConfigKeyChangesResults("threads"));
 }
 
 }  // namespace

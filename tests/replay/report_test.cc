@@ -1,7 +1,8 @@
 // The HTML report's data and page from synthetic traces: hostile boundary
 // names stay text (no markup, no early end of the data block, valid UTF-8),
 // the map places the divergence in its row and column, aggregation is
-// exact, and a result without sequences is refused.
+// exact, and a result without sequences is refused; the page carries the
+// script and style sheet of replay/report_assets/ byte for byte.
 #include "replay/report.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "base/file.h"
+#include "replay/report_assets.h"
 #include "tests/support/temp_dir_test.h"
 #include "trace_format/writer.h"
 
@@ -151,6 +153,27 @@ TEST_F(ReportDataTest, RefusesAResultWithoutSequencesAndWritesAtomically) {
   ASSERT_TRUE(page.ok());
   EXPECT_NE(page->find("The runs are identical: all 8 pairs"), std::string::npos);
   EXPECT_EQ(page->rfind("</html>\n"), page->size() - 8);
+}
+
+// The embedded assets are the files in the tree, and the page holds each
+// whole, right after its opening tag and a newline.
+TEST_F(ReportDataTest, EmbedsTheAssetFilesByteForByte) {
+  const std::string dir = std::string(DGRR_SOURCE_DIR) + "/replay/report_assets/";
+  auto script = ReadFileToString(dir + "report.js");
+  auto style = ReadFileToString(dir + "report.css");
+  ASSERT_TRUE(script.ok() && style.ok());
+  EXPECT_EQ(ReportScript(), *script);
+  EXPECT_EQ(ReportStyle(), *style);
+  ASSERT_FALSE(script->empty());
+  ASSERT_FALSE(style->empty());
+
+  Write(Path("a.trace"), 2);
+  auto r = Compare(Path("a.trace"), Path("a.trace"));
+  ASSERT_TRUE(r.ok());
+  auto html = ReportHtml(*r);
+  ASSERT_TRUE(html.ok());
+  EXPECT_NE(html->find("<style>\n" + *style + "</style>"), std::string::npos);
+  EXPECT_NE(html->find("<script>\n" + *script + "</script>"), std::string::npos);
 }
 
 }  // namespace

@@ -12,8 +12,10 @@
 
 #include "base/file.h"
 #include "runtime/control_file.h"
+#include "runtime/control_file_json.h"
 #include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
+#include "runtime/launch_record_json.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
 #include "tests/support/timeless_records.h"
