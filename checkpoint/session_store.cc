@@ -64,8 +64,8 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std:
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(const std::string& run_dir,
-                                                                            bool fallback) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, UINT64_MAX, fallback));
+                                                                            bool fallback, uint64_t max_step) {
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, max_step, fallback));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 

@@ -281,10 +281,6 @@ struct Trainer::Impl {
   Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
-  // Under a control file the sessions restore and dump through this store:
-  // it restores this run's checkpoints of either layout, per tensor or flat
-  // (model/train_state.h), as the trainer's own --resume does.
-  std::unique_ptr<checkpoint::Hdf5CheckpointStore> control_store;
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
@@ -530,10 +526,6 @@ Trainer::Impl::Impl(Trainer& t)
   schedule.min_lr = t.lr_ * 0.1f;
   schedule.warmup_steps = std::min<int64_t>(t.preset_.train.warmup_steps, t.options_.steps);
   schedule.total_steps = std::max<int64_t>(t.options_.steps, schedule.warmup_steps + 1);
-  control_store = std::make_unique<checkpoint::Hdf5CheckpointStore>(
-      [this](const checkpoint::Checkpoint& ckpt, int rank, StateRegistry& into) {
-        return RestoreTrainState(ckpt, rank, layout, into, /*skip_variables=*/{});
-      });
 }
 
 const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) const {
@@ -588,6 +580,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   DGRR_RETURN_IF_ERROR(AgreeOnRun(rank));
   SessionOptions o;
   o.run_dir = t.options_.out_dir;
+  o.directory = t.directory_.get();  // locked by rank 0's process (null elsewhere)
   o.rank = r;
   o.world_size = t.options_.ranks;
   o.seed = t.options_.seed;
@@ -605,7 +598,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   // control file (dgrr replay, rollback, bisect) is obeyed by the session.
   o.reexecutable = t.launch_.has_value();
   o.launch = t.launch_;
-  if (t.control_) o.checkpoints = control_store.get();  // restores and dumps
+  if (t.control_) o.checkpoints = t.store_.get();  // restores and dumps
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
   Status status = RunSession(rank);
@@ -647,19 +640,16 @@ Status Trainer::Impl::RunSession(Rank& rank) {
     }
     if (r == 0) t.first_step_ = first_step;
   } else if (t.resume_from_) {
-    const checkpoint::Checkpoint& ckpt = *t.resume_from_;
-    std::set<std::string> skip;
-    for (const auto& f : t.options_.faults) {
-      if (f.kind == FaultKind::kSkipRestore) skip.insert(f.at);
-    }
-    DGRR_RETURN_IF_ERROR(s.RecordEvent(
-        trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.meta.step)));
-    DGRR_RETURN_IF_ERROR(RestoreTrainState(ckpt, r, layout, s.state(), skip));
-    for (const auto& name : skip) {
+    const LoadedCheckpoint& ckpt = *t.resume_from_;
+    DGRR_RETURN_IF_ERROR(
+        s.RecordEvent(trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.step())));
+    // The store's restorer leaves out the skip-restore faults' entries.
+    DGRR_RETURN_IF_ERROR(ckpt.Restore(r, s.state()));
+    for (const auto& name : t.restore_skip_) {
       DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
     }
     rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
-    first_step = static_cast<int64_t>(ckpt.meta.step) + 1;
+    first_step = static_cast<int64_t>(ckpt.step()) + 1;
     // Fast-forward (the plan's `cursor`): the data order is a pure function of
     // the step, so the cursor is computed, not replayed step by step.
     rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
@@ -1172,6 +1162,14 @@ size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).t
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
+  // This run's checkpoints of either layout, per tensor or flat
+  // (model/train_state.h), for --resume and for the sessions (which write
+  // them, and restore and dump under a control file).
+  Trainer* self = t.get();
+  t->store_ = std::make_unique<checkpoint::Hdf5CheckpointStore>(
+      [self](const checkpoint::Checkpoint& ckpt, int rank, StateRegistry& into) {
+        return RestoreTrainState(ckpt, rank, ParameterLayout(self->preset_.model), into, self->restore_skip_);
+      });
   // Re-executable only when this process knows how to start dgrr again: then
   // launch.json records `dgrr train --out RUN --resume` (model/launch.h), and
   // a control file, if any, is obeyed.
@@ -1436,83 +1434,16 @@ uint64_t Trainer::StateConfigDigest() const {
 
 // A checkpoint can only restore the run it was written by: same world size,
 // same state-deciding configuration (StateConfigDigest).
-Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const {
-  if (ckpt.meta.world_size != options_.ranks) {
-    return Status::Corruption(ckpt.path + ": written by " + std::to_string(ckpt.meta.world_size) +
+Status Trainer::CheckCheckpointFitsRun(const LoadedCheckpoint& ckpt) const {
+  if (ckpt.world_size() != options_.ranks) {
+    return Status::Corruption(ckpt.path() + ": written by " + std::to_string(ckpt.world_size()) +
                               " ranks, the run has " + std::to_string(options_.ranks));
   }
-  if (ckpt.meta.config_digest != StateConfigDigest()) {
-    return Status::FailedPrecondition(ckpt.path + ": belongs to a different configuration than " +
+  if (ckpt.config_digest() != StateConfigDigest()) {
+    return Status::FailedPrecondition(ckpt.path() + ": belongs to a different configuration than " +
                                       ConfigPathFor(options_.out_dir));
   }
   return Status::OK();
-}
-
-namespace {
-
-// Where a rank's trace ends, and the EVENT records a checkpoint may point
-// just past (index -> the step they were recorded in).
-struct TraceEnd {
-  uint64_t records = 0;
-  std::map<uint64_t, uint64_t> events;
-};
-
-StatusOr<TraceEnd> ScanTraceEnd(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(path));
-  TraceEnd end;
-  trace::Record record;
-  for (;;) {
-    bool done = false;
-    DGRR_RETURN_IF_ERROR(reader->Next(&record, &done));
-    if (done) break;
-    if (const auto* e = std::get_if<trace::EventRecord>(&record.body)) end.events[record.index] = e->step;
-  }
-  end.records = reader->records_read();
-  return end;
-}
-
-// Why the traces do not reach `ckpt` ("" when they do): each rank's recorded
-// position must lie within its trace, just past an EVENT of the checkpoint's
-// step (the CHECKPOINT event, or a rollback's ROLLED_BACK event). A trace cut
-// shorter since (an interrupted rollback, a user's truncation) fails this.
-std::string Unreachable(const checkpoint::Checkpoint& ckpt, const std::vector<TraceEnd>& ends) {
-  for (size_t r = 0; r < ends.size() && r < ckpt.ranks.size(); ++r) {
-    const uint64_t p = ckpt.ranks[r].trace_position;
-    if (p == 0) continue;  // mode off: nothing recorded
-    auto it = ends[r].events.find(p - 1);
-    if (p <= ends[r].records && it != ends[r].events.end() && it->second == ckpt.meta.step) continue;
-    return ckpt.path + " records trace position " + std::to_string(p) + " for rank " +
-           std::to_string(r) + ", which the trace (" + std::to_string(ends[r].records) +
-           " records) does not reach";
-  }
-  return "";
-}
-
-}  // namespace
-
-// The newest good checkpoint whose trace positions the traces still reach.
-// Without --fallback, a damaged or unreachable newest checkpoint is refused
-// (Corruption); with it, older ones are tried. NotFound: none at all.
-StatusOr<checkpoint::Checkpoint> Trainer::FindResumeCheckpoint() const {
-  std::vector<TraceEnd> ends;
-  for (int r = 0; r < options_.ranks; ++r) {
-    DGRR_ASSIGN_OR_RETURN(TraceEnd end, ScanTraceEnd(TracePathFor(options_.out_dir, r)));
-    ends.push_back(std::move(end));
-  }
-  uint64_t bound = ~0ull;
-  for (;;) {
-    DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
-                          checkpoint::FindNewestGoodCheckpoint(options_.out_dir, bound, options_.fallback));
-    const std::string why = Unreachable(ckpt, ends);
-    if (why.empty()) return ckpt;
-    if (!options_.fallback) {
-      return Status::Corruption(why + " (pass --fallback to resume from an older checkpoint)");
-    }
-    if (ckpt.meta.step == 0) {
-      return Status::NotFound(options_.out_dir + ": no checkpoint the traces reach (" + why + ")");
-    }
-    bound = ckpt.meta.step - 1;
-  }
 }
 
 namespace {
@@ -1552,36 +1483,31 @@ Status Trainer::PrepareResume() {
           "' to see it through)");
     }
   }
-  auto found = FindResumeCheckpoint();
+  // The newest good checkpoint every rank's trace still reaches.
+  auto found = directory_->FindResumePoint(*store_, options_.ranks, options_.fallback);
   if (!found.ok() && found.status().IsNotFound()) {
     // Killed before the first checkpoint: start over in the same directory.
     options_.force = true;
     return PrepareRunDirectory();
   }
   if (!found.ok()) return found.status();
-  checkpoint::Checkpoint ckpt = std::move(found).value();
-  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
-  for (int r = 0; r < options_.ranks; ++r) {
-    DGRR_RETURN_IF_ERROR(
-        trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));
-    KillPoint("resume-cut", r);
-  }
+  std::unique_ptr<LoadedCheckpoint> ckpt = std::move(found).value();
+  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(*ckpt));
+  for (int r = 0; r < options_.ranks; ++r) DGRR_RETURN_IF_ERROR(directory_->CutTrace(r, *ckpt));
   // A writer killed mid-checkpoint leaves only its temporary file; drop it.
-  DGRR_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(options_.out_dir).status());
-  DGRR_RETURN_IF_ERROR(CutMetricsLog(MetricsPathFor(options_.out_dir), static_cast<int64_t>(ckpt.meta.step)));
-  first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
-  resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
+  DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*store_));
+  DGRR_RETURN_IF_ERROR(directory_->CutMetricsLog(ckpt->step()));
+  first_step_ = static_cast<int64_t>(ckpt->step()) + 1;
+  resume_from_ = std::move(ckpt);
   return Status::OK();
 }
 
 Status Trainer::LockRunDirectory() {
   // Under a control file the session locks the control's directory.
-  if (lock_ || control_) return Status::OK();
-  const std::string& dir = options_.out_dir;
-  if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
-  DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
-  DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(dir));
-  lock_.emplace(std::move(lock));
+  if (control_) return Status::OK();
+  if (!directory_) directory_ = std::make_unique<RunDirectory>(options_.out_dir);
+  if (directory_->locked()) return Status::OK();
+  DGRR_RETURN_IF_ERROR(directory_->Lock());
   // A directory Run would refuse is refused here, before a front end prints.
   if (!options_.resume) DGRR_RETURN_IF_ERROR(CheckRunDirectoryFree());
   return Status::OK();
@@ -1654,9 +1580,11 @@ Status Trainer::PrepareRun() {
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
   // The lock goes when Run returns, whatever it returns.
   struct Release {
-    std::optional<RunLock>& lock;
-    ~Release() { lock.reset(); }
-  } release{lock_};
+    std::unique_ptr<RunDirectory>& directory;
+    ~Release() {
+      if (directory) directory->Unlock();
+    }
+  } release{directory_};
   DGRR_RETURN_IF_ERROR(PrepareRun());
   InProcessGroup group(options_.ranks);
   std::vector<Communicator*> comms;
@@ -1698,9 +1626,11 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
                                    std::string(comm.name()) + " world size " + std::to_string(comm.size()));
   }
   struct Release {
-    std::optional<RunLock>& lock;
-    ~Release() { lock.reset(); }
-  } release{lock_};
+    std::unique_ptr<RunDirectory>& directory;
+    ~Release() {
+      if (directory) directory->Unlock();
+    }
+  } release{directory_};
   // The configurations agree before rank 0 touches the directory.
   const std::string config = config_.dump();
   const uint64_t mine = Xxh3(config.data(), config.size());
@@ -1717,7 +1647,7 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   if (comm.rank() == 0) {
     const Status s = PrepareRun();
     prepared.code = static_cast<uint8_t>(s.code());
-    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->meta.step) : -1;
+    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->step()) : -1;
     std::snprintf(prepared.message, sizeof(prepared.message), "%s", s.message().c_str());
   }
   DGRR_RETURN_IF_ERROR(comm.Broadcast(&prepared, sizeof(prepared), 0));
@@ -1728,13 +1658,13 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   if (comm.rank() != 0) {
     Status s = Status::OK();
     if (prepared.resume_step >= 0) {
-      auto ckpt = checkpoint::ReadCheckpoint(
+      auto ckpt = store_->Load(
           checkpoint::CheckpointPath(options_.out_dir, static_cast<uint64_t>(prepared.resume_step)));
       s = ckpt.status();
-      if (s.ok()) s = CheckCheckpointFitsRun(*ckpt);
+      if (s.ok()) s = CheckCheckpointFitsRun(**ckpt);
       if (s.ok()) {
         first_step_ = prepared.resume_step + 1;
-        resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt).value());
+        resume_from_ = std::move(ckpt).value();
       }
     }
     if (!s.ok()) {
@@ -1748,6 +1678,11 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
 
 Status Trainer::RunRanks(std::span<Communicator* const> comms,
                          const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
+  if (resume_from_) {
+    for (const auto& f : options_.faults) {
+      if (f.kind == FaultKind::kSkipRestore) restore_skip_.insert(f.at);
+    }
+  }
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;

@@ -117,14 +117,6 @@ std::string RunIdHex(const RunId& id) {
   return s;
 }
 
-std::string TracePathFor(const std::string& run_dir, int rank) {
-  return run_dir + "/rank" + std::to_string(rank) + ".trace";
-}
-std::string EnvPathFor(const std::string& run_dir, int rank) {
-  return run_dir + "/rank" + std::to_string(rank) + ".env.json";
-}
-std::string ConfigPathFor(const std::string& run_dir) { return run_dir + "/config.json"; }
-
 Session::Session(const SessionOptions& options) : options_(options), rng_(options.seed) {}
 
 Session::~Session() {
@@ -202,13 +194,19 @@ Status Session::Init() {
   }
 
   DGRR_RETURN_IF_ERROR(CheckWritableDirectory(options_.run_dir));
+  if (options_.directory != nullptr && options_.directory->path() == options_.run_dir) {
+    directory_ = options_.directory;
+  } else {
+    own_directory_ = std::make_unique<RunDirectory>(options_.run_dir);
+    directory_ = own_directory_.get();
+  }
   // One writer per run: rank 0 holds the directory's lock for the session's
   // life (the other ranks are its peers, not rival writers). Programs that
   // manage their directory themselves (kCreate, kOverwrite, kResume) lock it
-  // themselves, as `dgrr train` does.
+  // themselves, as `dgrr train` does (a directory already locked by its
+  // owner stays so).
   if (options_.rank == 0 && (options_.open_mode == OpenMode::kContinue || control_)) {
-    DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(options_.run_dir));
-    lock_.emplace(std::move(lock));
+    DGRR_RETURN_IF_ERROR(directory_->Lock());
   }
   trace_path_ = TracePathFor(options_.run_dir, options_.rank);
   const bool exists = PathExists(trace_path_);
@@ -243,10 +241,8 @@ Status Session::Init() {
 Status Session::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
-  DGRR_RETURN_IF_ERROR(WriteFileAtomically(EnvPathFor(options_.run_dir, options_.rank), env_text_));
-  if (options_.rank == 0) {
-    DGRR_RETURN_IF_ERROR(WriteFileAtomically(ConfigPathFor(options_.run_dir), config_text_));
-  }
+  DGRR_RETURN_IF_ERROR(WriteFileAtomically(directory_->EnvPath(options_.rank), env_text_));
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->WriteConfig(config_text_));
   return WriteLaunchRecordIfFresh();
 }
 
@@ -706,7 +702,7 @@ Status Session::Close() {
     Status w = WriteResult();
     if (s.ok()) s = w;
   }
-  lock_.reset();
+  if (own_directory_) own_directory_->Unlock();
   return s;
 }
 
@@ -755,7 +751,7 @@ StatusOr<uint64_t> Session::ContinueRun() {
     return uint64_t{0};
   };
   if (!PathExists(trace_path_)) return start_fresh();
-  if (PathExists(options_.run_dir + "/" + kPendingRollbackFile)) {
+  if (directory_->HasPendingRollback()) {
     return Status::FailedPrecondition(options_.run_dir +
                                       " has an unfinished rollback: run the same `dgrr rollback` again to "
                                       "finish it, then resume");
@@ -778,8 +774,8 @@ StatusOr<uint64_t> Session::ContinueRun() {
   // Restoring checks every entry before copying any: a program whose state
   // does not fit the checkpoint is refused before the trace is cut.
   DGRR_RETURN_IF_ERROR(RestoreState(ckpt));
-  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
-  DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(trace_path_, ckpt.trace_position(options_.rank)));
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*options_.checkpoints));
+  DGRR_RETURN_IF_ERROR(directory_->CutTrace(options_.rank, ckpt));
   options_.open_mode = OpenMode::kResume;
   DGRR_RETURN_IF_ERROR(OpenTrace());
   DGRR_RETURN_IF_ERROR(WriteRunFiles());
