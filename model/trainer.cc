@@ -261,10 +261,7 @@ struct Trainer::Impl {
   Status Audit(Rank& rank, int64_t step);
   Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
   Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
-  Status WriteCheckpoint(Rank& rank, int64_t step);
-  checkpoint::CheckpointMeta CheckpointMetaFor(Rank& rank, int64_t step) const;
-  StatusOr<checkpoint::ShardRecord> WriteCheckpointShard(Rank& rank, int64_t step);
-  Status CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards);
+  Status Checkpoint(Rank& rank, int64_t step);
   void PrepareDumps(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
@@ -598,7 +595,11 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   // control file (dgrr replay, rollback, bisect) is obeyed by the session.
   o.reexecutable = t.launch_.has_value();
   o.launch = t.launch_;
-  if (t.control_) o.checkpoints = t.store_.get();  // restores and dumps
+  // Checkpoints go through the session like any program's (Checkpoint, on
+  // ShouldCheckpoint): the run's own schedule, a control file's steps, a stop.
+  o.checkpoints = t.store_.get();
+  o.checkpoint_every = static_cast<uint64_t>(t.options_.ckpt_every);
+  o.plan_json = t.plan_json_;
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
   Status status = RunSession(rank);
@@ -639,7 +640,12 @@ Status Trainer::Impl::RunSession(Rank& rank) {
       rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
     }
     if (r == 0) t.first_step_ = first_step;
-  } else if (t.resume_from_) {
+  } else {
+    // Fresh, or resumed by the trainer (PrepareResume cut the traces and
+    // the session appends): the trace is where the program put it.
+    DGRR_RETURN_IF_ERROR(s.Resume().status());
+  }
+  if (!t.control_ && t.resume_from_) {
     const LoadedCheckpoint& ckpt = *t.resume_from_;
     DGRR_RETURN_IF_ERROR(
         s.RecordEvent(trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.step())));
@@ -784,12 +790,10 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_RETURN_IF_ERROR(metrics->Append(row));
   }
   if (rank.r == 0) step_start = now;
-  // The run's own schedule (which a control file keeps only when it says
-  // so), and the steps a control file asks for (Session::ShouldCheckpoint).
-  const bool own_schedule = !t.control_ || t.control_->periodic_checkpoints;
-  const bool periodic = own_schedule && t.options_.ckpt_every > 0 && (step + 1) % t.options_.ckpt_every == 0;
-  const bool requested = s.ShouldCheckpoint(static_cast<uint64_t>(step));
-  if (periodic || requested) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+  // The run's schedule (which a control file keeps only when it says so),
+  // and the steps a control file asks for (Session::ShouldCheckpoint).
+  const bool checkpointed = s.ShouldCheckpoint(static_cast<uint64_t>(step));
+  if (checkpointed) DGRR_RETURN_IF_ERROR(Checkpoint(rank, step));
   if (rank.r == 0 && progress_) {
     TrainProgress p;
     p.step = step;
@@ -811,110 +815,27 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&stop_sampled, 1, 0));
     *stop = stop_sampled != 0 && step + 1 < t.options_.steps;
     if (!*stop) return Status::OK();
-    // The checkpoint a resume continues from, when the run keeps checkpoints.
-    const bool at_stop = !periodic && !requested && own_schedule && t.options_.ckpt_every > 0;
-    if (at_stop) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+    // The checkpoint a resume continues from, when the run keeps checkpoints
+    // (the session's schedule asks for one at a stop).
+    s.RequestStop();
+    const bool at_stop = !checkpointed && s.ShouldCheckpoint(static_cast<uint64_t>(step));
+    if (at_stop) DGRR_RETURN_IF_ERROR(Checkpoint(rank, step));
     rank.stopped_after = step;
-    rank.checkpoint_at_stop = periodic || requested || at_stop;
+    rank.checkpoint_at_stop = checkpointed || at_stop;
   }
   return Status::OK();
 }
 
-// Every rank records the EVENT and makes its trace durable, so the
-// checkpoint's trace positions name records that exist. The ranks show by a
-// digest of each replicated entry that they hold the same (nothing reads a
-// peer's memory); each writes its own shard (rank 0's holds the replicated
-// state); rank 0 commits the manifest only once every rank has said its shard
-// is durable (docs/checkpoint-format.md, v2).
-Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
-  Session& s = *rank.session;
+// The checkpoint of `step`, through the session (Session::Checkpoint: every
+// rank's EVENT and durable trace, the replicated state checked across ranks,
+// each rank's shard, rank 0's commit once every shard is durable;
+// docs/checkpoint-format.md). The metrics line of the step is made durable
+// first: a checkpoint of step S always has its line on disk.
+Status Trainer::Impl::Checkpoint(Rank& rank, int64_t step) {
   rank.adamw_t = static_cast<uint64_t>(rank.adamw.step());
   rank.cursor = static_cast<uint64_t>(step + 1) * static_cast<uint64_t>(t.batch_);
-  DGRR_RETURN_IF_ERROR(
-      s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
-  DGRR_RETURN_IF_ERROR(s.Sync());
-  // A fingerprint of each replicated entry (the same entries on every rank:
-  // the configurations agree).
-  std::vector<std::string> names;
-  std::vector<Fingerprint> mine;
-  for (const StateEntry& e : s.state().entries()) {
-    if (e.restore != RestorePolicy::kCheckpoint || !e.replicated) continue;
-    names.push_back(e.name);
-    mine.push_back(FingerprintBytes(e.data, e.bytes));
-  }
-  const size_t stride = mine.size();
-  std::vector<Fingerprint> all(stride * static_cast<size_t>(rank.comm.size()));
-  if (stride > 0) {
-    DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
-  }
-  for (size_t r = 1; r < static_cast<size_t>(rank.comm.size()); ++r) {
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (all[r * stride + i] == all[i]) continue;
-      return Status::Divergence("checkpoint of step " + std::to_string(step) + " not written: replicated " +
-                                "state entry '" + names[i] + "' differs between rank 0 and rank " +
-                                std::to_string(r));
-    }
-  }
-  StatusOr<checkpoint::ShardRecord> shard = WriteCheckpointShard(rank, step);
-  if (shard.ok()) KillPoint("ckpt-shard", step, rank.r);
-  // The barrier that says every shard is durable: each rank's record, or 0
-  // in `ok` where its shard failed.
-  struct ShardWire {
-    uint64_t ok, bytes, payload_xxh3, trace_position, state_digest;
-  };
-  ShardWire wire{};
-  if (shard.ok()) wire = {1, shard->bytes, shard->payload_xxh3, shard->trace_position, shard->state_digest};
-  std::vector<ShardWire> wires(static_cast<size_t>(rank.comm.size()));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&wire, sizeof wire, wires.data()));
-  if (!shard.ok()) return shard.status();
-  std::vector<checkpoint::ShardRecord> shards;
-  for (size_t r = 0; r < wires.size(); ++r) {
-    if (wires[r].ok != 1) {
-      return Status::IOError("checkpoint of step " + std::to_string(step) + " not committed: rank " +
-                             std::to_string(r) + " could not write its shard");
-    }
-    shards.push_back({static_cast<int>(r), wires[r].bytes, wires[r].payload_xxh3, wires[r].trace_position,
-                      wires[r].state_digest});
-  }
-  Status written = Status::OK();
-  if (rank.r == 0) written = CommitCheckpoint(rank, step, std::move(shards));
-  // Nobody goes on (or reports the checkpoint) before it is committed.
-  uint8_t ok = written.ok() ? 1 : 0;
-  DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&ok, 1, 0));
-  if (ok == 0 && written.ok()) {
-    return Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
-  }
-  return written;
-}
-
-checkpoint::CheckpointMeta Trainer::Impl::CheckpointMetaFor(Rank& rank, int64_t step) const {
-  checkpoint::CheckpointMeta meta;
-  meta.step = static_cast<uint64_t>(step);
-  meta.config_digest = t.StateConfigDigest();
-  meta.run_id_hex = RunIdHex(rank.session->options().run_id);
-  meta.world_size = rank.comm.size();
-  meta.plan_json = t.plan_json_;
-  return meta;
-}
-
-StatusOr<checkpoint::ShardRecord> Trainer::Impl::WriteCheckpointShard(Rank& rank, int64_t step) {
-  checkpoint::CheckpointWriteOptions write;
-  write.fault_hook = [step, &rank](const char*) {
-    KillPoint("ckpt-temp", step, rank.r);
-    return Status::OK();
-  };
-  return checkpoint::WriteCheckpointShard(
-      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
-      {rank.r, &rank.session->state(), rank.session->trace_position()}, write);
-}
-
-Status Trainer::Impl::CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards) {
-  if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
-  DGRR_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(
-      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
-      std::move(shards)));
-  KillPoint("ckpt-commit", step);
-  return Status::OK();
+  if (rank.r == 0 && metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
+  return rank.session->Checkpoint(static_cast<uint64_t>(step));
 }
 
 // The boundaries a control file dumps on this rank at `step` (the session

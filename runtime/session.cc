@@ -910,7 +910,10 @@ Status Session::Checkpoint(uint64_t step) {
   if (shard.ok()) KillPoint("ckpt-shard", static_cast<int64_t>(step), options_.rank);
   std::vector<CheckpointShard> shards;
   Status written = ExchangeShards(shard, &shards);
-  if (written.ok() && options_.rank == 0) written = options_.checkpoints->Commit(request, shards);
+  if (written.ok() && options_.rank == 0) {
+    written = options_.checkpoints->Commit(request, shards);
+    if (written.ok()) KillPoint("ckpt-commit", static_cast<int64_t>(step));
+  }
   if (options_.world_size > 1) {
     // Nobody reports the checkpoint before it is committed.
     std::vector<Fingerprint> all;
