@@ -278,12 +278,9 @@ Status Session::OpenTrace() {
     // Ranks that are separate processes each drew their own id: the run's is
     // rank 0's, so that every trace header and checkpoint shard names one run.
     if (options_.group != nullptr && options_.world_size > 1) {
-      static_assert(sizeof(Fingerprint) == sizeof(RunId) && std::is_trivially_copyable_v<Fingerprint>);
-      Fingerprint mine;
-      std::memcpy(&mine, options_.run_id.data(), sizeof mine);
-      std::vector<Fingerprint> all;
-      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
-      std::memcpy(options_.run_id.data(), &all[0], sizeof(RunId));
+      std::vector<RunId> all;
+      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, options_.run_id, &all));
+      options_.run_id = all[0];
     }
   }
   trace::TraceHeader header;
@@ -916,10 +913,10 @@ Status Session::Checkpoint(uint64_t step) {
   }
   if (options_.world_size > 1) {
     // Nobody reports the checkpoint before it is committed.
-    std::vector<Fingerprint> all;
-    DGRR_RETURN_IF_ERROR(Report(
-        options_.group->AllGather(options_.rank, Fingerprint{written.ok() ? 0u : 1u, 0}, &all)));
-    if (written.ok() && all[0].xor64 != 0) {
+    const uint8_t committed = written.ok() ? 1 : 0;
+    std::vector<uint8_t> all;
+    DGRR_RETURN_IF_ERROR(Report(options_.group->AllGather(options_.rank, committed, &all)));
+    if (written.ok() && all[0] == 0) {
       written = Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
     }
   }
@@ -950,15 +947,19 @@ Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& s
     for (int64_t d : e->shape) PutFixed64(&layout, static_cast<uint64_t>(d));
   }
   const std::string what = "checkpoint of step " + std::to_string(step) + " not written: ";
-  std::vector<Fingerprint> all;
+  struct Layout {
+    uint64_t entries = 0, digest = 0;
+  };
+  std::vector<Layout> layouts;
   DGRR_RETURN_IF_ERROR(options_.group->AllGather(
-      options_.rank, Fingerprint{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &all));
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (!(all[r] == all[0])) {
+      options_.rank, Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
+  for (size_t r = 1; r < layouts.size(); ++r) {
+    if (layouts[r].entries != layouts[0].entries || layouts[r].digest != layouts[0].digest) {
       return Status::FailedPrecondition(what + "the replicated state entries (names, dtypes, sizes or shapes) "
                                         "differ between rank 0 and rank " + std::to_string(r));
     }
   }
+  std::vector<Fingerprint> all;
   for (const StateEntry* e : replicated) {
     DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
     for (size_t r = 1; r < all.size(); ++r) {
@@ -971,25 +972,28 @@ Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& s
   return Status::OK();
 }
 
-// Every rank's shard record, in rank order, through the RankGroup (three
-// 16-byte rounds); an error when any rank's shard failed.
+// Every rank's shard record, in rank order, through the RankGroup (one round
+// of the records themselves); an error when any rank's shard failed.
 Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
   if (options_.world_size <= 1) {
     if (!mine.ok()) return mine.status();
     shards->assign(1, *mine);
     return Status::OK();
   }
-  const CheckpointShard s = mine.ok() ? *mine : CheckpointShard{};
-  std::vector<Fingerprint> a, b, c;
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{mine.ok() ? 1u : 0u, s.bytes}, &a));
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.payload_xxh3, s.trace_position}, &b));
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.state_digest, 0}, &c));
+  struct Written {
+    uint8_t ok = 0;  // 0: the rank could not write its shard
+    CheckpointShard shard;
+  };
+  Written w;
+  if (mine.ok()) w = {1, *mine};
+  std::vector<Written> all;
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, w, &all));
   if (!mine.ok()) return mine.status();
-  for (size_t r = 0; r < a.size(); ++r) {
-    if (a[r].xor64 != 1) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].ok != 1) {
       return Status::IOError("checkpoint not committed: rank " + std::to_string(r) + " could not write its shard");
     }
-    shards->push_back({static_cast<int>(r), a[r].xxh3, b[r].xor64, b[r].xxh3, c[r].xor64});
+    shards->push_back(all[r].shard);
   }
   return Status::OK();
 }
