@@ -9,12 +9,14 @@
 // set to INT or TERM, the process raises that signal instead, once (not once
 // per rank), so that tests drive a graceful stop at a named point. The stages:
 //   step            trainer: after step N's records (STEP end) on a rank
-//   ckpt-temp       trainer: a rank's shard of step N written to its
-//                   temporary file, before the rename
-//   ckpt-shard      trainer, Session::Checkpoint: the rank's shard of step N
+//   ckpt-temp       Session::Checkpoint (the HDF5 store): a rank's shard of
+//                   step N written to its temporary file, before the rename
+//   ckpt-shard      Session::Checkpoint: the rank's shard of step N
 //                   durable, before the ranks' barrier and rank 0's manifest
-//   ckpt-commit     trainer: the manifest of step N renamed into place
-//   resume-cut      train --resume: rank N's trace cut back to the checkpoint
+//   ckpt-commit     Session::Checkpoint: the manifest of step N renamed into
+//                   place (rank 0)
+//   resume-cut      RunDirectory::CutTrace (train --resume, Session::Resume):
+//                   rank N's trace cut back to the checkpoint
 //   rollback-begun  rollback: its marker written (N: the step rolled back to)
 //   rollback-ckpt   rollback: stage 2 done (N: the step rolled back to)
 //   rollback-cut    rollback: rank N's trace cut, its EVENT not yet appended

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "base/file.h"
+#include "base/kill_point.h"
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/tensor_file.h"
 
@@ -44,9 +45,14 @@ CheckpointMeta MetaOf(const CheckpointRequest& request) {
 
 StatusOr<CheckpointShard> Hdf5CheckpointStore::WriteShard(const CheckpointRequest& request) {
   const CheckpointRankState& r = request.rank;
+  CheckpointWriteOptions write;
+  write.fault_hook = [&request](const char*) {
+    KillPoint("ckpt-temp", static_cast<int64_t>(request.step), request.rank.rank);
+    return Status::OK();
+  };
   DGRR_ASSIGN_OR_RETURN(ShardRecord shard,
                         WriteCheckpointShard(CheckpointPath(request.run_dir, request.step), MetaOf(request),
-                                             {r.rank, r.state, r.trace_position}));
+                                             {r.rank, r.state, r.trace_position}, write));
   return CheckpointShard{shard.rank, shard.bytes, shard.payload_xxh3, shard.trace_position, shard.state_digest};
 }
 
@@ -64,8 +70,8 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std:
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(const std::string& run_dir,
-                                                                            bool fallback) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, UINT64_MAX, fallback));
+                                                                            bool fallback, uint64_t max_step) {
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, max_step, fallback));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 

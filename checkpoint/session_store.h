@@ -26,7 +26,8 @@ class Hdf5CheckpointStore final : public CheckpointStore {
   StatusOr<CheckpointShard> WriteShard(const CheckpointRequest& request) override;
   Status Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override;
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback) override;
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback,
+                                                         uint64_t max_step = UINT64_MAX) override;
   Status RemoveTemporaries(const std::string& run_dir) override;
   Status WriteTensorDump(const std::string& path, const std::string& run_dir, const std::string& boundary,
                          uint64_t step, int rank, const std::vector<CapturedTensor>& tensors) override;

@@ -23,6 +23,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "cli/command.h"
 #include "model/trainer.h"
+#include "runtime/launch_record.h"
 #include "runtime/metrics_log.h"
 #include "runtime/session.h"
 #ifndef DGRR_HAVE_MPI
@@ -270,24 +271,14 @@ Status RunTrainer(model::Trainer& trainer, bool as_mpi_rank,
 }
 
 // Where an MPI launcher (mpirun, mpiexec) started this process: its rank and
-// the job's size, from the variables Open MPI and the PMI launchers set.
-struct Launched {
-  int rank = 0;
-  int size = 0;  // 0: not started by a launcher
-};
-
-Launched LaunchedByMpi() {
-  auto number = [](const char* name) -> int {
-    const std::string v = GetEnvOrEmpty(name);
-    return !v.empty() ? std::atoi(v.c_str()) : -1;
-  };
-  Launched l;
-  for (auto [size_var, rank_var] : {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
-                                    std::pair{"PMI_SIZE", "PMI_RANK"}}) {
-    const int size = number(size_var), rank = number(rank_var);
-    if (size > 0 && rank >= 0 && rank < size) return {rank, size};
-  }
-  return l;
+// the job's size (size 0: not started by a launcher), from the launchers'
+// variables (kMpiLaunchers, runtime/launch_record.h).
+MpiLaunchPosition LaunchedByMpi() {
+  return FindMpiLaunchPosition([](const char* name) {
+    // The variable's string outlives the lock: setenv of others never frees it.
+    auto lock = LockEnvironment();
+    return static_cast<const char*>(std::getenv(name));
+  });
 }
 
 int RunTrain(const std::vector<std::string>& args) {
@@ -384,7 +375,7 @@ int RunTrain(const std::vector<std::string>& args) {
   o.fallback = vm.count("fallback") > 0;
   o.device_given = Given(vm, "device");
   // Under mpirun the job's size is the world size; --ranks may only repeat it.
-  const Launched launched = LaunchedByMpi();
+  const MpiLaunchPosition launched = LaunchedByMpi();
   if (launched.size > 0) {
     if (vm.count("ranks") && !vm["ranks"].defaulted() && o.ranks != launched.size) {
       return ReportError("train", Status::InvalidArgument(

@@ -1,13 +1,8 @@
 #include "model/rollback.h"
 
-#include <unistd.h>
-
-#include <optional>
-
-#include "base/run_lock.h"
 #include "model/launch.h"
 #include "model/run_config.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 
 namespace dgrr::model {
 
@@ -17,11 +12,8 @@ StatusOr<RollbackResult> Rollback(const RollbackOptions& options, replay::Reexec
   }
   // Before anything else: a second writer must change nothing.
   // (Not in a directory that is no run: ReadRunConfig says why.)
-  std::optional<RunLock> lock;
-  if (!options.run_dir_locked && ::access(ConfigPathFor(options.run_dir).c_str(), F_OK) == 0) {
-    DGRR_ASSIGN_OR_RETURN(RunLock held, RunLock::Acquire(options.run_dir));
-    lock.emplace(std::move(held));
-  }
+  RunDirectory directory(options.run_dir);
+  if (!options.run_dir_locked && directory.HasConfig()) DGRR_RETURN_IF_ERROR(directory.LockExisting());
   DGRR_ASSIGN_OR_RETURN(const RunConfig run, ReadRunConfig(options.run_dir));
   if (run.mode == RecordMode::kOff) {
     return Status::FailedPrecondition(options.run_dir +

@@ -266,10 +266,7 @@ struct Trainer::Impl {
   Status Audit(Rank& rank, int64_t step);
   Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
   Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
-  Status WriteCheckpoint(Rank& rank, int64_t step);
-  checkpoint::CheckpointMeta CheckpointMetaFor(Rank& rank, int64_t step) const;
-  StatusOr<checkpoint::ShardRecord> WriteCheckpointShard(Rank& rank, int64_t step);
-  Status CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards);
+  Status Checkpoint(Rank& rank, int64_t step);
   void PrepareDumps(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
@@ -286,10 +283,6 @@ struct Trainer::Impl {
   Clock::time_point step_start;  // rank 0: when the current step began
   std::function<void(const TrainProgress&)> progress_;
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
-  // Under a control file the sessions restore and dump through this store:
-  // it restores this run's checkpoints of either layout, per tensor or flat
-  // (model/train_state.h), as the trainer's own --resume does.
-  std::unique_ptr<checkpoint::Hdf5CheckpointStore> control_store;
 };
 
 struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
@@ -544,10 +537,6 @@ Trainer::Impl::Impl(Trainer& t)
   schedule.min_lr = t.lr_ * 0.1f;
   schedule.warmup_steps = std::min<int64_t>(t.preset_.train.warmup_steps, t.options_.steps);
   schedule.total_steps = std::max<int64_t>(t.options_.steps, schedule.warmup_steps + 1);
-  control_store = std::make_unique<checkpoint::Hdf5CheckpointStore>(
-      [this](const checkpoint::Checkpoint& ckpt, int rank, StateRegistry& into) {
-        return RestoreTrainState(ckpt, rank, layout, into, /*skip_variables=*/{});
-      });
 }
 
 const FaultSpec* Trainer::Impl::FaultAt(FaultKind kind, int64_t step, int rank) const {
@@ -602,6 +591,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   DGRR_RETURN_IF_ERROR(AgreeOnRun(rank));
   SessionOptions o;
   o.run_dir = t.options_.out_dir;
+  o.directory = t.directory_.get();  // locked by rank 0's process (null elsewhere)
   o.rank = r;
   o.world_size = t.options_.ranks;
   o.seed = t.options_.seed;
@@ -619,7 +609,11 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   // control file (dgrr replay, rollback, bisect) is obeyed by the session.
   o.reexecutable = t.launch_.has_value();
   o.launch = t.launch_;
-  if (t.control_) o.checkpoints = control_store.get();  // restores and dumps
+  // Checkpoints go through the session like any program's (Checkpoint, on
+  // ShouldCheckpoint): the run's own schedule, a control file's steps, a stop.
+  o.checkpoints = t.store_.get();
+  o.checkpoint_every = static_cast<uint64_t>(t.options_.ckpt_every);
+  o.plan_json = t.plan_json_;
   DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
   Session& s = *rank.session;
   Status status = RunSession(rank);
@@ -660,20 +654,22 @@ Status Trainer::Impl::RunSession(Rank& rank) {
       rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
     }
     if (r == 0) t.first_step_ = first_step;
-  } else if (t.resume_from_) {
-    const checkpoint::Checkpoint& ckpt = *t.resume_from_;
-    std::set<std::string> skip;
-    for (const auto& f : t.options_.faults) {
-      if (f.kind == FaultKind::kSkipRestore) skip.insert(f.at);
-    }
-    DGRR_RETURN_IF_ERROR(s.RecordEvent(
-        trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.meta.step)));
-    DGRR_RETURN_IF_ERROR(RestoreTrainState(ckpt, r, layout, s.state(), skip));
-    for (const auto& name : skip) {
+  } else {
+    // Fresh, or resumed by the trainer (PrepareResume cut the traces and
+    // the session appends): the trace is where the program put it.
+    DGRR_RETURN_IF_ERROR(s.Resume().status());
+  }
+  if (!t.control_ && t.resume_from_) {
+    const LoadedCheckpoint& ckpt = *t.resume_from_;
+    DGRR_RETURN_IF_ERROR(
+        s.RecordEvent(trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.step())));
+    // The store's restorer leaves out the skip-restore faults' entries.
+    DGRR_RETURN_IF_ERROR(ckpt.Restore(r, s.state()));
+    for (const auto& name : t.restore_skip_) {
       DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
     }
     rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
-    first_step = static_cast<int64_t>(ckpt.meta.step) + 1;
+    first_step = static_cast<int64_t>(ckpt.step()) + 1;
     // Fast-forward (the plan's `cursor`): the data order is a pure function of
     // the step, so the cursor is computed, not replayed step by step.
     rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
@@ -809,12 +805,10 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_RETURN_IF_ERROR(metrics->Append(row));
   }
   if (rank.r == 0) step_start = now;
-  // The run's own schedule (which a control file keeps only when it says
-  // so), and the steps a control file asks for (Session::ShouldCheckpoint).
-  const bool own_schedule = !t.control_ || t.control_->periodic_checkpoints;
-  const bool periodic = own_schedule && t.options_.ckpt_every > 0 && (step + 1) % t.options_.ckpt_every == 0;
-  const bool requested = s.ShouldCheckpoint(static_cast<uint64_t>(step));
-  if (periodic || requested) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+  // The run's schedule (which a control file keeps only when it says so),
+  // and the steps a control file asks for (Session::ShouldCheckpoint).
+  const bool checkpointed = s.ShouldCheckpoint(static_cast<uint64_t>(step));
+  if (checkpointed) DGRR_RETURN_IF_ERROR(Checkpoint(rank, step));
   if (rank.r == 0 && progress_) {
     TrainProgress p;
     p.step = step;
@@ -836,110 +830,27 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&stop_sampled, 1, 0));
     *stop = stop_sampled != 0 && step + 1 < t.options_.steps;
     if (!*stop) return Status::OK();
-    // The checkpoint a resume continues from, when the run keeps checkpoints.
-    const bool at_stop = !periodic && !requested && own_schedule && t.options_.ckpt_every > 0;
-    if (at_stop) DGRR_RETURN_IF_ERROR(WriteCheckpoint(rank, step));
+    // The checkpoint a resume continues from, when the run keeps checkpoints
+    // (the session's schedule asks for one at a stop).
+    s.RequestStop();
+    const bool at_stop = !checkpointed && s.ShouldCheckpoint(static_cast<uint64_t>(step));
+    if (at_stop) DGRR_RETURN_IF_ERROR(Checkpoint(rank, step));
     rank.stopped_after = step;
-    rank.checkpoint_at_stop = periodic || requested || at_stop;
+    rank.checkpoint_at_stop = checkpointed || at_stop;
   }
   return Status::OK();
 }
 
-// Every rank records the EVENT and makes its trace durable, so the
-// checkpoint's trace positions name records that exist. The ranks show by a
-// digest of each replicated entry that they hold the same (nothing reads a
-// peer's memory); each writes its own shard (rank 0's holds the replicated
-// state); rank 0 commits the manifest only once every rank has said its shard
-// is durable (docs/checkpoint-format.md, v2).
-Status Trainer::Impl::WriteCheckpoint(Rank& rank, int64_t step) {
-  Session& s = *rank.session;
+// The checkpoint of `step`, through the session (Session::Checkpoint: every
+// rank's EVENT and durable trace, the replicated state checked across ranks,
+// each rank's shard, rank 0's commit once every shard is durable;
+// docs/checkpoint-format.md). The metrics line of the step is made durable
+// first: a checkpoint of step S always has its line on disk.
+Status Trainer::Impl::Checkpoint(Rank& rank, int64_t step) {
   rank.adamw_t = static_cast<uint64_t>(rank.adamw.step());
   rank.cursor = static_cast<uint64_t>(step + 1) * static_cast<uint64_t>(t.batch_);
-  DGRR_RETURN_IF_ERROR(
-      s.RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step)));
-  DGRR_RETURN_IF_ERROR(s.Sync());
-  // A fingerprint of each replicated entry (the same entries on every rank:
-  // the configurations agree).
-  std::vector<std::string> names;
-  std::vector<Fingerprint> mine;
-  for (const StateEntry& e : s.state().entries()) {
-    if (e.restore != RestorePolicy::kCheckpoint || !e.replicated) continue;
-    names.push_back(e.name);
-    mine.push_back(FingerprintBytes(e.data, e.bytes));
-  }
-  const size_t stride = mine.size();
-  std::vector<Fingerprint> all(stride * static_cast<size_t>(rank.comm.size()));
-  if (stride > 0) {
-    DGRR_RETURN_IF_ERROR(rank.comm.AllGather(mine.data(), stride * sizeof(Fingerprint), all.data()));
-  }
-  for (size_t r = 1; r < static_cast<size_t>(rank.comm.size()); ++r) {
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (all[r * stride + i] == all[i]) continue;
-      return Status::Divergence("checkpoint of step " + std::to_string(step) + " not written: replicated " +
-                                "state entry '" + names[i] + "' differs between rank 0 and rank " +
-                                std::to_string(r));
-    }
-  }
-  StatusOr<checkpoint::ShardRecord> shard = WriteCheckpointShard(rank, step);
-  if (shard.ok()) KillPoint("ckpt-shard", step, rank.r);
-  // The barrier that says every shard is durable: each rank's record, or 0
-  // in `ok` where its shard failed.
-  struct ShardWire {
-    uint64_t ok, bytes, payload_xxh3, trace_position, state_digest;
-  };
-  ShardWire wire{};
-  if (shard.ok()) wire = {1, shard->bytes, shard->payload_xxh3, shard->trace_position, shard->state_digest};
-  std::vector<ShardWire> wires(static_cast<size_t>(rank.comm.size()));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&wire, sizeof wire, wires.data()));
-  if (!shard.ok()) return shard.status();
-  std::vector<checkpoint::ShardRecord> shards;
-  for (size_t r = 0; r < wires.size(); ++r) {
-    if (wires[r].ok != 1) {
-      return Status::IOError("checkpoint of step " + std::to_string(step) + " not committed: rank " +
-                             std::to_string(r) + " could not write its shard");
-    }
-    shards.push_back({static_cast<int>(r), wires[r].bytes, wires[r].payload_xxh3, wires[r].trace_position,
-                      wires[r].state_digest});
-  }
-  Status written = Status::OK();
-  if (rank.r == 0) written = CommitCheckpoint(rank, step, std::move(shards));
-  // Nobody goes on (or reports the checkpoint) before it is committed.
-  uint8_t ok = written.ok() ? 1 : 0;
-  DGRR_RETURN_IF_ERROR(rank.comm.Broadcast(&ok, 1, 0));
-  if (ok == 0 && written.ok()) {
-    return Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
-  }
-  return written;
-}
-
-checkpoint::CheckpointMeta Trainer::Impl::CheckpointMetaFor(Rank& rank, int64_t step) const {
-  checkpoint::CheckpointMeta meta;
-  meta.step = static_cast<uint64_t>(step);
-  meta.config_digest = t.StateConfigDigest();
-  meta.run_id_hex = RunIdHex(rank.session->options().run_id);
-  meta.world_size = rank.comm.size();
-  meta.plan_json = t.plan_json_;
-  return meta;
-}
-
-StatusOr<checkpoint::ShardRecord> Trainer::Impl::WriteCheckpointShard(Rank& rank, int64_t step) {
-  checkpoint::CheckpointWriteOptions write;
-  write.fault_hook = [step, &rank](const char*) {
-    KillPoint("ckpt-temp", step, rank.r);
-    return Status::OK();
-  };
-  return checkpoint::WriteCheckpointShard(
-      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
-      {rank.r, &rank.session->state(), rank.session->trace_position()}, write);
-}
-
-Status Trainer::Impl::CommitCheckpoint(Rank& rank, int64_t step, std::vector<checkpoint::ShardRecord> shards) {
-  if (metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
-  DGRR_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(
-      checkpoint::CheckpointPath(t.options_.out_dir, static_cast<uint64_t>(step)), CheckpointMetaFor(rank, step),
-      std::move(shards)));
-  KillPoint("ckpt-commit", step);
-  return Status::OK();
+  if (rank.r == 0 && metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
+  return rank.session->Checkpoint(static_cast<uint64_t>(step));
 }
 
 // The boundaries a control file dumps on this rank at `step` (the session
@@ -1187,6 +1098,14 @@ size_t Trainer::num_parameters() const { return ParameterLayout(preset_.model).t
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->options_ = options;
+  // This run's checkpoints of either layout, per tensor or flat
+  // (model/train_state.h), for --resume and for the sessions (which write
+  // them, and restore and dump under a control file).
+  Trainer* self = t.get();
+  t->store_ = std::make_unique<checkpoint::Hdf5CheckpointStore>(
+      [self](const checkpoint::Checkpoint& ckpt, int rank, StateRegistry& into) {
+        return RestoreTrainState(ckpt, rank, ParameterLayout(self->preset_.model), into, self->restore_skip_);
+      });
   // Re-executable only when this process knows how to start dgrr again: then
   // launch.json records `dgrr train --out RUN --resume` (model/launch.h), and
   // a control file, if any, is obeyed.
@@ -1480,83 +1399,16 @@ uint64_t Trainer::StateConfigDigest() const {
 
 // A checkpoint can only restore the run it was written by: same world size,
 // same state-deciding configuration (StateConfigDigest).
-Status Trainer::CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const {
-  if (ckpt.meta.world_size != options_.ranks) {
-    return Status::Corruption(ckpt.path + ": written by " + std::to_string(ckpt.meta.world_size) +
+Status Trainer::CheckCheckpointFitsRun(const LoadedCheckpoint& ckpt) const {
+  if (ckpt.world_size() != options_.ranks) {
+    return Status::Corruption(ckpt.path() + ": written by " + std::to_string(ckpt.world_size()) +
                               " ranks, the run has " + std::to_string(options_.ranks));
   }
-  if (ckpt.meta.config_digest != StateConfigDigest()) {
-    return Status::FailedPrecondition(ckpt.path + ": belongs to a different configuration than " +
+  if (ckpt.config_digest() != StateConfigDigest()) {
+    return Status::FailedPrecondition(ckpt.path() + ": belongs to a different configuration than " +
                                       ConfigPathFor(options_.out_dir));
   }
   return Status::OK();
-}
-
-namespace {
-
-// Where a rank's trace ends, and the EVENT records a checkpoint may point
-// just past (index -> the step they were recorded in).
-struct TraceEnd {
-  uint64_t records = 0;
-  std::map<uint64_t, uint64_t> events;
-};
-
-StatusOr<TraceEnd> ScanTraceEnd(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(path));
-  TraceEnd end;
-  trace::Record record;
-  for (;;) {
-    bool done = false;
-    DGRR_RETURN_IF_ERROR(reader->Next(&record, &done));
-    if (done) break;
-    if (const auto* e = std::get_if<trace::EventRecord>(&record.body)) end.events[record.index] = e->step;
-  }
-  end.records = reader->records_read();
-  return end;
-}
-
-// Why the traces do not reach `ckpt` ("" when they do): each rank's recorded
-// position must lie within its trace, just past an EVENT of the checkpoint's
-// step (the CHECKPOINT event, or a rollback's ROLLED_BACK event). A trace cut
-// shorter since (an interrupted rollback, a user's truncation) fails this.
-std::string Unreachable(const checkpoint::Checkpoint& ckpt, const std::vector<TraceEnd>& ends) {
-  for (size_t r = 0; r < ends.size() && r < ckpt.ranks.size(); ++r) {
-    const uint64_t p = ckpt.ranks[r].trace_position;
-    if (p == 0) continue;  // mode off: nothing recorded
-    auto it = ends[r].events.find(p - 1);
-    if (p <= ends[r].records && it != ends[r].events.end() && it->second == ckpt.meta.step) continue;
-    return ckpt.path + " records trace position " + std::to_string(p) + " for rank " +
-           std::to_string(r) + ", which the trace (" + std::to_string(ends[r].records) +
-           " records) does not reach";
-  }
-  return "";
-}
-
-}  // namespace
-
-// The newest good checkpoint whose trace positions the traces still reach.
-// Without --fallback, a damaged or unreachable newest checkpoint is refused
-// (Corruption); with it, older ones are tried. NotFound: none at all.
-StatusOr<checkpoint::Checkpoint> Trainer::FindResumeCheckpoint() const {
-  std::vector<TraceEnd> ends;
-  for (int r = 0; r < options_.ranks; ++r) {
-    DGRR_ASSIGN_OR_RETURN(TraceEnd end, ScanTraceEnd(TracePathFor(options_.out_dir, r)));
-    ends.push_back(std::move(end));
-  }
-  uint64_t bound = ~0ull;
-  for (;;) {
-    DGRR_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt,
-                          checkpoint::FindNewestGoodCheckpoint(options_.out_dir, bound, options_.fallback));
-    const std::string why = Unreachable(ckpt, ends);
-    if (why.empty()) return ckpt;
-    if (!options_.fallback) {
-      return Status::Corruption(why + " (pass --fallback to resume from an older checkpoint)");
-    }
-    if (ckpt.meta.step == 0) {
-      return Status::NotFound(options_.out_dir + ": no checkpoint the traces reach (" + why + ")");
-    }
-    bound = ckpt.meta.step - 1;
-  }
 }
 
 namespace {
@@ -1596,36 +1448,31 @@ Status Trainer::PrepareResume() {
           "' to see it through)");
     }
   }
-  auto found = FindResumeCheckpoint();
+  // The newest good checkpoint every rank's trace still reaches.
+  auto found = directory_->FindResumePoint(*store_, options_.ranks, options_.fallback);
   if (!found.ok() && found.status().IsNotFound()) {
     // Killed before the first checkpoint: start over in the same directory.
     options_.force = true;
     return PrepareRunDirectory();
   }
   if (!found.ok()) return found.status();
-  checkpoint::Checkpoint ckpt = std::move(found).value();
-  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(ckpt));
-  for (int r = 0; r < options_.ranks; ++r) {
-    DGRR_RETURN_IF_ERROR(
-        trace::TruncateTraceAt(TracePathFor(options_.out_dir, r), ckpt.ranks[r].trace_position));
-    KillPoint("resume-cut", r);
-  }
+  std::unique_ptr<LoadedCheckpoint> ckpt = std::move(found).value();
+  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(*ckpt));
+  for (int r = 0; r < options_.ranks; ++r) DGRR_RETURN_IF_ERROR(directory_->CutTrace(r, *ckpt));
   // A writer killed mid-checkpoint leaves only its temporary file; drop it.
-  DGRR_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(options_.out_dir).status());
-  DGRR_RETURN_IF_ERROR(CutMetricsLog(MetricsPathFor(options_.out_dir), static_cast<int64_t>(ckpt.meta.step)));
-  first_step_ = static_cast<int64_t>(ckpt.meta.step) + 1;
-  resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt));
+  DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*store_));
+  DGRR_RETURN_IF_ERROR(directory_->CutMetricsLog(ckpt->step()));
+  first_step_ = static_cast<int64_t>(ckpt->step()) + 1;
+  resume_from_ = std::move(ckpt);
   return Status::OK();
 }
 
 Status Trainer::LockRunDirectory() {
   // Under a control file the session locks the control's directory.
-  if (lock_ || control_) return Status::OK();
-  const std::string& dir = options_.out_dir;
-  if (PathExists(dir) && !IsDirectory(dir)) return Status::InvalidArgument(dir + " exists and is not a directory");
-  DGRR_RETURN_IF_ERROR(CreateDirectories(dir));
-  DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(dir));
-  lock_.emplace(std::move(lock));
+  if (control_) return Status::OK();
+  if (!directory_) directory_ = std::make_unique<RunDirectory>(options_.out_dir);
+  if (directory_->locked()) return Status::OK();
+  DGRR_RETURN_IF_ERROR(directory_->Lock());
   // A directory Run would refuse is refused here, before a front end prints.
   if (!options_.resume) DGRR_RETURN_IF_ERROR(CheckRunDirectoryFree());
   return Status::OK();
@@ -1698,9 +1545,11 @@ Status Trainer::PrepareRun() {
 Status Trainer::Run(const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
   // The lock goes when Run returns, whatever it returns.
   struct Release {
-    std::optional<RunLock>& lock;
-    ~Release() { lock.reset(); }
-  } release{lock_};
+    std::unique_ptr<RunDirectory>& directory;
+    ~Release() {
+      if (directory) directory->Unlock();
+    }
+  } release{directory_};
   DGRR_RETURN_IF_ERROR(PrepareRun());
   InProcessGroup group(options_.ranks);
   std::vector<Communicator*> comms;
@@ -1742,9 +1591,11 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
                                    std::string(comm.name()) + " world size " + std::to_string(comm.size()));
   }
   struct Release {
-    std::optional<RunLock>& lock;
-    ~Release() { lock.reset(); }
-  } release{lock_};
+    std::unique_ptr<RunDirectory>& directory;
+    ~Release() {
+      if (directory) directory->Unlock();
+    }
+  } release{directory_};
   // The configurations agree before rank 0 touches the directory.
   const std::string config = config_.dump();
   const uint64_t mine = Xxh3(config.data(), config.size());
@@ -1761,7 +1612,7 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   if (comm.rank() == 0) {
     const Status s = PrepareRun();
     prepared.code = static_cast<uint8_t>(s.code());
-    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->meta.step) : -1;
+    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->step()) : -1;
     std::snprintf(prepared.message, sizeof(prepared.message), "%s", s.message().c_str());
   }
   DGRR_RETURN_IF_ERROR(comm.Broadcast(&prepared, sizeof(prepared), 0));
@@ -1772,13 +1623,13 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   if (comm.rank() != 0) {
     Status s = Status::OK();
     if (prepared.resume_step >= 0) {
-      auto ckpt = checkpoint::ReadCheckpoint(
+      auto ckpt = store_->Load(
           checkpoint::CheckpointPath(options_.out_dir, static_cast<uint64_t>(prepared.resume_step)));
       s = ckpt.status();
-      if (s.ok()) s = CheckCheckpointFitsRun(*ckpt);
+      if (s.ok()) s = CheckCheckpointFitsRun(**ckpt);
       if (s.ok()) {
         first_step_ = prepared.resume_step + 1;
-        resume_from_ = std::make_unique<checkpoint::Checkpoint>(std::move(ckpt).value());
+        resume_from_ = std::move(ckpt).value();
       }
     }
     if (!s.ok()) {
@@ -1792,6 +1643,11 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
 
 Status Trainer::RunRanks(std::span<Communicator* const> comms,
                          const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
+  if (resume_from_) {
+    for (const auto& f : options_.faults) {
+      if (f.kind == FaultKind::kSkipRestore) restore_skip_.insert(f.at);
+    }
+  }
   impl_ = std::make_unique<Impl>(*this);
   Impl& impl = *impl_;
   impl.progress_ = progress;

@@ -24,11 +24,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "base/run_lock.h"
 #include "base/status.h"
 #include "fingerprint/fingerprint.h"
 #include "model/grid.h"
@@ -43,6 +43,14 @@
 #include "runtime/control_file.h"
 #include "runtime/launch_record.h"
 #include "runtime/recording_mode.h"
+#include "runtime/run_directory.h"
+
+namespace dgrr {
+class LoadedCheckpoint;
+namespace checkpoint {
+class Hdf5CheckpointStore;
+}
+}  // namespace dgrr
 
 namespace dgrr::model {
 
@@ -184,8 +192,7 @@ class Trainer {
   // unless --force (or a fresh start asked by --resume) may replace it.
   Status CheckRunDirectoryFree() const;
   Status PrepareResume();
-  StatusOr<checkpoint::Checkpoint> FindResumeCheckpoint() const;
-  Status CheckCheckpointFitsRun(const checkpoint::Checkpoint& ckpt) const;
+  Status CheckCheckpointFitsRun(const LoadedCheckpoint& ckpt) const;
   Status ValidateControlDumps() const;
   std::string StateConfigJson() const;
   uint64_t StateConfigDigest() const;
@@ -204,10 +211,16 @@ class Trainer {
   std::shared_ptr<const FaultTargets> fault_targets_;  // every recorded boundary, as a bitflip target
   std::string plan_json_;                       // the fast-forward plan stored in checkpoints
   std::unique_ptr<checkpoint::FastForwardPlan> plan_;
-  std::unique_ptr<checkpoint::Checkpoint> resume_from_;  // set by PrepareResume
+  // Where every rank's checkpoints go and come from; its restorer reads the
+  // trainer's layouts (model/train_state.h) and leaves out restore_skip_.
+  std::unique_ptr<checkpoint::Hdf5CheckpointStore> store_;
+  std::set<std::string> restore_skip_;  // --resume's skip-restore faults
+  std::unique_ptr<LoadedCheckpoint> resume_from_;  // set by PrepareResume
   int64_t first_step_ = 0;
   std::unique_ptr<Impl> impl_;
-  std::optional<RunLock> lock_;  // from LockRunDirectory (or Run) until destroyed
+  // The run directory, locked by LockRunDirectory (or Run) until Run returns;
+  // null under a control file (the session locks the control's directory).
+  std::unique_ptr<RunDirectory> directory_;
   std::optional<ControlFile> control_;  // the control this process obeys (DGRR_CONTROL)
   std::optional<LaunchRecord> launch_;  // what launch.json records; nullopt: not re-executable
 };

@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "base/file.h"
-#include "base/run_lock.h"
+#include "runtime/run_directory.h"
 #include "checkpoint/checkpoint_file.h"
 #include "replay/reexecute.h"
 #include "replay/rollback.h"
@@ -48,11 +48,8 @@ StatusOr<checkpoint::Checkpoint> LaunchRollbackReexecutor::StateAfter(
 
 StatusOr<RollbackResult> RollbackLaunchedRun(const RollbackOptions& options, const ReexecuteOptions& reexecute) {
   // Before anything else: a second writer must change nothing.
-  std::optional<RunLock> lock;
-  if (!options.run_dir_locked) {
-    DGRR_ASSIGN_OR_RETURN(RunLock held, RunLock::Acquire(options.run_dir));
-    lock.emplace(std::move(held));
-  }
+  RunDirectory directory(options.run_dir);
+  if (!options.run_dir_locked) DGRR_RETURN_IF_ERROR(directory.LockExisting());
   DGRR_ASSIGN_OR_RETURN(int world_size, RecordedWorldSize(options.run_dir));
   LaunchRollbackReexecutor reexecutor(reexecute);
   return RollBackRun(options, world_size, reexecutor);

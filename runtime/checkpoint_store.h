@@ -85,11 +85,11 @@ class CheckpointStore {
   virtual Status Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) = 0;
   // Reads and verifies the checkpoint file at `path`.
   virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) = 0;
-  // The newest checkpoint of `run_dir` that reads and verifies. Without
-  // `fallback` a damaged newest one is an error; with it, older ones are
-  // tried. NotFound when the run has none.
-  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir,
-                                                                 bool fallback) = 0;
+  // The newest checkpoint of `run_dir` with step <= max_step that reads and
+  // verifies. Without `fallback` a damaged newest one is an error; with it,
+  // older ones are tried. NotFound when the run has none.
+  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback,
+                                                                 uint64_t max_step = UINT64_MAX) = 0;
   // Removes what writers killed mid-write left behind in `run_dir`.
   virtual Status RemoveTemporaries(const std::string& run_dir) = 0;
   // Writes the tensors of one boundary at one step (docs/tensor-dump.md).

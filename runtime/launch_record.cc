@@ -33,10 +33,38 @@ StatusOr<std::string> ReadLink(const char* path) {
 
 }  // namespace
 
+bool MpiLauncherPresent(const MpiLauncher& launcher, const std::function<const char*(const char*)>& getenv) {
+  for (const char* name : {launcher.size_var, launcher.rank_var, launcher.other_var}) {
+    if (name != nullptr && getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+MpiLaunchPosition FindMpiLaunchPosition(const std::function<const char*(const char*)>& getenv) {
+  auto number = [&](const char* name) -> int {
+    const char* v = getenv(name);
+    return v != nullptr && *v != '\0' ? std::atoi(v) : -1;
+  };
+  for (const MpiLauncher& launcher : kMpiLaunchers) {
+    if (launcher.size_var == nullptr) continue;
+    const int size = number(launcher.size_var), rank = number(launcher.rank_var);
+    if (size > 0 && rank >= 0 && rank < size) return {rank, size};
+  }
+  return {};
+}
+
+namespace {
+bool IsMpiLauncherMarker(const std::string& name) {
+  for (const MpiLauncher& launcher : kMpiLaunchers) {
+    if (name == launcher.marker()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 const std::pair<std::string, std::string>* MpiLauncherVariable(const LaunchRecord& launch) {
   for (const auto& variable : launch.environment) {
-    const std::string& name = variable.first;
-    if (name == "OMPI_COMM_WORLD_SIZE" || name == "PMIX_RANK" || name == "PMI_SIZE") return &variable;
+    if (IsMpiLauncherMarker(variable.first)) return &variable;
   }
   return nullptr;
 }
@@ -62,13 +90,13 @@ bool LaunchVariableMatters(const std::string& name) {
   // The launcher variables say that an MPI launcher started the program
   // (MpiLauncherVariable): a re-executor must not start it alone.
   static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "HDF5_PLUGIN_PATH",
-                                       "CUBLAS_WORKSPACE_CONFIG", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                                       "PMI_SIZE"};
+                                       "CUBLAS_WORKSPACE_CONFIG"};
   // The control file is the re-executor's to set, never the recording's.
   if (name == "DGRR_CONTROL") return false;
   // Test hooks (DGRR_TEST_KILL_AT, ...) belong to the test that set them: a
   // re-execution that inherited one would kill itself where the recording died.
   if (name.rfind("DGRR_TEST_", 0) == 0) return false;
+  if (IsMpiLauncherMarker(name)) return true;
   for (const char* n : kNames) {
     if (name == n) return true;
   }

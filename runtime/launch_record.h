@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,38 @@ inline constexpr const char* kTorchrunLauncher = "torchrun";
 // for each worker; an empty Launcher when torchrun did not start it.
 // InvalidArgument when the variables are there but do not add up.
 StatusOr<LaunchRecord::Launcher> TorchrunLauncherFromEnvironment();
+
+// The MPI launchers dgrr recognises, and the variables each sets for a
+// process it starts: the one list every launcher check reads (the launch
+// record's marker, the MPI communicator's environment check, `dgrr train`'s
+// world size under mpirun).
+//   Open MPI (mpirun, orterun)  OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK
+//   PMIx (srun --mpi=pmix; also under Open MPI's mpirun)  PMIX_RANK, PMIX_NAMESPACE
+//   PMI-2 (srun --mpi=pmi2, MPICH's hydra)  PMI_SIZE, PMI_RANK
+struct MpiLauncher {
+  const char* name;       // for messages
+  const char* size_var;   // the job's size; null: the launcher sets none
+  const char* rank_var;   // this process's rank
+  const char* other_var;  // another variable only it sets; null: none
+  // The variable whose presence shows the launcher started a process (the
+  // size, else the rank): what launch.json keeps of the launch.
+  const char* marker() const { return size_var != nullptr ? size_var : rank_var; }
+};
+inline constexpr MpiLauncher kOpenMpiLauncher{"Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", nullptr};
+inline constexpr MpiLauncher kPmixLauncher{"PMIx", nullptr, "PMIX_RANK", "PMIX_NAMESPACE"};
+inline constexpr MpiLauncher kPmiLauncher{"PMI", "PMI_SIZE", "PMI_RANK", nullptr};
+inline constexpr MpiLauncher kMpiLaunchers[] = {kOpenMpiLauncher, kPmixLauncher, kPmiLauncher};
+
+// Whether `launcher` set any of its variables, per `getenv`.
+bool MpiLauncherPresent(const MpiLauncher& launcher, const std::function<const char*(const char*)>& getenv);
+
+// This process's rank and the job's size as the first launcher that sets
+// both (a size and a rank with 0 <= rank < size) says; size 0 when none does.
+struct MpiLaunchPosition {
+  int rank = 0;
+  int size = 0;
+};
+MpiLaunchPosition FindMpiLaunchPosition(const std::function<const char*(const char*)>& getenv);
 
 // The variable that shows an MPI launcher (mpirun, srun) started the
 // recorded program, or null: such a program is one rank of a job and cannot

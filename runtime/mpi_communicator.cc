@@ -1,6 +1,7 @@
 #include "runtime/mpi_communicator.h"
 
 #include "base/environment.h"
+#include "runtime/launch_record.h"
 
 #include <mpi.h>
 
@@ -96,34 +97,37 @@ Status CheckSizeAndRank(const std::function<const char*(const char*)>& getenv, c
 }  // namespace
 
 Status CheckMpiLauncherEnvironment(const std::function<const char*(const char*)>& getenv) {
-  const bool ompi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("OMPI_COMM_WORLD_RANK");
-  const bool pmix = getenv("PMIX_RANK") || getenv("PMIX_NAMESPACE");
-  const bool pmi = getenv("PMI_SIZE") || getenv("PMI_RANK");
-  if (!ompi && !pmix && !pmi) {
-    return Status::FailedPrecondition(
-        "not started by an MPI launcher (none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE is set): run under "
-        "mpirun -np R, or use in-process ranks");
+  // The launchers and their variables: kMpiLaunchers (runtime/launch_record.h).
+  const MpiLauncher& openmpi = kOpenMpiLauncher;
+  const MpiLauncher& pmix = kPmixLauncher;
+  const MpiLauncher& pmi = kPmiLauncher;
+  const bool by_openmpi = MpiLauncherPresent(openmpi, getenv);
+  const bool by_pmix = MpiLauncherPresent(pmix, getenv);
+  const bool by_pmi = MpiLauncherPresent(pmi, getenv);
+  if (!by_openmpi && !by_pmix && !by_pmi) {
+    std::string markers;
+    for (const MpiLauncher& l : kMpiLaunchers) markers += std::string(markers.empty() ? "" : ", ") + l.marker();
+    return Status::FailedPrecondition("not started by an MPI launcher (none of " + markers +
+                                      " is set): run under mpirun -np R, or use in-process ranks");
   }
-  if (ompi) {
-    DGRR_RETURN_IF_ERROR(CheckSizeAndRank(getenv, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "Open MPI"));
-  }
-  if (ompi || pmix) {
+  if (by_openmpi) DGRR_RETURN_IF_ERROR(CheckSizeAndRank(getenv, openmpi.size_var, openmpi.rank_var, openmpi.name));
+  if (by_openmpi || by_pmix) {
     // Open MPI's mpirun always hands its ranks a PMIx server; without one,
     // MPI_Init would try to reach a launcher that is not there.
-    const char* rank = getenv("PMIX_RANK");
-    if (!IsDecimal(rank) || getenv("PMIX_NAMESPACE") == nullptr) {
-      return Status::FailedPrecondition(std::string("incomplete MPI launch environment: PMIX_RANK=") +
-                                        (rank ? rank : "(unset)") + ", PMIX_NAMESPACE " +
-                                        (getenv("PMIX_NAMESPACE") ? "set" : "unset") +
-                                        " (start the ranks with mpirun -np R)");
+    const char* rank = getenv(pmix.rank_var);
+    const char* space = getenv(pmix.other_var);
+    if (!IsDecimal(rank) || space == nullptr) {
+      return Status::FailedPrecondition(std::string("incomplete MPI launch environment: ") + pmix.rank_var + "=" +
+                                        (rank ? rank : "(unset)") + ", " + pmix.other_var + " " +
+                                        (space ? "set" : "unset") + " (start the ranks with mpirun -np R)");
     }
-    if (ompi && std::string(rank) != getenv("OMPI_COMM_WORLD_RANK")) {
-      return Status::FailedPrecondition(std::string("inconsistent MPI launch environment: PMIX_RANK=") + rank +
-                                        ", OMPI_COMM_WORLD_RANK=" + getenv("OMPI_COMM_WORLD_RANK"));
+    if (by_openmpi && std::string(rank) != getenv(openmpi.rank_var)) {
+      return Status::FailedPrecondition(std::string("inconsistent MPI launch environment: ") + pmix.rank_var + "=" +
+                                        rank + ", " + openmpi.rank_var + "=" + getenv(openmpi.rank_var));
     }
     return Status::OK();
   }
-  return CheckSizeAndRank(getenv, "PMI_SIZE", "PMI_RANK", "PMI");
+  return CheckSizeAndRank(getenv, pmi.size_var, pmi.rank_var, pmi.name);
 }
 
 StatusOr<std::unique_ptr<MpiCommunicator>> OpenMpiCommunicator() {

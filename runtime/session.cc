@@ -117,14 +117,6 @@ std::string RunIdHex(const RunId& id) {
   return s;
 }
 
-std::string TracePathFor(const std::string& run_dir, int rank) {
-  return run_dir + "/rank" + std::to_string(rank) + ".trace";
-}
-std::string EnvPathFor(const std::string& run_dir, int rank) {
-  return run_dir + "/rank" + std::to_string(rank) + ".env.json";
-}
-std::string ConfigPathFor(const std::string& run_dir) { return run_dir + "/config.json"; }
-
 Session::Session(const SessionOptions& options) : options_(options), rng_(options.seed) {}
 
 Session::~Session() {
@@ -202,13 +194,19 @@ Status Session::Init() {
   }
 
   DGRR_RETURN_IF_ERROR(CheckWritableDirectory(options_.run_dir));
+  if (options_.directory != nullptr && options_.directory->path() == options_.run_dir) {
+    directory_ = options_.directory;
+  } else {
+    own_directory_ = std::make_unique<RunDirectory>(options_.run_dir);
+    directory_ = own_directory_.get();
+  }
   // One writer per run: rank 0 holds the directory's lock for the session's
   // life (the other ranks are its peers, not rival writers). Programs that
   // manage their directory themselves (kCreate, kOverwrite, kResume) lock it
-  // themselves, as `dgrr train` does.
+  // themselves, as `dgrr train` does (a directory already locked by its
+  // owner stays so).
   if (options_.rank == 0 && (options_.open_mode == OpenMode::kContinue || control_)) {
-    DGRR_ASSIGN_OR_RETURN(RunLock lock, RunLock::Acquire(options_.run_dir));
-    lock_.emplace(std::move(lock));
+    DGRR_RETURN_IF_ERROR(directory_->Lock());
   }
   trace_path_ = TracePathFor(options_.run_dir, options_.rank);
   const bool exists = PathExists(trace_path_);
@@ -243,10 +241,8 @@ Status Session::Init() {
 Status Session::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
-  DGRR_RETURN_IF_ERROR(WriteFileAtomically(EnvPathFor(options_.run_dir, options_.rank), env_text_));
-  if (options_.rank == 0) {
-    DGRR_RETURN_IF_ERROR(WriteFileAtomically(ConfigPathFor(options_.run_dir), config_text_));
-  }
+  DGRR_RETURN_IF_ERROR(WriteFileAtomically(directory_->EnvPath(options_.rank), env_text_));
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->WriteConfig(config_text_));
   return WriteLaunchRecordIfFresh();
 }
 
@@ -282,12 +278,9 @@ Status Session::OpenTrace() {
     // Ranks that are separate processes each drew their own id: the run's is
     // rank 0's, so that every trace header and checkpoint shard names one run.
     if (options_.group != nullptr && options_.world_size > 1) {
-      static_assert(sizeof(Fingerprint) == sizeof(RunId) && std::is_trivially_copyable_v<Fingerprint>);
-      Fingerprint mine;
-      std::memcpy(&mine, options_.run_id.data(), sizeof mine);
-      std::vector<Fingerprint> all;
-      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
-      std::memcpy(options_.run_id.data(), &all[0], sizeof(RunId));
+      std::vector<RunId> all;
+      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, options_.run_id, &all));
+      options_.run_id = all[0];
     }
   }
   trace::TraceHeader header;
@@ -706,7 +699,7 @@ Status Session::Close() {
     Status w = WriteResult();
     if (s.ok()) s = w;
   }
-  lock_.reset();
+  if (own_directory_) own_directory_->Unlock();
   return s;
 }
 
@@ -760,7 +753,7 @@ StatusOr<uint64_t> Session::ContinueRun() {
     return uint64_t{0};
   };
   if (!PathExists(trace_path_)) return start_fresh();
-  if (PathExists(options_.run_dir + "/" + kPendingRollbackFile)) {
+  if (directory_->HasPendingRollback()) {
     return Status::FailedPrecondition(options_.run_dir +
                                       " has an unfinished rollback: run the same `dgrr rollback` again to "
                                       "finish it, then resume");
@@ -783,8 +776,8 @@ StatusOr<uint64_t> Session::ContinueRun() {
   // Restoring checks every entry before copying any: a program whose state
   // does not fit the checkpoint is refused before the trace is cut.
   DGRR_RETURN_IF_ERROR(RestoreState(ckpt));
-  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(options_.checkpoints->RemoveTemporaries(options_.run_dir));
-  DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(trace_path_, ckpt.trace_position(options_.rank)));
+  if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*options_.checkpoints));
+  DGRR_RETURN_IF_ERROR(directory_->CutTrace(options_.rank, ckpt));
   options_.open_mode = OpenMode::kResume;
   DGRR_RETURN_IF_ERROR(OpenTrace());
   DGRR_RETURN_IF_ERROR(WriteRunFiles());
@@ -919,13 +912,16 @@ Status Session::Checkpoint(uint64_t step) {
   if (shard.ok()) KillPoint("ckpt-shard", static_cast<int64_t>(step), options_.rank);
   std::vector<CheckpointShard> shards;
   Status written = ExchangeShards(shard, &shards);
-  if (written.ok() && options_.rank == 0) written = options_.checkpoints->Commit(request, shards);
+  if (written.ok() && options_.rank == 0) {
+    written = options_.checkpoints->Commit(request, shards);
+    if (written.ok()) KillPoint("ckpt-commit", static_cast<int64_t>(step));
+  }
   if (options_.world_size > 1) {
     // Nobody reports the checkpoint before it is committed.
-    std::vector<Fingerprint> all;
-    DGRR_RETURN_IF_ERROR(Report(
-        options_.group->AllGather(options_.rank, Fingerprint{written.ok() ? 0u : 1u, 0}, &all)));
-    if (written.ok() && all[0].xor64 != 0) {
+    const uint8_t committed = written.ok() ? 1 : 0;
+    std::vector<uint8_t> all;
+    DGRR_RETURN_IF_ERROR(Report(options_.group->AllGather(options_.rank, committed, &all)));
+    if (written.ok() && all[0] == 0) {
       written = Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
     }
   }
@@ -956,15 +952,19 @@ Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& s
     for (int64_t d : e->shape) PutFixed64(&layout, static_cast<uint64_t>(d));
   }
   const std::string what = "checkpoint of step " + std::to_string(step) + " not written: ";
-  std::vector<Fingerprint> all;
+  struct Layout {
+    uint64_t entries = 0, digest = 0;
+  };
+  std::vector<Layout> layouts;
   DGRR_RETURN_IF_ERROR(options_.group->AllGather(
-      options_.rank, Fingerprint{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &all));
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (!(all[r] == all[0])) {
+      options_.rank, Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
+  for (size_t r = 1; r < layouts.size(); ++r) {
+    if (layouts[r].entries != layouts[0].entries || layouts[r].digest != layouts[0].digest) {
       return Status::FailedPrecondition(what + "the replicated state entries (names, dtypes, sizes or shapes) "
                                         "differ between rank 0 and rank " + std::to_string(r));
     }
   }
+  std::vector<Fingerprint> all;
   for (const StateEntry* e : replicated) {
     DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
     for (size_t r = 1; r < all.size(); ++r) {
@@ -977,25 +977,28 @@ Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& s
   return Status::OK();
 }
 
-// Every rank's shard record, in rank order, through the RankGroup (three
-// 16-byte rounds); an error when any rank's shard failed.
+// Every rank's shard record, in rank order, through the RankGroup (one round
+// of the records themselves); an error when any rank's shard failed.
 Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
   if (options_.world_size <= 1) {
     if (!mine.ok()) return mine.status();
     shards->assign(1, *mine);
     return Status::OK();
   }
-  const CheckpointShard s = mine.ok() ? *mine : CheckpointShard{};
-  std::vector<Fingerprint> a, b, c;
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{mine.ok() ? 1u : 0u, s.bytes}, &a));
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.payload_xxh3, s.trace_position}, &b));
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, Fingerprint{s.state_digest, 0}, &c));
+  struct Written {
+    uint8_t ok = 0;  // 0: the rank could not write its shard
+    CheckpointShard shard;
+  };
+  Written w;
+  if (mine.ok()) w = {1, *mine};
+  std::vector<Written> all;
+  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, w, &all));
   if (!mine.ok()) return mine.status();
-  for (size_t r = 0; r < a.size(); ++r) {
-    if (a[r].xor64 != 1) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].ok != 1) {
       return Status::IOError("checkpoint not committed: rank " + std::to_string(r) + " could not write its shard");
     }
-    shards->push_back({static_cast<int>(r), a[r].xxh3, b[r].xor64, b[r].xxh3, c[r].xor64});
+    shards->push_back(all[r].shard);
   }
   return Status::OK();
 }

@@ -40,13 +40,13 @@
 #include "fingerprint/async_fingerprint.h"
 #include "fingerprint/tensor.h"
 #include "rng/rng_streams.h"
-#include "base/run_lock.h"
 #include "runtime/checkpoint_store.h"
 #include "runtime/control_file.h"
 #include "runtime/determinism.h"
 #include "runtime/launch_record.h"
 #include "runtime/rank_group.h"
 #include "runtime/recording_mode.h"
+#include "runtime/run_directory.h"
 #include "runtime/state_registry.h"
 #include "trace_format/record.h"
 
@@ -86,6 +86,11 @@ enum class OpenMode {
 
 struct SessionOptions {
   std::string run_dir;          // created if missing
+  // The run directory's owner, when the program holds one (the trainer
+  // does, locked, for the whole run): the session locks and cuts through it.
+  // Null, or another directory than the one this session writes (a control
+  // file's): the session makes its own over run_dir.
+  RunDirectory* directory = nullptr;
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
@@ -370,19 +375,14 @@ class Session {
   std::optional<ControlFile> control_;
   ControlResult result_;
   std::unique_ptr<TraceCheck> trace_check_;
-  std::optional<RunLock> lock_;
+  // The run directory: options_.directory, or own_directory_ (made over
+  // run_dir, whose lock the session then holds until Close).
+  RunDirectory* directory_ = nullptr;
+  std::unique_ptr<RunDirectory> own_directory_;
   struct PendingDump;
   std::vector<PendingDump> dumps_;
   std::shared_ptr<AsyncFingerprinter> device_fingerprinter_;
   std::deque<QueuedRecord> waiting_;
 };
-
-// File names inside a run directory (docs/run-directory.md).
-// The marker an unfinished rollback leaves (replay/rollback.h): a resume
-// must not continue from a half-rolled-back run.
-inline constexpr const char* kPendingRollbackFile = "rollback-pending.json";
-std::string TracePathFor(const std::string& run_dir, int rank);
-std::string EnvPathFor(const std::string& run_dir, int rank);
-std::string ConfigPathFor(const std::string& run_dir);
 
 }  // namespace dgrr

@@ -94,7 +94,7 @@ class MemoryStore final : public CheckpointStore {
     if (it == saved.end()) return Status::NotFound(path);
     return std::unique_ptr<LoadedCheckpoint>(new Loaded(it->second));
   }
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool) override {
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool, uint64_t) override {
     auto it = newest.find(run_dir);
     if (it == newest.end()) return Status::NotFound("no checkpoint in " + run_dir);
     return Load(it->second);
