@@ -3,6 +3,7 @@
 
     PYTHONPATH=BUILD/python python bench/python/nanogpt_overhead.py [--steps N] [--rounds R]
         [--size small|large] [--modes plain,controls,hooks,off,sdc,trusted,full]
+        [--baseline DIR]
 
 The script is what a user writes: 2 blocks, width 32, context 16, batch 8 in
 4 micro-batches of gradient accumulation, its own LayerNorm class, dropout
@@ -22,6 +23,9 @@ rounds of the ratio to `plain` in the same round. The breakdown:
   off       a session in mode off with instrument() (controls, session, hooks, bookkeeping)
   sdc / trusted / full  the recording modes (full - trusted ~ fingerprints of
             what trusted skips; writer = other threads' CPU)
+With --baseline DIR (a directory holding another build's `dgrr` package, an
+older recorder, say), each dgrr mode also runs as `MODE@base` with DIR first
+on PYTHONPATH, interleaved in the same rounds: before and after side by side.
 """
 
 import argparse
@@ -157,6 +161,9 @@ print(statistics.median(walls) / 1e6, statistics.median(cpus) / 1e6, others / st
 
 
 def run(mode, args, env):
+    if mode.endswith("@base"):
+        mode = mode[:-len("@base")]
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [args.baseline, env.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.steps), args.size],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -170,8 +177,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", choices=["small", "large"], default="small")
     ap.add_argument("--modes", default="plain,controls,hooks,off,sdc,trusted,full")
+    ap.add_argument("--baseline", help="a directory with another build's dgrr package: MODE@base")
     args = ap.parse_args()
     modes = args.modes.split(",")
+    if args.baseline:
+        modes = [v for m in modes for v in ([m, m + "@base"] if m in ("off", "sdc", "trusted", "full") else [m])]
     if "plain" not in modes:
         modes.insert(0, "plain")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -180,13 +190,13 @@ def main():
         for m in modes:
             results[m].append(run(m, args, env))
     print(f"size {args.size}, {args.steps} steps, {args.rounds} rounds (processes per mode)")
-    print(f"{'mode':9} {'wall ms':>8} {'cpu ms':>8} {'writer ms':>9}  wall ratio (median, range)   cpu ratio (median, range)")
+    print(f"{'mode':13} {'wall ms':>8} {'cpu ms':>8} {'writer ms':>9}  wall ratio (median, range)   cpu ratio (median, range)")
     for m in modes:
         rows = results[m]
         wr = [row[0] / p[0] for row, p in zip(rows, results["plain"])]
         cr = [(row[1] + row[2]) / p[1] for row, p in zip(rows, results["plain"])]
         med = lambda i: statistics.median(row[i] for row in rows)
-        print(f"{m:9} {med(0):8.2f} {med(1):8.2f} {med(2):9.3f}  {statistics.median(wr):.3f}x "
+        print(f"{m:13} {med(0):8.2f} {med(1):8.2f} {med(2):9.3f}  {statistics.median(wr):.3f}x "
               f"({min(wr):.3f}-{max(wr):.3f})      {statistics.median(cr):.3f}x ({min(cr):.3f}-{max(cr):.3f})")
 
 
