@@ -3,7 +3,7 @@
 
     PYTHONPATH=BUILD/python python bench/python/nanogpt_overhead.py [--steps N] [--rounds R]
         [--size small|large] [--modes plain,controls,hooks,off,sdc,trusted,full]
-        [--baseline DIR]
+        [--baseline DIR] [--paired plain,off,sdc,trusted,full,full-typesonly]
 
 The script is what a user writes: 2 blocks, width 32, context 16, batch 8 in
 4 micro-batches of gradient accumulation, its own LayerNorm class, dropout
@@ -26,6 +26,8 @@ rounds of the ratio to `plain` in the same round. The breakdown:
 With --baseline DIR (a directory holding another build's `dgrr` package, an
 older recorder, say), each dgrr mode also runs as `MODE@base` with DIR first
 on PYTHONPATH, interleaved in the same rounds: before and after side by side.
+With --paired the variants share one process per round, one step of each in
+turn (see PAIRED): the figures a loaded machine can resolve.
 """
 
 import argparse
