@@ -205,7 +205,9 @@ def test_gpt_with_gradient_accumulation(tmp_path, monkeypatch):
 def test_keyword_inputs(tmp_path, monkeypatch):
     _, _, plain, default = both(tmp_path, lambda d: train_small(d, WithKeywords), monkeypatch)
     names = [r["name"] for r in default]
-    assert "scale.grad_in.0" in names and "scale.grad_in.scale" in names
+    assert "scale.grad_in.0" in names
+    # torch 1.13 has no keyword forward pre-hooks: keyword inputs unrecorded there.
+    assert ("scale.grad_in.scale" in names) == dt._KWARGS_HOOKS
     assert_same(tmp_path, plain, default)
 
 
