@@ -3,6 +3,7 @@
 
     PYTHONPATH=BUILD/python python bench/python/nanogpt_overhead.py [--steps N] [--rounds R]
         [--size small|large] [--modes plain,controls,hooks,off,sdc,trusted,full]
+        [--baseline DIR] [--paired plain,off,sdc,trusted,full,full-typesonly]
 
 The script is what a user writes: 2 blocks, width 32, context 16, batch 8 in
 4 micro-batches of gradient accumulation, its own LayerNorm class, dropout
@@ -22,6 +23,11 @@ rounds of the ratio to `plain` in the same round. The breakdown:
   off       a session in mode off with instrument() (controls, session, hooks, bookkeeping)
   sdc / trusted / full  the recording modes (full - trusted ~ fingerprints of
             what trusted skips; writer = other threads' CPU)
+With --baseline DIR (a directory holding another build's `dgrr` package, an
+older recorder, say), each dgrr mode also runs as `MODE@base` with DIR first
+on PYTHONPATH, interleaved in the same rounds: before and after side by side.
+With --paired the variants share one process per round, one step of each in
+turn (see PAIRED): the figures a loaded machine can resolve.
 """
 
 import argparse
@@ -156,7 +162,94 @@ print(statistics.median(walls) / 1e6, statistics.median(cpus) / 1e6, others / st
 """
 
 
+# --paired: the variants in one process, one step of each in turn (a new
+# order each step), each its own model, optimizer and session, so the load
+# of the machine falls on all alike; per variant the median thread-CPU of a
+# step over the steps after the first 5, and the median of the per-step
+# ratios to plain's step of the same turn. The determinism controls are on
+# for all (their cost is `controls` in the process mode).
+PAIRED = CHILD.split("torch.manual_seed(7)")[0].replace(
+    "mode, steps, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]",
+    "mode, steps, size = 'paired', int(sys.argv[2]), sys.argv[3]").replace(
+    "uses_dgrr = mode != \"plain\"", "uses_dgrr = True") + r"""
+import contextlib, random
+variants = sys.argv[1].split(",")
+data = torch.randint(0, VOCAB, (steps, BATCH, CTX + 1), generator=torch.Generator().manual_seed(11))
+mb = BATCH // MICRO
+stack = contextlib.ExitStack()
+tmp = stack.enter_context(tempfile.TemporaryDirectory())
+
+class Run:
+    def __init__(self, variant):
+        self.variant, mode = variant, variant.split("-")[0]
+        torch.manual_seed(7)
+        self.model = Gpt()
+        self.model.blocks[-1].mlp.register_full_backward_hook(lambda m, gi, go: None)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01)
+        self.session = self.inst = None
+        if mode != "plain":
+            dgrr.torch.replace_dropout(self.model)
+            self.session = stack.enter_context(dgrr.open(
+                run_dir=f"{tmp}/{variant}", seed=7, threads=1, mode=mode, checkpoint_every=0,
+                total_steps=steps))
+            dgrr.torch.register_torch_state(self.session, self.model, self.opt)
+            single = dgrr.torch._single_input
+            if variant.endswith("-typesonly"):   # the recorder before issue 30's change
+                dgrr.torch._single_input = lambda m: isinstance(m, dgrr.torch._SINGLE_INPUT)
+            self.inst = dgrr.torch.instrument(self.session, self.model, self.opt)
+            dgrr.torch._single_input = single
+            self.session.resume()
+        self.cpu = []
+
+    def step(self, s):
+        c0 = time.thread_time_ns()
+        if self.inst:
+            self.inst.begin_step(s, (s * BATCH, BATCH))
+        self.opt.zero_grad(set_to_none=True)
+        for k in range(MICRO):
+            xb, yb = data[s, k * mb:(k + 1) * mb, :-1], data[s, k * mb:(k + 1) * mb, 1:]
+            with (self.inst.micro_batch(s * BATCH + k * mb, mb) if self.inst else contextlib.nullcontext()):
+                loss = F.cross_entropy(self.model(xb).flatten(0, 1), yb.flatten()) / MICRO
+                if self.inst:
+                    self.inst.record_loss(loss)
+                loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        if self.session:
+            self.session.end_step(s, loss.item())
+        else:
+            loss.item()
+        self.cpu.append(time.thread_time_ns() - c0)
+
+runs = [Run(v) for v in variants]
+order = random.Random(3)
+for s in range(steps):
+    turn = list(runs)
+    order.shuffle(turn)
+    for r in turn:
+        r.step(s)
+base = runs[0].cpu[5:]
+for r in runs:
+    ratios = [a / b for a, b in zip(r.cpu[5:], base)]
+    print(r.variant, statistics.median(r.cpu[5:]) / 1e6, statistics.median(ratios))
+stack.close()
+"""
+
+
+def paired(args, env):
+    variants = args.paired.split(",")
+    r = subprocess.run([sys.executable, "-c", PAIRED, ",".join(variants), str(args.steps), args.size],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"nanogpt_overhead: --paired failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return {line.split()[0]: (float(line.split()[1]), float(line.split()[2]))
+            for line in r.stdout.splitlines()[-len(variants):]}
+
+
 def run(mode, args, env):
+    if mode.endswith("@base"):
+        mode = mode[:-len("@base")]
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [args.baseline, env.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.steps), args.size],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -170,23 +263,37 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", choices=["small", "large"], default="small")
     ap.add_argument("--modes", default="plain,controls,hooks,off,sdc,trusted,full")
+    ap.add_argument("--baseline", help="a directory with another build's dgrr package: MODE@base")
+    ap.add_argument("--paired", help="variants in one process, steps interleaved: plain first, "
+                    "then off, sdc, trusted, full, full-typesonly (full as before issue 30)")
     args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if args.paired:
+        rows = [paired(args, env) for _ in range(args.rounds)]
+        print(f"size {args.size}, {args.steps} steps, {args.rounds} processes, variants paired step by step")
+        print(f"{'variant':15} {'cpu ms':>8}  cpu ratio to plain's step of the same turn: median of processes (range)")
+        for v in args.paired.split(","):
+            med = [row[v][1] for row in rows]
+            print(f"{v:15} {statistics.median(row[v][0] for row in rows):8.2f}  "
+                  f"{statistics.median(med):.3f}x ({min(med):.3f}-{max(med):.3f})")
+        return
     modes = args.modes.split(",")
+    if args.baseline:
+        modes = [v for m in modes for v in ([m, m + "@base"] if m in ("off", "sdc", "trusted", "full") else [m])]
     if "plain" not in modes:
         modes.insert(0, "plain")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     results = {m: [] for m in modes}
     for r in range(args.rounds):
         for m in modes:
             results[m].append(run(m, args, env))
     print(f"size {args.size}, {args.steps} steps, {args.rounds} rounds (processes per mode)")
-    print(f"{'mode':9} {'wall ms':>8} {'cpu ms':>8} {'writer ms':>9}  wall ratio (median, range)   cpu ratio (median, range)")
+    print(f"{'mode':13} {'wall ms':>8} {'cpu ms':>8} {'writer ms':>9}  wall ratio (median, range)   cpu ratio (median, range)")
     for m in modes:
         rows = results[m]
         wr = [row[0] / p[0] for row, p in zip(rows, results["plain"])]
         cr = [(row[1] + row[2]) / p[1] for row, p in zip(rows, results["plain"])]
         med = lambda i: statistics.median(row[i] for row in rows)
-        print(f"{m:9} {med(0):8.2f} {med(1):8.2f} {med(2):9.3f}  {statistics.median(wr):.3f}x "
+        print(f"{m:13} {med(0):8.2f} {med(1):8.2f} {med(2):9.3f}  {statistics.median(wr):.3f}x "
               f"({min(wr):.3f}-{max(wr):.3f})      {statistics.median(cr):.3f}x ({min(cr):.3f}-{max(cr):.3f})")
 
 

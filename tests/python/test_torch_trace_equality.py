@@ -1,0 +1,232 @@
+"""The recorder's cheap paths change no recorded bit (issue 30).
+
+Each script runs twice in this process with the same seeds: once with every
+module's input gradient recorded through torch's full backward hook (the
+plain recorder, dgrr.torch._INPUT_GRAD_VIEWS = False) and once as dgrr.torch
+records by default (views with tensor hooks on single-input modules, C++
+hook sites, record plans). The two traces must hold the same boundary
+records in the same order with the same fingerprints and example ranges
+(`dgrr inspect --json`, record for record), and `dgrr compare` must exit 0.
+The scripts: a nanoGPT-style one with gradient accumulation (its own
+LayerNorm class, dgrr Dropout, AdamW, clipping, a user's full backward hook
+on a container), one whose leaf module takes a tensor by keyword, and one
+with a two-input leaf module (on the full backward hook path either way)."""
+
+import json
+import math
+import os
+import subprocess
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dgrr
+import dgrr.torch as dt
+
+CLI = os.environ.get("DGRR_CLI", "dgrr")
+
+
+class LayerNorm(nn.Module):
+    """A user's own LayerNorm class (not nn.LayerNorm)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class Attention(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.qkv, self.proj, self.drop = nn.Linear(width, 3 * width), nn.Linear(width, width), nn.Dropout(0.1)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // 2)
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).tril().logical_not(), float("-inf"))
+        return self.proj((self.drop(F.softmax(att, dim=-1)) @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class Mlp(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc, self.proj, self.drop = nn.Linear(width, 4 * width), nn.Linear(4 * width, width), nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, width=8, vocab=16, ctx=6):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(ctx, width)
+        self.ln1, self.attn, self.ln2, self.mlp = LayerNorm(width), Attention(width), LayerNorm(width), Mlp(width)
+        self.ln_f, self.head = LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = x + self.attn(self.ln1(x))
+        x = x + self.mlp(self.ln2(x))
+        return self.head(self.ln_f(x))
+
+
+class Scale(nn.Module):
+    """A leaf module given its second tensor by keyword."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x, scale=None):
+        return x * self.weight * (scale if scale is not None else 1.0)
+
+
+class WithKeywords(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.scale, self.out = nn.Linear(5, 6), nn.Linear(5, 6), Scale(6), nn.Linear(6, 1)
+
+    def forward(self, x):
+        return self.out(self.scale(self.a(x), scale=torch.sigmoid(self.b(x))))
+
+
+class Mix(nn.Module):
+    """A leaf module with two tensor inputs: the full backward hook's path."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((n,), 0.7))
+
+    def forward(self, x, y):
+        return x * self.weight + y.tanh()
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.norm, self.mix = nn.Linear(5, 6), nn.Linear(5, 6), LayerNorm(6), Mix(6)
+        self.out = nn.Linear(6, 1)
+
+    def forward(self, x):
+        return self.out(self.mix(self.norm(self.a(x)), self.b(x)))
+
+
+def train_gpt(run_dir, steps=3, micro=2, batch=4):
+    torch.manual_seed(3)
+    model = Gpt()
+    dt.replace_dropout(model)
+    model.mlp.register_full_backward_hook(lambda m, gi, go: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    data = torch.randint(0, 16, (steps, batch, 7), generator=torch.Generator().manual_seed(5))
+    mb = batch // micro
+    with dgrr.open(run_dir=run_dir, seed=7, mode="full", resume=False) as s:
+        dt.register_torch_state(s, model, opt)
+        inst = dt.instrument(s, model, opt)
+        s.resume()
+        for step in range(steps):
+            inst.begin_step(step, (step * batch, batch))
+            opt.zero_grad(set_to_none=True)
+            for k in range(micro):
+                x, y = data[step, k * mb:(k + 1) * mb, :-1], data[step, k * mb:(k + 1) * mb, 1:]
+                with inst.micro_batch(step * batch + k * mb, mb):
+                    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) / micro
+                    inst.record_loss(loss)
+                    loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            s.end_step(step, loss.item())
+    return model
+
+
+def train_small(run_dir, make, steps=3):
+    torch.manual_seed(4)
+    model = make()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(6))
+    with dgrr.open(run_dir=run_dir, seed=1, mode="full", resume=False) as s:
+        dt.register_torch_state(s, model, opt)
+        inst = dt.instrument(s, model, opt)
+        s.resume()
+        for step in range(steps):
+            inst.begin_step(step, (0, 4))
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            inst.record_loss(loss)
+            loss.backward()
+            opt.step()
+            s.end_step(step, loss.item())
+    return model
+
+
+def boundary_records(run_dir):
+    out = subprocess.run([CLI, "inspect", str(run_dir), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # Everything but the wall-clock time of the record: name, step, seq,
+    # dtype, shape, example range, fingerprints, offset in the trace.
+    return [{k: v for k, v in r.items() if k != "host_time_ns"}
+            for r in json.loads(out.stdout)["records"] if r["type"] == "boundary"]
+
+
+def both(tmp_path, train, monkeypatch):
+    """The traces of the plain recorder and of the default one."""
+    warnings.simplefilter("ignore")   # the controls' and torch's hook warnings
+    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", False)
+    plain_model = train(tmp_path / "plain")
+    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", True)
+    model = train(tmp_path / "default")
+    return plain_model, model, boundary_records(tmp_path / "plain"), boundary_records(tmp_path / "default")
+
+
+def assert_same(tmp_path, plain, default):
+    assert len(plain) > 0 and len(plain) == len(default)
+    for i, (a, b) in enumerate(zip(plain, default)):
+        assert a == b, f"record {i} differs:\n{a}\n{b}"
+    out = subprocess.run([CLI, "compare", str(tmp_path / "plain"), str(tmp_path / "default"), "--quiet"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_gpt_with_gradient_accumulation(tmp_path, monkeypatch):
+    plain_model, model, plain, default = both(tmp_path, train_gpt, monkeypatch)
+    # The paths differ: the user's LayerNorm is on the full backward hook
+    # path in the plain recorder and on the view path by default.
+    assert len(plain_model.ln1._backward_hooks) == 1 and len(model.ln1._backward_hooks) == 0
+    names = [r["name"] for r in default]
+    assert "ln1.grad_in.0" in names and "attn.drop.grad_in.0" in names and "loss" in names
+    assert_same(tmp_path, plain, default)
+
+
+def test_keyword_inputs(tmp_path, monkeypatch):
+    _, _, plain, default = both(tmp_path, lambda d: train_small(d, WithKeywords), monkeypatch)
+    names = [r["name"] for r in default]
+    assert "scale.grad_in.0" in names
+    # torch 1.13 has no keyword forward pre-hooks: keyword inputs unrecorded there.
+    assert ("scale.grad_in.scale" in names) == dt._KWARGS_HOOKS
+    assert_same(tmp_path, plain, default)
+
+
+def test_two_input_module(tmp_path, monkeypatch):
+    plain_model, model, plain, default = both(tmp_path, lambda d: train_small(d, TwoInputs), monkeypatch)
+    assert len(model.mix._backward_hooks) == 1 and len(model.norm._backward_hooks) == 0
+    names = [r["name"] for r in default]
+    assert "mix.grad_in.0" in names and "mix.grad_in.1" in names and "norm.grad_in.0" in names
+    assert_same(tmp_path, plain, default)
+
+
+def test_decorated_or_variadic_forward_keeps_the_full_hook():
+    class Variadic(nn.Module):
+        def forward(self, *xs):
+            return xs[0]
+
+    class OneArgument(nn.Module):
+        def forward(self, x):
+            return x
+
+    assert not dt._single_input(Variadic()) and dt._single_input(OneArgument())
+    assert dt._single_input(nn.Linear(2, 2)) and not dt._single_input(Mix(2))
