@@ -209,11 +209,19 @@ TEST_F(RunConfigTest, RefusesEditedValuesNamingTheKey) {
 
 // kRunConfigKeys names exactly the keys config.json holds (so a key added to
 // the codec must say whether it changes results), and only the rank and
-// thread counts and the checkpoint and audit intervals never do.
+// thread counts, the checkpoint and audit intervals and the device never do
+// (a cuda-sim or cuda run equals the cpu run bit for bit; `gemm cublas`
+// does not). `device` and `gemm` are written only when they are not the
+// default, so the document checked is the codec's own output for a run that
+// sets both.
 TEST_F(RunConfigTest, EveryKeySaysWhetherItChangesResults) {
   std::set<std::string> written;
   std::vector<std::pair<const nlohmann::json*, std::string>> pending = {{nullptr, ""}};
-  const nlohmann::json doc = nlohmann::json::parse(kRecordedConfig);
+  StatusOr<RunConfig> recorded = RunConfig::FromJson(nlohmann::json::parse(kRecordedConfig), "config.json");
+  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+  recorded->device = "cuda-sim";
+  recorded->gemm = "cublas";
+  const nlohmann::json doc = recorded->ToJson();
   pending.front().first = &doc;
   while (!pending.empty()) {
     auto [value, prefix] = pending.back();
@@ -233,7 +241,7 @@ TEST_F(RunConfigTest, EveryKeySaysWhetherItChangesResults) {
     EXPECT_EQ(RunConfigKeyChangesResults(k.key), k.changes_results) << k.key;
   }
   EXPECT_EQ(table, written);
-  EXPECT_EQ(unchanging, (std::set<std::string>{"audit_every", "ckpt_every", "ranks", "threads"}));
+  EXPECT_EQ(unchanging, (std::set<std::string>{"audit_every", "ckpt_every", "device", "ranks", "threads"}));
   EXPECT_TRUE(RunConfigKeyChangesResults("inject[1]"));
   EXPECT_TRUE(RunConfigKeyChangesResults("mode"));
   EXPECT_TRUE(RunConfigKeyChangesResults("a.key.no.run.config.has"));
