@@ -32,6 +32,7 @@
 #include "model/gpt.h"
 #include "model/run_config.h"
 #include "model/numerics.h"
+#include "model/philox_masks.h"
 #include "model/schedule.h"
 #include "model/train_state.h"
 #include "model/train_launch.h"
@@ -140,27 +141,6 @@ class NameCollector final : public BoundaryObserver {
     boundaries.push_back({std::string(name), elements, phase, op});
   }
   std::vector<ExampleBoundary> boundaries;
-};
-
-// Dropout keep-masks by dgrr's convention (rng::FillDropoutKeepMask), keyed by
-// (step, example, layer, site): a pure function of those, whatever thread asks.
-class PhiloxMasks final : public DropoutMaskSource {
- public:
-  PhiloxMasks(const rng::RngStreams& rng, uint64_t step) : rng_(rng), step_(step) {}
-  void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
-                    size_t n) const override {
-    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
-                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
-  }
-  bool PhiloxKey(uint64_t* seed, uint64_t* step) const override {
-    *seed = rng_.seed();
-    *step = step_;
-    return true;
-  }
-
- private:
-  const rng::RngStreams& rng_;
-  uint64_t step_;
 };
 
 // The `shared-rng` fault: one generator for all workers, drawn in whatever
@@ -726,7 +706,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
 
   // Faults active on this rank at this step (the tokens are in place).
   rank.ArmBitflip(TensorFaultAt(t.options_.faults, static_cast<uint64_t>(step), rank.r));
-  PhiloxMasks masks(rng, static_cast<uint64_t>(step));
+  PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
   SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
   const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
   ExampleHooks hooks;
@@ -1036,7 +1016,7 @@ Status Trainer::Impl::RecomputeNeighbour(Rank& rank, int64_t step, int neighbour
     DGRR_ASSIGN_OR_RETURN(uint64_t index, a.order.IndexOf(first + static_cast<uint64_t>(i)));
     std::memcpy(a.tokens.data() + static_cast<size_t>(i) * window, t.data_->Example(index), window);
   }
-  PhiloxMasks masks(rng, static_cast<uint64_t>(step));
+  PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
   AuditTap tap(a.boundaries, a.expected, first, nullptr, nullptr);
   ExampleHooks hooks;
   hooks.mutator = &tap;  // fingerprints each value after it is computed; changes nothing

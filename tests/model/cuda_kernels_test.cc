@@ -13,29 +13,12 @@
 #include "model/batch.h"
 #include "model/grid.h"
 #include "model/splitmix.h"
+#include "model/philox_masks.h"
 #include "rng/rng_streams.h"
 #include "tests/support/cuda_device.h"
 
 namespace dgrr::model {
 namespace {
-
-class KeyedMasks : public DropoutMaskSource {
- public:
-  KeyedMasks(uint64_t seed, uint64_t step) : rng_(seed), seed_(seed), step_(step) {}
-  void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
-                    size_t n) const override {
-    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
-                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
-  }
-  bool PhiloxKey(uint64_t* seed, uint64_t* step) const override {
-    *seed = seed_, *step = step_;
-    return true;
-  }
-
- private:
-  rng::RngStreams rng_;
-  uint64_t seed_, step_;
-};
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -52,7 +35,7 @@ TEST(CudaKernels, BatchGradientOnTheGpuEqualsTheCpu) {
   std::vector<uint8_t> tokens(count * window);
   SplitMixStream s(80);
   for (uint8_t& t : tokens) t = static_cast<uint8_t>(s.Below(256));
-  KeyedMasks masks(1, 2);
+  PhiloxDropoutMasks masks(1, 2);
   ExampleHooks hooks{nullptr, nullptr, &masks};
   BatchGradients cpu(config, 1, count), gpu(config, 1, count, Device::kCuda);
   ASSERT_TRUE(gpu.device_status().ok()) << gpu.device_status().ToString();

@@ -19,6 +19,7 @@
 #include "model/grid.h"
 #include "model/kernels.h"
 #include "model/layers.h"
+#include "model/philox_masks.h"
 #include "model/splitmix.h"
 #include "rng/rng_streams.h"
 #include "runtime/tree_reduce.h"
@@ -333,25 +334,6 @@ class BytesObserver : public BoundaryObserver {
   std::vector<std::string> order;
 };
 
-// Philox masks that say so (the trainer's PhiloxMasks: drawn on the device).
-class KeyedMasks : public DropoutMaskSource {
- public:
-  KeyedMasks(uint64_t seed, uint64_t step) : rng_(seed), seed_(seed), step_(step) {}
-  void FillKeepMask(uint64_t example, int layer, DropoutSite site, float p, uint8_t* keep,
-                    size_t n) const override {
-    rng::FillDropoutKeepMask(rng_, step_, example, static_cast<uint64_t>(layer), static_cast<uint64_t>(site),
-                             rng::BernoulliThresholdUnchecked(1.0 - p), keep, n);
-  }
-  bool PhiloxKey(uint64_t* seed, uint64_t* step) const override {
-    *seed = seed_, *step = step_;
-    return true;
-  }
-
- private:
-  rng::RngStreams rng_;
-  uint64_t seed_, step_;
-};
-
 void ExpectEngineEqualsCpu(const GptConfig& config, const DropoutMaskSource* masks, size_t count) {
   Gpt model = *Gpt::Create(config);
   model.Initialize(SplitMixNormalFill(7));
@@ -391,7 +373,7 @@ TEST(GridEngine, EqualsTheCpuEngineEveryBoundaryWithoutDropout) {
 }
 
 TEST(GridEngine, EqualsTheCpuEngineWithMasksDrawnOnTheDevice) {
-  KeyedMasks masks(99, 4);
+  PhiloxDropoutMasks masks(99, 4);
   ExpectEngineEqualsCpu(OddConfig(0.2f), &masks, 3);
 }
 
@@ -406,7 +388,7 @@ TEST(GridEngine, BatchGradientsOnCudaSimEqualTheCpuForAnyThreadCount) {
   model.Initialize(SplitMixNormalFill(3));
   const size_t count = 5, window = config.seq_len + 1, np = model.num_parameters();
   const auto tokens = Bytes(count * window, 80);
-  KeyedMasks masks(1, 2);
+  PhiloxDropoutMasks masks(1, 2);
   ExampleHooks hooks{nullptr, nullptr, &masks};
   BatchGradients cpu(config, 1, count);
   std::vector<float> want(np), got(np);
