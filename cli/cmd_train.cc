@@ -335,7 +335,8 @@ int RunTrain(const std::vector<std::string>& args) {
        "the cpu run, and a --resume may continue on another device (docs/gpu.md)")
       ("gemm", po::value(&o.gemm)->default_value("exact"),
        "the matrix products: exact (the canonical fma chain, every device) or cublas (--device cuda "
-       "only; changes results, recorded in config.json; not built yet)")
+       "only, cuBLAS on a pinned deterministic handle: the same bits run after run, not the cpu's; changes "
+       "results, recorded in config.json; not with --audit-every)")
       ("force", "replace the run already in --out (only dgrr's own files are removed)")
       ("resume", "continue the run in --out from its newest checkpoint: options given must agree with its "
                  "config.json (the same command line does); with no config.json there yet, start it")

@@ -10,7 +10,7 @@
 namespace dgrr::model {
 
 BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t max_examples,
-                               Device device)
+                               Device device, GemmBackend gemm)
     : config_(config),
       layout_(config),
       num_threads_(std::max(1, num_threads)),
@@ -27,7 +27,7 @@ BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t 
       engines_.push_back(std::make_unique<ExampleEngine<float>>(config, per_worker));
       continue;
     }
-    StatusOr<std::unique_ptr<Launcher>> launcher = MakeLauncher(device_);
+    StatusOr<std::unique_ptr<Launcher>> launcher = MakeLauncher(device_, gemm);
     if (!launcher.ok()) {
       device_status_ = launcher.status();
       break;

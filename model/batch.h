@@ -21,8 +21,9 @@ class BatchGradients {
   // thread, or on the GPU (one worker: the device runs the block's
   // examples). Where the device's launcher cannot be made (cuda without a
   // GPU), ComputeExamples returns why; device_status() says it up front.
+  // `gemm` chooses the device launchers' products (model/grid.h).
   BatchGradients(const GptConfig& config, int num_threads, size_t max_examples,
-                 Device device = Device::kCpu);
+                 Device device = Device::kCpu, GemmBackend gemm = GemmBackend::kExact);
   BatchGradients(const BatchGradients&) = delete;
   BatchGradients& operator=(const BatchGradients&) = delete;
 

@@ -51,18 +51,21 @@ DGRR_MODEL_KERNELS(DGRR_DEFINE_LAUNCH)
 
 #if defined(DGRR_MODEL_HAVE_CUDA)
 // model/kernels_cuda.cu.
-StatusOr<std::unique_ptr<Launcher>> MakeCudaLauncher();
+StatusOr<std::unique_ptr<Launcher>> MakeCudaLauncher(GemmBackend gemm);
 bool CudaLauncherBuilt() { return true; }
 #else
 bool CudaLauncherBuilt() { return false; }
 #endif
 
-StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device) {
+StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device, GemmBackend gemm) {
+  if (gemm == GemmBackend::kCublas && device != Device::kCuda) {
+    return Status::InvalidArgument("--gemm cublas runs on --device cuda only");
+  }
   switch (device) {
     case Device::kCudaSim: return std::unique_ptr<Launcher>(new GridEmulator());
     case Device::kCuda:
 #if defined(DGRR_MODEL_HAVE_CUDA)
-      return MakeCudaLauncher();
+      return MakeCudaLauncher(gemm);
 #else
       return Status::FailedPrecondition(
           "--device cuda: this dgrr was built without CUDA (no nvcc at configure time)");

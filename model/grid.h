@@ -80,9 +80,19 @@ class GridEmulator final : public Launcher {
 #undef DGRR_DECLARE_LAUNCH
 };
 
+// How a launcher runs the plain products (kernels::GemmKernel).
+//   kExact   the fma-chain kernel: bitwise the CPU's, on every device.
+//   kCublas  cuBLAS (cuda only) on the runtime's pinned deterministic handle
+//            (runtime/cublas_handle.h: no TF32, no atomics): the same bits
+//            run after run on one GPU and library version, not the CPU's.
+//            Products whose operands cuBLAS cannot describe (neither stride
+//            1) and the causal products stay on the exact kernels.
+enum class GemmBackend { kExact, kCublas };
+
 // The launcher of `device` (cuda-sim or cuda). For cuda: Unavailable with
-// one line when this build has no CUDA or no device is usable.
-StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device);
+// one line when this build has no CUDA or no device is usable. kCublas on
+// another device than cuda: InvalidArgument.
+StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device, GemmBackend gemm = GemmBackend::kExact);
 
 // Whether this build has the CUDA launcher.
 bool CudaLauncherBuilt();

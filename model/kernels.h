@@ -556,9 +556,11 @@ struct AdamWKernel {
   DGRR_HD void At(size_t i) const { AdamWUpdateAt(k, p[i], m[i], v[i], g[i]); }
 };
 
-// Every kernel type, for the launchers' explicit instantiations.
-#define DGRR_MODEL_KERNELS(X)                                                                   \
-  X(GemmKernel) X(CausalProductKernel) X(BiasGradKernel) X(EncoderForwardKernel)                 \
+// Every kernel type, for the launchers' explicit instantiations (the CUDA
+// launcher defines GemmKernel's launch apart: it may go to cuBLAS).
+#define DGRR_MODEL_KERNELS(X) X(GemmKernel) DGRR_MODEL_KERNELS_BUT_GEMM(X)
+#define DGRR_MODEL_KERNELS_BUT_GEMM(X)                                                          \
+  X(CausalProductKernel) X(BiasGradKernel) X(EncoderForwardKernel)                               \
   X(EncoderBackwardWteKernel) X(EncoderBackwardWpeKernel) X(LayerNormForwardKernel)             \
   X(LayerNormBackwardInputKernel) X(LayerNormBackwardParamsKernel) X(SoftmaxForwardKernel)      \
   X(SoftmaxBackwardKernel) X(GeluForwardKernel) X(GeluBackwardKernel) X(ResidualForwardKernel)  \

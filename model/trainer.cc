@@ -271,7 +271,8 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
         comm(comm),
         group(comm),
         r(comm.rank()),
-        batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard), impl.t.device_),
+        batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard), impl.t.device_,
+              impl.t.gemm_),
         params(impl.num_params),
         grad(impl.num_params),
         adamw(impl.layout, AdamWOptions{0.9f, 0.95f, 1e-8f, impl.t.preset_.train.weight_decay}),
@@ -1148,14 +1149,17 @@ Status Trainer::Validate() {
     return Status::InvalidArgument("--gemm cublas runs on --device cuda only (this run: --device " +
                                    o.device + ")");
   }
-  if (o.gemm == "cublas") {
-    return Status::FailedPrecondition(
-        "--gemm cublas: the device engine's cuBLAS products are not built yet (docs/gpu.md); "
-        "use --gemm exact");
+  gemm_ = o.gemm == "cublas" ? GemmBackend::kCublas : GemmBackend::kExact;
+  if (gemm_ == GemmBackend::kCublas && o.audit_every > 0) {
+    // The audit recomputes a neighbour's examples with the exact products:
+    // against cuBLAS's it could only disagree.
+    return Status::InvalidArgument(
+        "--audit-every recomputes examples with the exact products and cannot check a --gemm "
+        "cublas run: use --gemm exact, or leave --audit-every out");
   }
   if (device_ == Device::kCuda) {
     // Before anything is written: a run that cannot start says so at once.
-    DGRR_RETURN_IF_ERROR(MakeLauncher(Device::kCuda).status());
+    DGRR_RETURN_IF_ERROR(MakeLauncher(Device::kCuda, gemm_).status());
   }
   DGRR_ASSIGN_OR_RETURN(preset_, PresetByName(o.preset));
   if (o.layers) preset_.model.num_layers = *o.layers;

@@ -202,6 +202,7 @@ class Trainer {
   int batch_ = 0;
   float lr_ = 0;
   Device device_ = Device::kCpu;
+  GemmBackend gemm_ = GemmBackend::kExact;
   std::unique_ptr<Dataset> data_;
   RunConfig run_config_;   // what config.json records (built by Validate)
   nlohmann::json config_;  // run_config_.ToJson()

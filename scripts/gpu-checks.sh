@@ -140,6 +140,15 @@ speed() {  # speed LABEL NAME ARGS...
 speed "tokens/s small, cpu" speed-cpu
 speed "tokens/s small, $device --gemm exact" speed-exact --device "$device" --gemm exact
 speed "tokens/s small, $device --gemm cublas" speed-cublas --device "$device" --gemm cublas
+# cuBLAS's products on the pinned handle: the same bits run after run (not the cpu's).
+if [[ -f "$runs/speed-cublas/config.json" ]]; then
+  if train cublas-again "${small[@]}" --device "$device" --gemm cublas; then
+    check "--gemm cublas: run to run" speed-cublas cublas-again
+  else
+    row "--gemm cublas: run to run" FAIL "$(head -1 "$out/train-cublas-again.log")"
+    tests_rc=1
+  fi
+fi
 
 {
   echo "gpu-checks ($device) on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"

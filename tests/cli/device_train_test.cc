@@ -3,7 +3,7 @@
 // for tiny at 1 and 2 ranks, a reduced small, and across resumes that cross
 // from cpu to cuda-sim and back; `--device cuda` trains equal to cpu where a
 // GPU is (scripts/gpu-checks.sh runs this suite there) and is refused in one
-// line (exit 1) where none is; `--gemm cublas` off --device cuda is refused.
+// line (exit 1) where none is; `--gemm cublas` off --device cuda, or with the audit, is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,7 +97,13 @@ TEST_F(EmulatedGridTrainTest, BadDeviceAndGemmSettingsAreOneLineUsageErrors) {
   EXPECT_EQ(err_, "dgrr train: --gemm cublas runs on --device cuda only (this run: --device cuda-sim)\n");
   EXPECT_EQ(Train("c", {"--gemm", "fast"}), 1);
   EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
-  EXPECT_FALSE(fs::exists(ConfigPathFor(Path("a"))));
+  // The audit recomputes with the exact products: it cannot check cuBLAS's
+  // (refused before the device is looked for, so on any machine).
+  EXPECT_EQ(Train("d", {"--gemm", "cublas", "--device", "cuda", "--audit-every", "2"}), 1);
+  EXPECT_EQ(err_,
+            "dgrr train: --audit-every recomputes examples with the exact products and cannot check a "
+            "--gemm cublas run: use --gemm exact, or leave --audit-every out\n");
+  for (const char* name : {"a", "b", "c", "d"}) EXPECT_FALSE(fs::exists(ConfigPathFor(Path(name)))) << name;
 }
 
 // On a machine with a GPU: --device cuda trains bitwise equal to the CPU.
