@@ -1,7 +1,7 @@
 """Recording through hooks: instrument() and the Instrumentation it returns
 (forward outputs, input gradients, parameter gradients, the optimizer's
 update, the loss), the hooks themselves (the C++ ones of
-python/binding.cc and the Python ones here) and which modules
+python/binding_torch_hooks.cc and the Python ones here) and which modules
 get which.
 
 Tests and benchmarks set _INPUT_GRAD_VIEWS, _direct_hooks_work and
@@ -211,7 +211,7 @@ def _direct_tensor_hooks():
 class _FullBackwardHook:
     """A module's full backward hook (modules with several inputs or of
     unknown types): records each gradient of grad_input. Like the C++ hooks
-    (python/binding.cc, PyInertHook), it serves its own module
+    (python/binding_torch_hooks.cc, PyInertHook), it serves its own module
     only, holds it and the Instrumentation weakly, stays inert on a deepcopy
     of the model and pickles as an InertHook."""
 
@@ -408,7 +408,7 @@ class Instrumentation:
 
     def _forward_hook(self, name, kind, module):
         """A module's forward hook: a dgrr._dgrr.Site's, in C++
-        (python/binding.cc); any other output than a tensor comes
+        (python/binding_torch_hooks.cc); any other output than a tensor comes
         back to _record_output_items."""
         return _dgrr.Site(self, f"{name}.out", "forward", kind, name, module).forward_hook
 
@@ -426,7 +426,7 @@ class Instrumentation:
     def _input_grad_hook(self, name, module):
         """A forward pre-hook: each tensor input that will get a gradient is
         replaced by a view of itself whose gradient hook records it (a
-        dgrr._dgrr.InputGradHook, in C++: python/binding.cc)."""
+        dgrr._dgrr.InputGradHook, in C++: python/binding_torch_hooks.cc)."""
         return _dgrr.InputGradHook(self, name, module, _direct_tensor_hooks())
 
     def _backward_hook(self, name, module):
