@@ -5,9 +5,10 @@
 // Two modules because only _torch_access is built against torch's C++
 // headers and libraries, and so is tied to the one torch build it was
 // compiled with: dgrr.torch imports it only when the running torch is that
-// build (python/dgrr/torch.py), and _dgrr, which works with any torch, reads
-// tensors through Python otherwise. The function crosses between them in a
-// PyCapsule named kTorchAccessCapsule; its layout is versioned.
+// build (python/dgrr/torch/support.py), and _dgrr, which works with any
+// torch, reads tensors through Python otherwise. The function crosses
+// between them in a PyCapsule named kTorchAccessCapsule; its layout is
+// versioned.
 #pragma once
 
 #include <Python.h>

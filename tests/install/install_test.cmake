@@ -23,6 +23,11 @@ file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 set(consumer ${SOURCE_DIR}/tests/install/consumer)
 set(plugin_dir ${prefix}/lib/dgrr/hdf5-plugins)
+if(PYTHON_DIR)
+  # An older install's dgrr/torch.py, the module the dgrr.torch package
+  # replaced: the install removes it.
+  file(WRITE ${prefix}/${PYTHON_DIR}/dgrr/torch.py "")
+endif()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # Layout: the public headers under include/dgrr/ (docs/api.md, "What is
@@ -57,6 +62,19 @@ foreach(generic include/base include/runtime include/checkpoint)
     message(FATAL_ERROR "install put headers in the generic ${generic}/ (they belong under include/dgrr/)")
   endif()
 endforeach()
+# The Python package, when it is built: every Python file of python/dgrr/
+# (dgrr.torch is a package of modules), and no stale dgrr/torch.py beside it.
+if(PYTHON_DIR)
+  file(GLOB_RECURSE python_files RELATIVE ${SOURCE_DIR}/python/dgrr ${SOURCE_DIR}/python/dgrr/*.py)
+  foreach(f IN LISTS python_files)
+    if(NOT EXISTS ${prefix}/${PYTHON_DIR}/dgrr/${f})
+      message(FATAL_ERROR "install is missing the Python file dgrr/${f} (python/CMakeLists.txt, DGRR_PYTHON_SOURCES)")
+    endif()
+  endforeach()
+  if(EXISTS ${prefix}/${PYTHON_DIR}/dgrr/torch.py)
+    message(FATAL_ERROR "install left an older dgrr/torch.py beside the dgrr.torch package")
+  endif()
+endif()
 
 # 1. find_package(dgrr): the examples folder (its checkpointing example only:
 #    mlp_regression is the same API, built in the tree) and a checkpointing

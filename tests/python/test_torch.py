@@ -7,6 +7,7 @@ import gc
 import io
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -391,6 +392,32 @@ def test_input_gradients_are_the_same_however_their_hook_is_installed(tmp_path, 
     assert runs[0] == runs[1]
     assert [name for name, _, _ in runs[0][:5]] == [
         "0.out", "1.out", "2.out", "2.grad_in.0", "1.grad_in.0"]
+
+
+def test_the_package_answers_for_its_modules_as_the_one_module_did(monkeypatch):
+    """dgrr.torch is a package of modules (python/dgrr/torch/); scripts and
+    tests still reach the private names through it. An assignment through
+    dgrr.torch rebinds the name in the module that defines and reads it, and
+    classes keep the name they had, dgrr.torch.<name>, in pickles."""
+    from dgrr.torch import recorder
+    linear = torch.nn.Linear(2, 2)
+    assert dgrr.torch._single_input(linear)
+    monkeypatch.setattr(dgrr.torch, "_INPUT_GRAD_VIEWS", False)
+    assert recorder._INPUT_GRAD_VIEWS is False and not dgrr.torch._single_input(linear)
+    monkeypatch.setattr(dgrr.torch, "_single_input", lambda module: "replaced")
+    assert recorder._single_input(linear) == "replaced"
+    monkeypatch.undo()
+    assert recorder._INPUT_GRAD_VIEWS is True and recorder._single_input(linear) is True
+    assert dgrr.torch._optimizer_tensors is dgrr.torch.state._optimizer_tensors
+    assert "_MirroredState" in dir(dgrr.torch)
+    with pytest.raises(AttributeError):
+        dgrr.torch.no_such_name
+    assert all(hasattr(dgrr.torch, name) for name in dgrr.torch.__all__)
+    for cls in (dgrr.torch.Dropout, dgrr.torch.Instrumentation, dgrr.torch._Mark):
+        assert cls.__module__ == "dgrr.torch"
+    data = pickle.dumps(dgrr.torch.Dropout(0.25, layer=2))
+    assert b"dgrr.torch" in data and b"dgrr.torch.randomness" not in data
+    assert pickle.loads(data).layer == 2
 
 
 class LinearThenBilinear(torch.nn.Module):

@@ -1,0 +1,270 @@
+// The hooks dgrr.torch places on a model, in C++ (python/binding.h), so
+// torch calls into the binding with no Python frame between: Site (a
+// boundary's tensor hook and a module's forward hook), InputGradHook (the
+// forward pre-hook of a module's input gradients) and InertHook (what a
+// pickled hook loads as). python/dgrr/torch/recorder.py places them.
+#include "python/binding.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dgrr::python {
+namespace {
+
+// Hooks stay on a module when it is copied (copy.deepcopy copies its hook
+// dicts, torch.save pickles them): a copy (an EMA model, a frozen teacher, a
+// saved model loaded again) must not record under the original's
+// boundaries. So each hook remembers its module weakly and does nothing for
+// any other, deepcopy hands back the same hook (inert on the copy), and a
+// pickled hook loads as an InertHook, which does nothing.
+class PyInertHook {};
+
+// Whether `module` is the one whose weak reference `ref` holds (None: any).
+bool IsModuleOf(const py::object& ref, const py::handle& module) {
+  return ref.is_none() || PyWeakref_GetObject(ref.ptr()) == module.ptr();
+}
+
+py::object WeakModule(const py::object& module) {
+  return module.is_none() ? py::none() : py::object(py::weakref(module));
+}
+
+// What dgrr.torch's hooks hold of their Instrumentation: a weak reference
+// (the model holds its hooks, and a strong reference back would keep the
+// model alive through an object Python's collector cannot see into), and
+// its session, resolved on first use.
+class HookOwner {
+ public:
+  explicit HookOwner(const py::object& inst) : inst_(inst) {}
+
+  py::object Instrumentation() const {
+    py::object inst = inst_();
+    if (inst.is_none()) Throw(Status::FailedPrecondition("dgrr.torch: the Instrumentation of this hook is gone"));
+    return inst;
+  }
+
+  PySession& Session() {
+    if (session_ == nullptr) {
+      session_object_ = Instrumentation().attr("session");
+      session_ = session_object_.cast<PySession*>();
+    }
+    return *session_;
+  }
+
+  // Hooks record only inside a step of an open session (PySession::InStep).
+  bool InStep() { return Session().InStep(); }
+
+ private:
+  py::weakref inst_;
+  py::object session_object_;  // keeps session_ alive
+  PySession* session_ = nullptr;
+};
+
+// One boundary dgrr.torch's hooks record under
+// (python/dgrr/torch/recorder.py): the tensor hook of an input gradient is
+// its bound `record`, a module's forward hook its bound `forward_hook`, so
+// torch calls into C++ with no Python frame between. The boundary is declared by the Instrumentation on the first
+// record (Instrumentation._boundary), and each record reads the
+// Instrumentation's `examples` then. The Instrumentation is held weakly
+// (HookOwner).
+class PySite {
+ public:
+  PySite(const py::object& inst, std::string name, std::string phase, std::string kind, std::string module,
+         const py::object& module_object = py::none())
+      : owner_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
+        module_(std::move(module)), module_ref_(WeakModule(module_object)) {}
+
+  void Record(const py::handle& tensor) {
+    // Outside a step (an evaluation between steps, or after the session
+    // closed) nothing is recorded.
+    if (!owner_.InStep()) return;
+    if (!boundary_) Declare();
+    if (!boundary_->handle.recorded) return;
+    const auto [first, count] = Examples();
+    TensorView view;
+    if (!FastViewTorch(tensor, view)) {
+      py::object t = py::reinterpret_borrow<py::object>(tensor);
+      // A view that is not contiguous is recorded from a contiguous copy
+      // (of the values alone: no autograd history).
+      if (LooksLikeTorchTensor(t) && !t.attr("is_contiguous")().cast<bool>()) {
+        t = t.attr("detach")().attr("contiguous")();
+      }
+      view = PySession::RecordedView(*boundary_, t);
+    }
+    owner_.Session().RecordView(*boundary_, view, first, count);
+  }
+
+  // A forward hook: a module's tensor output is recorded here; any other
+  // output (tuples, lists, dicts of tensors) goes to the Instrumentation,
+  // one boundary per tensor in it.
+  void ForwardHook(const py::handle& module, const py::handle&, const py::handle& output) {
+    if (!IsModuleOf(module_ref_, module)) return;  // a copy of the module
+    const int is_tensor = PyObject_IsInstance(output.ptr(), TorchTensorType());
+    if (is_tensor < 0) throw py::error_already_set();
+    if (is_tensor == 1) {
+      Record(output);
+      return;
+    }
+    owner_.Instrumentation().attr("_record_output_items")(module_, kind_, output);
+  }
+
+ private:
+  void Declare() {
+    py::object boundary = owner_.Instrumentation().attr("_boundary")(name_, phase_, kind_);
+    boundary_ = boundary.cast<PyBoundary>();
+  }
+
+  std::pair<uint64_t, uint32_t> Examples() {
+    static PyObject* const kExamples = PyUnicode_InternFromString("examples");
+    auto examples = py::reinterpret_steal<py::object>(PyObject_GetAttr(owner_.Instrumentation().ptr(), kExamples));
+    if (!examples) throw py::error_already_set();
+    auto pair = examples.cast<std::pair<uint64_t, uint32_t>>();
+    return pair;
+  }
+
+  HookOwner owner_;
+  std::string name_, phase_, kind_, module_;
+  py::object module_ref_;  // weak reference to the module it serves, or None
+  std::optional<PyBoundary> boundary_;
+};
+
+// The forward pre-hook that catches the gradient w.r.t. each input of a
+// single-input module (dgrr.torch._SINGLE_INPUT): every tensor input that
+// will get a gradient is replaced by a view of itself whose gradient hook is
+// the bound `record` of the Site `<module>.grad_in.<i>` (i counts the tensor
+// inputs). The view is the module's alone, so its gradient is exactly what
+// the module passes back. With `direct`, the hook goes in through the view's
+// hook dict and its grad_fn, as Tensor.register_hook does inside, without
+// the handle it makes (dgrr.torch._direct_tensor_hooks checks that this
+// works with the running torch).
+class PyInputGradHook {
+ public:
+  PyInputGradHook(const py::object& inst, std::string module, const py::object& module_object, bool direct)
+      : owner_(inst), module_(std::move(module)), module_ref_(WeakModule(module_object)), direct_(direct) {}
+
+  py::object Call(const py::handle& module, const py::tuple& inputs) {
+    if (!IsModuleOf(module_ref_, module) || !GradEnabled() || !owner_.InStep()) return py::none();
+    const size_t n = inputs.size();
+    if (n == 1) {  // the usual case
+      if (!IsTensor(inputs[0]) || !RequiresGrad(inputs[0])) return py::none();
+      return py::make_tuple(Hooked(inputs[0], 0));
+    }
+    py::tuple wrapped(n);
+    bool changed = false;
+    size_t index = 0;
+    for (size_t i = 0; i < n; ++i) {
+      py::object x = inputs[i];
+      if (IsTensor(x)) {
+        if (RequiresGrad(x)) {
+          x = Hooked(x, index);
+          changed = true;
+        }
+        ++index;
+      }
+      wrapped[i] = std::move(x);
+    }
+    return changed ? py::object(std::move(wrapped)) : py::none();
+  }
+
+ private:
+  static bool GradEnabled() {
+    static PyObject* const is_grad_enabled =
+        py::object(py::module_::import("torch").attr("is_grad_enabled")).release().ptr();
+    auto enabled = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(is_grad_enabled));
+    if (!enabled) throw py::error_already_set();
+    return enabled.ptr() == Py_True;
+  }
+
+  static bool IsTensor(const py::handle& x) {
+    const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
+    if (is_tensor < 0) throw py::error_already_set();
+    return is_tensor == 1;
+  }
+
+  static bool RequiresGrad(const py::handle& tensor) {
+    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
+    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), kRequiresGrad));
+    if (!flag) throw py::error_already_set();
+    return flag.ptr() == Py_True;
+  }
+
+  py::object RecordHook(size_t index) {
+    while (records_.size() <= index) {
+      py::object site = py::cast(PySite(owner_.Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
+                                        "backward", "other", ""));
+      records_.push_back(site.attr("record"));
+    }
+    return records_[index];
+  }
+
+  py::object Hooked(const py::handle& x, size_t index) {
+    static PyObject* const kViewAs = PyUnicode_InternFromString("view_as");
+    static PyObject* const kHooks = PyUnicode_InternFromString("_backward_hooks");
+    static PyObject* const kGradFn = PyUnicode_InternFromString("grad_fn");
+    static PyObject* const kRegisterDict = PyUnicode_InternFromString("_register_hook_dict");
+    static PyObject* const kRegisterHook = PyUnicode_InternFromString("register_hook");
+    auto view = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(x.ptr(), kViewAs, x.ptr()));
+    if (!view) throw py::error_already_set();
+    py::object hook = RecordHook(index);
+    if (direct_) {
+      py::dict hooks;  // each view its own
+      hooks[py::int_(0)] = hook;
+      if (PyObject_SetAttr(view.ptr(), kHooks, hooks.ptr()) != 0) throw py::error_already_set();
+      auto grad_fn = py::reinterpret_steal<py::object>(PyObject_GetAttr(view.ptr(), kGradFn));
+      if (!grad_fn) throw py::error_already_set();
+      auto done = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(grad_fn.ptr(), kRegisterDict, view.ptr()));
+      if (!done) throw py::error_already_set();
+    } else {
+      auto handle = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(view.ptr(), kRegisterHook, hook.ptr()));
+      if (!handle) throw py::error_already_set();
+    }
+    return view;
+  }
+
+  HookOwner owner_;
+  std::string module_;
+  py::object module_ref_;  // weak reference to the module it serves
+  bool direct_;
+  std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
+};
+
+}  // namespace
+
+void BindTorchHooks(py::module_& m) {
+  // What a pickled dgrr.torch hook loads as (see PyInertHook).
+  py::class_<PyInertHook>(m, "InertHook", "A dgrr.torch hook of a module copied by pickling: does nothing.")
+      .def(py::init<>())
+      .def("__call__", [](const PyInertHook&, const py::args&, const py::kwargs&) {})
+      .def("record", [](const PyInertHook&, const py::args&) {})
+      .def("forward_hook", [](const PyInertHook&, const py::args&) {})
+      .def(py::pickle([](const PyInertHook&) { return py::tuple(); },
+                      [](const py::tuple&) { return PyInertHook(); }));
+  // deepcopy: the same hook, inert on the copy; pickle: an InertHook.
+  auto same_hook = [](const py::object& self, const py::object&) { return self; };
+  auto inert_hook = [](const py::object&) { return py::make_tuple(py::type::of<PyInertHook>(), py::tuple()); };
+
+  py::class_<PySite>(m, "Site",
+                     "A boundary dgrr.torch's hooks record under (python/dgrr/torch/recorder.py).")
+      .def(py::init<const py::object&, std::string, std::string, std::string, std::string, const py::object&>(),
+           py::arg("inst"), py::arg("name"), py::arg("phase"), py::arg("kind"), py::arg("module") = "",
+           py::arg("module_object") = py::none())
+      .def("record", &PySite::Record, py::arg("tensor"))
+      .def("forward_hook", &PySite::ForwardHook, py::arg("module"), py::arg("inputs"), py::arg("output"))
+      .def("__deepcopy__", same_hook)
+      .def("__reduce__", inert_hook);
+
+  py::class_<PyInputGradHook>(
+      m, "InputGradHook",
+      "dgrr.torch's forward pre-hook for a module's input gradients (python/dgrr/torch/recorder.py).")
+      .def(py::init<const py::object&, std::string, const py::object&, bool>(), py::arg("inst"), py::arg("module"),
+           py::arg("module_object"), py::arg("direct"))
+      .def("__call__", &PyInputGradHook::Call, py::arg("module"), py::arg("inputs"))
+      .def("__deepcopy__", same_hook)
+      .def("__reduce__", inert_hook);
+}
+
+}  // namespace dgrr::python
