@@ -74,11 +74,13 @@ def local(t):
         return t.to_local()
 
 
-def is_sharded(model, what):
+def is_sharded(model, what=None):
     """Whether the model has DTensor parameters, after checking that each is
     an FSDP2 shard: a 1-D device mesh and a Shard placement. Anything else
     (HSDP's 2-D mesh, tensor parallelism's Replicate or Partial placements)
-    is refused in one line naming the parameter. `what` names the caller."""
+    is refused in one line naming the parameter. `what`: the dgrr.torch
+    function asking, for the message."""
+    caller = f"dgrr.torch.{what}" if what else "dgrr.fsdp.is_sharded"
     sharded = False
     for name, p in _dt._named_parameters(model):
         if not _is_dtensor(p):
@@ -88,7 +90,7 @@ def is_sharded(model, what):
         shard = len(placements) == 1 and type(placements[0]).__name__ in ("Shard", "_StridedShard")
         if mesh.ndim != 1 or not shard:
             raise InvalidArgumentError(
-                f"dgrr.torch.{what}: parameter '{name}' is a DTensor on a {mesh.ndim}-D device mesh "
+                f"{caller}: parameter '{name}' is a DTensor on a {mesh.ndim}-D device mesh "
                 f"placed {tuple(str(q) for q in placements)}: dgrr supports FSDP2 (fully_shard) on a "
                 "1-D mesh only, not HSDP or tensor parallelism (docs/ddp.md)")
     return sharded
