@@ -213,15 +213,3 @@ def test_leaf_chunks_keep_each_chunk_gradient_apart(world_of_one):
         (expected,) = torch.autograd.grad(model(x[2 * c:2 * c + 2]).sum(), [w])
         assert torch.equal(chunked.leaf_grads[w][c], expected)
 
-
-def test_fsdp2_sharded_parameters_are_refused_in_one_line(world_of_one, tmp_path):
-    from torch.distributed.fsdp import fully_shard
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-    fully_shard(model)
-    optimizer = torch.optim.Adam(model.parameters())
-    with dgrr.distributed.open(str(tmp_path / "run"), 1) as session:
-        with pytest.raises(dgrr.InvalidArgumentError,
-                           match=r"register_torch_state: parameter '0.weight' is a DTensor \(FSDP2"):
-            dgrr.torch.register_torch_state(session, model, optimizer)
-        with pytest.raises(dgrr.InvalidArgumentError, match=r"instrument: parameter '0.weight' is a DTensor"):
-            dgrr.torch.instrument(session, model, optimizer)

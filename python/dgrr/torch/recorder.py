@@ -23,7 +23,7 @@ from . import state as _state
 from .controls import NondeterminismWarning, _warn_about, current_controls
 from .randomness import Dropout
 from .state import (_is_compiled, _named_parameters, _optimizer_entries, _parameter_names,
-                    _plain_name, _refuse_sharded_parameters)
+                    _plain_name, _sharded)
 
 
 _INSTRUMENTED = "_dgrr_instrumentation"
@@ -612,7 +612,7 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
     or their boundaries would share names ("fc.out", "loss"...).
     Instrumenting a model twice is refused (every boundary would be recorded
     twice); remove() the first one."""
-    _refuse_sharded_parameters(model, "instrument")
+    sharded = _sharded(model, "instrument")       # FSDP2: dgrr/fsdp.py records the shards
     if _instrumentation_of(model) is not None:
         raise FailedPreconditionError(
             "dgrr.torch: this model is already instrumented; call remove() on the first "
@@ -639,7 +639,10 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
             and _torch.distributed.get_world_size() > 1):
         _warn_torch_dropout(model, f"{_torch.distributed.get_world_size()} torch.distributed "
                                    "processes")
-    inst = Instrumentation(session, model, optimizer, modules, backward, prefix)
+    cls = Instrumentation
+    if sharded:
+        from ..fsdp import ShardedInstrumentation as cls
+    inst = cls(session, model, optimizer, modules, backward, prefix)
     setattr(model, _INSTRUMENTED, _Mark(inst))
     others.add(inst)
     return inst

@@ -176,15 +176,14 @@ def _optimizer_tensors(model, optimizer):
     return [(pname, key, t) for _, pname, key, t in _optimizer_entries(model, optimizer)]
 
 
-def _refuse_sharded_parameters(model, what):
-    """One line, instead of an error from inside dgrr's tensor reader, for a
-    model whose parameters are DTensors (FSDP2's fully_shard, tensor
-    parallelism): dgrr does not read sharded parameters yet (docs/ddp.md)."""
-    for name, p in model.named_parameters():
-        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
-            raise InvalidArgumentError(
-                f"dgrr.torch.{what}: parameter '{name}' is a DTensor (FSDP2 fully_shard or tensor "
-                "parallelism): dgrr does not record or checkpoint sharded parameters yet (docs/ddp.md)")
+def _sharded(model, what):
+    """Whether the model's parameters are DTensors (FSDP2's fully_shard): then
+    dgrr/fsdp.py checks them (HSDP and tensor parallelism are refused in one
+    line) and registers and records each rank's local shards (docs/ddp.md)."""
+    if not any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        return False
+    from .. import fsdp
+    return fsdp.is_sharded(model, what)
 
 
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
@@ -210,7 +209,10 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     `p.data = ...`, model.to() or .double(), no load_state_dict after this):
     end_step, checkpoint and resume refuse a registered tensor whose memory
     changed, by name."""
-    _refuse_sharded_parameters(model, "register_torch_state")
+    if _sharded(model, "register_torch_state"):     # FSDP2: each rank's shards
+        from .. import fsdp
+        return fsdp.register_torch_state(session, model, optimizer, scheduler, sampler,
+                                         generators, prefix)
     for name, p in _named_parameters(model):
         session.register_state(f"{prefix}model.{name}", p, "parameter")
     for name, b in model.named_buffers():
