@@ -8,7 +8,7 @@
 #include <typeinfo>
 
 #include "base/file.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 
 namespace dgrr::cli {
 

@@ -42,8 +42,8 @@ endforeach()
 # header they include, found by following their #include "..." lines at
 # configure time. A header one of them starts to include is installed with
 # it; the rest (the trace writer and reader, the HDF5 helpers, the mapper,
-# the re-executor, the CLI's) stay in the tree. The install test checks that
-# a program builds from the installed headers alone.
+# the re-executor, the session's seams, the CLI's) stay in the tree. The
+# install test checks that a program builds from the installed headers alone.
 #   include/dgrr/dgrr.h           the API (docs/api.md)
 #   checkpoint/checkpoint_file.h  for a program that writes checkpoints itself
 #   base/kill_point.h             not API: the test hook the examples call

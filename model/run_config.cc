@@ -7,7 +7,7 @@
 #include "base/file.h"
 #include "model/config.h"
 #include "runtime/json_input.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 
 namespace dgrr::model {
 namespace {

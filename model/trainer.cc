@@ -46,6 +46,7 @@
 #include "runtime/json_input.h"
 #include "runtime/metrics_log.h"
 #include "runtime/session.h"
+#include "runtime/session_seams.h"
 #include "runtime/inprocess_communicator.h"
 
 namespace dgrr::model {
@@ -572,7 +573,8 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   DGRR_RETURN_IF_ERROR(AgreeOnRun(rank));
   SessionOptions o;
   o.run_dir = t.options_.out_dir;
-  o.directory = t.directory_.get();  // locked by rank 0's process (null elsewhere)
+  SessionSeams seams;
+  seams.directory = t.directory_.get();  // locked by rank 0's process (null elsewhere)
   o.rank = r;
   o.world_size = t.options_.ranks;
   o.seed = t.options_.seed;
@@ -595,7 +597,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   o.checkpoints = t.store_.get();
   o.checkpoint_every = static_cast<uint64_t>(t.options_.ckpt_every);
   o.plan_json = t.plan_json_;
-  DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o));
+  DGRR_ASSIGN_OR_RETURN(rank.session, Session::Open(o, seams));
   Session& s = *rank.session;
   Status status = RunSession(rank);
   // A failure the session did not see itself (this rank's SDC check, a peer

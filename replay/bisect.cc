@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "replay/trace_items.h"
 #include "runtime/json_input.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 #include "trace_format/reader.h"
 
 namespace dgrr::replay {

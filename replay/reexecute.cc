@@ -21,7 +21,7 @@
 #include "base/environment.h"
 #include "base/file.h"
 #include "runtime/control_file_json.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 #include "trace_format/reader.h"
 
 extern char** environ;

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/json_input.h"
 #include "runtime/metrics_log.h"
+#include "runtime/run_directory.h"
 #include "runtime/session.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"

@@ -7,7 +7,7 @@
 #include <variant>
 
 #include "base/file.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 
 #include "rng/stream_id.h"
 

@@ -9,8 +9,8 @@
 //   - cutting the run back to a checkpoint: the traces (CutTrace), what
 //     writers killed mid-write left (RemoveTemporaries) and the metrics log
 //     (CutMetricsLog).
-// A Session is given one (SessionOptions::directory) or makes its own over
-// SessionOptions::run_dir; the trainer holds one for the whole run, so that
+// A Session is given one (SessionSeams::directory, runtime/session_seams.h)
+// or makes its own over SessionOptions::run_dir; the trainer holds one for the whole run, so that
 // its sessions find the lock held and take it nowhere else.
 //
 // Not thread-safe; the lock is the process's until Unlock or destruction.

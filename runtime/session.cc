@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <type_traits>
+#include <unordered_map>
+#include <variant>
 
 #include "base/coding.h"
 #include "base/environment.h"
@@ -21,6 +24,8 @@
 #include "runtime/environment.h"
 #include "runtime/host_state_copy.h"
 #include "runtime/json_input.h"
+#include "runtime/run_directory.h"
+#include "runtime/session_seams.h"
 #include "runtime/trace_check.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
@@ -85,12 +90,143 @@ std::string ConfigDifference(const std::string& recorded_path, const std::string
 
 }  // namespace
 
-// A control file's dump request as this rank follows it.
-struct Session::PendingDump {
-  ControlDump request;
-  std::string path;                    // with {rank} replaced
-  std::vector<CapturedTensor> tensors;  // captured so far
-  bool written = false;
+// Everything a session holds, behind Session's pointer (session.h shows only
+// the API). The operations are the Session's own, forwarded at the end of
+// this file; the rest are their helpers.
+struct Session::Impl {
+  Impl(const SessionOptions& options, const SessionSeams& seams)
+      : options_(options), seams_(seams), rng_(options.seed) {}
+
+  // --- Session's operations (documented in session.h) ---
+  Status LoadControl();
+  Status Init();
+  StatusOr<BoundaryHandle> DeclareBoundary(std::string_view name, trace::Phase phase, trace::Direction direction,
+                                           OpKind kind);
+  Status Record(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                Fingerprint* out = nullptr);
+  Status RecordFingerprint(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fingerprint,
+                           ExampleRange examples);
+  Status Record(std::string_view name, trace::Phase phase, trace::Direction direction, const TensorRef& tensor,
+                ExampleRange examples, OpKind kind);
+  StatusOr<uint64_t> Resume();
+  bool ShouldCheckpoint(uint64_t step) const;
+  Status Checkpoint(uint64_t step);
+  bool ShouldStop(uint64_t step) const;
+  Status BeginStep(uint64_t step);
+  Status EndStep(uint64_t step, float loss);
+  Status RecordEvent(trace::EventKind kind, std::string_view payload);
+  uint64_t trace_position() const;
+  Status Flush();
+  Status Sync();
+  Status Close();
+
+  // --- Helpers ---
+  Status OpenTrace();
+  Status WriteLaunchRecordIfFresh();
+  Status WriteRunFiles();
+  // The checkpoint at `path` ("": the run's newest good one), checked to fit
+  // this session's world and configuration.
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
+  StatusOr<uint64_t> ResumeUnderControl();
+  StatusOr<uint64_t> ContinueRun();
+  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
+  // ckpt's state for this rank into the registered buffers (device ones
+  // through a host copy).
+  Status RestoreState(const LoadedCheckpoint& ckpt);
+  // Device state copied into a host mirror of the registry (checkpoints and
+  // restores go through it); errors are reported to the control file.
+  StatusOr<std::unique_ptr<HostStateCopy>> CopyStateToHost();
+  Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
+  // kContinue refuses a directory holding another run (rank, world, seed in
+  // the trace header; config.json when there is no checkpoint to check).
+  Status CheckTraceBelongsToThisRun() const;
+  Status CheckConfigIsThisRun() const;
+  StatusOr<uint32_t> WriterNameId(uint32_t local_id);
+  // Under a control file: notes a failure (or the first mismatch) in the
+  // rank's result file before it is returned.
+  Status Report(Status status);
+  Status WriteResult();
+  Status CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
+                     ExampleRange examples);
+  Status WriteDumps(uint64_t step);
+  bool ChecksSdc() const;
+  Status CheckSdc(uint64_t step, const Fingerprint& mine);
+  Status EndStepOnDevice(trace::StepRecord& record);
+  // After the STEP record: the step's records to the kernel, the control
+  // file's dumps, then the SDC check of `params` (nullopt: no check this step).
+  Status FinishStep(uint64_t step, const std::optional<Fingerprint>& params);
+  Status HandStepToKernel();
+  bool DumpWanted(const BoundaryHandle& boundary) const;
+  Status RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                          AsyncFingerprinter::Ticket ticket, Fingerprint* out);
+  Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
+                        const Fingerprint& fp, ExampleRange examples);
+  // Records in program order: straight to the trace when nothing waits for
+  // a device, behind the waiting ones otherwise.
+  struct QueuedRecord {
+    std::variant<trace::BoundaryRecord, trace::StepRecord, trace::EventRecord> record;
+    uint32_t name_id = 0;  // a boundary's: the session's id of its name
+    // A boundary waiting for its fingerprint, or a STEP end for its parameters'.
+    std::optional<AsyncFingerprinter::Ticket> ticket;
+  };
+  // The record of `tensor` at `boundary` without its fingerprint; takes the
+  // next sequence number.
+  StatusOr<trace::BoundaryRecord> BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                                    ExampleRange examples);
+  Status RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                      Fingerprint* out);
+  StatusOr<AsyncFingerprinter*> DeviceFingerprinter();
+  Status Emit(QueuedRecord record);
+  Status Write(QueuedRecord& record);
+  Status WriteBoundary(trace::BoundaryRecord& record, uint32_t name_id);
+  // Appends the waiting records whose fingerprints are there, in order;
+  // with `wait`, waits for each one (everything is written afterwards).
+  Status DrainWaiting(bool wait);
+
+  // A control file's dump request as this rank follows it.
+  struct PendingDump {
+    ControlDump request;
+    std::string path;                    // with {rank} replaced
+    std::vector<CapturedTensor> tensors;  // captured so far
+    bool written = false;
+  };
+
+  SessionOptions options_;
+  // The seams; check is also set by a control file that verifies.
+  SessionSeams seams_;
+  rng::RngStreams rng_;
+  DeterminismControls controls_;
+  StateRegistry state_;
+  std::unique_ptr<trace::TraceWriter> writer_;
+  std::string trace_path_;
+  uint64_t env_digest_ = 0;
+  uint64_t config_digest_ = 0;
+  uint64_t state_config_digest_ = 0;  // what checkpoints carry (state_config_json)
+  std::string env_text_, config_text_;  // rank<R>.env.json and config.json, written with the trace
+  uint64_t step_ = 0;
+  bool in_step_ = false;
+  uint64_t next_seq_ = 0;
+  std::vector<SdcMismatch> sdc_mismatches_;
+  // Boundary names by the session's own id (BoundaryHandle::name_id): the
+  // writer's ids are assigned when a name is first written, so boundaries
+  // can be declared before Resume() opens the trace.
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_ids_;  // name -> session id
+  std::vector<int64_t> writer_ids_;  // session id -> writer id, -1 not yet interned
+  Status deferred_error_;
+  bool closed_ = false;
+  bool resumed_ = false;
+  std::atomic<bool> stop_requested_{false};
+  std::optional<ControlFile> control_;
+  ControlResult result_;
+  std::unique_ptr<TraceCheck> trace_check_;
+  // The run directory: seams_.directory, or own_directory_ (made over
+  // run_dir, whose lock the session then holds until Close).
+  RunDirectory* directory_ = nullptr;
+  std::unique_ptr<RunDirectory> own_directory_;
+  std::vector<PendingDump> dumps_;
+  std::shared_ptr<AsyncFingerprinter> device_fingerprinter_;
+  std::deque<QueuedRecord> waiting_;
 };
 
 RunId NewRunId() {
@@ -117,13 +253,17 @@ std::string RunIdHex(const RunId& id) {
   return s;
 }
 
-Session::Session(const SessionOptions& options) : options_(options), rng_(options.seed) {}
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Session::~Session() {
-  if (!closed_) (void)Close();
+  if (!impl_->closed_) (void)impl_->Close();
 }
 
 StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) {
+  return Open(options, SessionSeams{});
+}
+
+StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options, const SessionSeams& seams) {
   if (options.run_dir.empty()) return Status::InvalidArgument("session needs a run directory");
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(options.rank) +
@@ -133,14 +273,15 @@ StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options) 
   if (options.group != nullptr && options.group->world_size() != options.world_size) {
     return Status::InvalidArgument("rank group size differs from the session's world size");
   }
-  std::unique_ptr<Session> session(new Session(options));
-  DGRR_RETURN_IF_ERROR(session->LoadControl());
-  Status init = session->Init();
-  if (!init.ok()) return session->Report(init);
+  std::unique_ptr<Session> session(new Session(std::make_unique<Impl>(options, seams)));
+  Impl& impl = *session->impl_;
+  DGRR_RETURN_IF_ERROR(impl.LoadControl());
+  Status init = impl.Init();
+  if (!init.ok()) return impl.Report(init);
   return session;
 }
 
-Status Session::LoadControl() {
+Status Session::Impl::LoadControl() {
   if (!options_.reexecutable) return Status::OK();
   DGRR_ASSIGN_OR_RETURN(std::optional<ControlFile> active, ReadActiveControl());
   if (!active) return Status::OK();
@@ -164,13 +305,13 @@ Status Session::LoadControl() {
   return Status::OK();
 }
 
-Status Session::Init() {
+Status Session::Impl::Init() {
   // Controls first: NCCL and cuBLAS read their settings when they initialise.
   DeterminismOptions det;
   det.threads = options_.threads;
   det.gpu = options_.gpu.value_or(DGRR_HAVE_CUDA_BUILD != 0);
   ProcessEnvironment& env =
-      options_.environment ? *options_.environment : RealProcessEnvironment();
+      seams_.environment ? *seams_.environment : RealProcessEnvironment();
   // setenv and getenv are not thread-safe against each other, and ranks often
   // open their sessions from parallel threads: the process-wide environment
   // lock (base/environment.h) covers applying the controls (the first session
@@ -194,8 +335,8 @@ Status Session::Init() {
   }
 
   DGRR_RETURN_IF_ERROR(CheckWritableDirectory(options_.run_dir));
-  if (options_.directory != nullptr && options_.directory->path() == options_.run_dir) {
-    directory_ = options_.directory;
+  if (seams_.directory != nullptr && seams_.directory->path() == options_.run_dir) {
+    directory_ = seams_.directory;
   } else {
     own_directory_ = std::make_unique<RunDirectory>(options_.run_dir);
     directory_ = own_directory_.get();
@@ -238,7 +379,7 @@ Status Session::Init() {
   return WriteRunFiles();
 }
 
-Status Session::WriteRunFiles() {
+Status Session::Impl::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
   DGRR_RETURN_IF_ERROR(WriteFileAtomically(directory_->EnvPath(options_.rank), env_text_));
@@ -246,7 +387,7 @@ Status Session::WriteRunFiles() {
   return WriteLaunchRecordIfFresh();
 }
 
-Status Session::WriteLaunchRecordIfFresh() {
+Status Session::Impl::WriteLaunchRecordIfFresh() {
   if (options_.rank != 0 || !options_.reexecutable) return Status::OK();
   if (options_.open_mode == OpenMode::kResume && PathExists(LaunchPathFor(options_.run_dir))) {
     return Status::OK();
@@ -260,7 +401,7 @@ Status Session::WriteLaunchRecordIfFresh() {
   return WriteLaunchRecord(options_.run_dir, record);
 }
 
-Status Session::OpenTrace() {
+Status Session::Impl::OpenTrace() {
   if (options_.open_mode == OpenMode::kResume) {
     DGRR_ASSIGN_OR_RETURN(writer_, trace::TraceWriter::OpenForAppend(trace_path_));
     const trace::TraceHeader& h = writer_->header();
@@ -298,8 +439,8 @@ Status Session::OpenTrace() {
   return Status::OK();
 }
 
-StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::Phase phase,
-                                                  trace::Direction direction, OpKind kind) {
+StatusOr<BoundaryHandle> Session::Impl::DeclareBoundary(std::string_view name, trace::Phase phase,
+                                                        trace::Direction direction, OpKind kind) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (name.size() > trace::kMaxNameLength) {
     return Status::InvalidArgument("boundary name of " + std::to_string(name.size()) +
@@ -327,7 +468,7 @@ StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::
   return h;
 }
 
-StatusOr<uint32_t> Session::WriterNameId(uint32_t local_id) {
+StatusOr<uint32_t> Session::Impl::WriterNameId(uint32_t local_id) {
   if (local_id >= names_.size()) return Status::InvalidArgument("boundary handle from another session");
   int64_t& id = writer_ids_[local_id];
   if (id < 0) {
@@ -337,8 +478,8 @@ StatusOr<uint32_t> Session::WriterNameId(uint32_t local_id) {
   return static_cast<uint32_t>(id);
 }
 
-Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
-                       ExampleRange examples, Fingerprint* out) {
+Status Session::Impl::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
+                             ExampleRange examples, Fingerprint* out) {
   if (!boundary.recorded && out == nullptr) return Status::OK();
   DGRR_RETURN_IF_ERROR(tensor.Validate());
   if (!tensor.where.host()) return RecordDevice(boundary, tensor, examples, out);
@@ -349,8 +490,8 @@ Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor,
   return AppendBoundary(boundary, tensor, fp, examples);
 }
 
-Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRef& tensor,
-                                  const Fingerprint& fingerprint, ExampleRange examples) {
+Status Session::Impl::RecordFingerprint(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                        const Fingerprint& fingerprint, ExampleRange examples) {
   if (!boundary.recorded) return Status::OK();
   TensorRef meta = tensor;
   if (meta.data == nullptr) meta.data = &meta;  // only the metadata is checked, never read
@@ -359,8 +500,8 @@ Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRe
   return AppendBoundary(boundary, tensor, fingerprint, examples);
 }
 
-StatusOr<trace::BoundaryRecord> Session::BoundaryRecordFor(const BoundaryHandle& boundary,
-                                                           const TensorRef& tensor, ExampleRange examples) {
+StatusOr<trace::BoundaryRecord> Session::Impl::BoundaryRecordFor(const BoundaryHandle& boundary,
+                                                                 const TensorRef& tensor, ExampleRange examples) {
   trace::BoundaryRecord r;
   uint64_t dims[kMaxTensorDims];
   const auto shape = tensor.shape();
@@ -379,8 +520,8 @@ StatusOr<trace::BoundaryRecord> Session::BoundaryRecordFor(const BoundaryHandle&
   return r;
 }
 
-Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
-                               const Fingerprint& fp, ExampleRange examples) {
+Status Session::Impl::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                     const Fingerprint& fp, ExampleRange examples) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(trace::BoundaryRecord r, BoundaryRecordFor(boundary, tensor, examples));
@@ -393,8 +534,8 @@ Status Session::AppendBoundary(const BoundaryHandle& boundary, const TensorRef& 
 
 // A device tensor's record: its fingerprint is enqueued on the tensor's
 // stream and the record waits, in program order, until the stream gets there.
-Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
-                             Fingerprint* out) {
+Status Session::Impl::RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                                   Fingerprint* out) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   DGRR_ASSIGN_OR_RETURN(AsyncFingerprinter * fingerprinter, DeviceFingerprinter());
@@ -411,7 +552,7 @@ Status Session::RecordDevice(const BoundaryHandle& boundary, const TensorRef& te
   return DrainWaiting(/*wait=*/false);
 }
 
-bool Session::DumpWanted(const BoundaryHandle& boundary) const {
+bool Session::Impl::DumpWanted(const BoundaryHandle& boundary) const {
   for (const PendingDump& d : dumps_) {
     if (!d.written && d.request.step == step_ && d.request.boundary == names_[boundary.name_id]) return true;
   }
@@ -422,8 +563,8 @@ bool Session::DumpWanted(const BoundaryHandle& boundary) const {
 // tensor's stream, behind its fingerprint, and this waits for them (a dump
 // belongs to a re-execution, never to the recording path of a training run).
 // The dump carries the device's fingerprint, as the trace does.
-Status Session::RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
-                                 AsyncFingerprinter::Ticket ticket, Fingerprint* out) {
+Status Session::Impl::RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                                       AsyncFingerprinter::Ticket ticket, Fingerprint* out) {
   std::vector<uint8_t> bytes(tensor.bytes);
   const Status copied = device_fingerprinter_->CopyToHost(tensor.data, tensor.bytes, tensor.where, bytes.data());
   StatusOr<Fingerprint> waited = device_fingerprinter_->Wait(ticket);  // collected either way: no slot left in flight
@@ -438,8 +579,8 @@ Status Session::RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef
   return AppendBoundary(boundary, tensor, fp, examples);
 }
 
-StatusOr<AsyncFingerprinter*> Session::DeviceFingerprinter() {
-  if (!device_fingerprinter_) device_fingerprinter_ = options_.device_fingerprinter;
+StatusOr<AsyncFingerprinter*> Session::Impl::DeviceFingerprinter() {
+  if (!device_fingerprinter_) device_fingerprinter_ = seams_.device_fingerprinter;
   if (!device_fingerprinter_) {
     DGRR_ASSIGN_OR_RETURN(std::unique_ptr<AsyncFingerprinter> made, MakeCudaFingerprinter());
     device_fingerprinter_ = std::move(made);
@@ -447,7 +588,7 @@ StatusOr<AsyncFingerprinter*> Session::DeviceFingerprinter() {
   return device_fingerprinter_.get();
 }
 
-Status Session::Emit(QueuedRecord record) {
+Status Session::Impl::Emit(QueuedRecord record) {
   if (waiting_.empty()) return Write(record);
   waiting_.push_back(std::move(record));
   return DrainWaiting(/*wait=*/false);
@@ -455,24 +596,24 @@ Status Session::Emit(QueuedRecord record) {
 
 // Where records reach the writer. Names are interned here, so a NAME record
 // lands right before the first record that uses it, in order.
-Status Session::WriteBoundary(trace::BoundaryRecord& r, uint32_t name_id) {
+Status Session::Impl::WriteBoundary(trace::BoundaryRecord& r, uint32_t name_id) {
   DGRR_ASSIGN_OR_RETURN(r.name_id, WriterNameId(name_id));
-  if (options_.check != nullptr) DGRR_RETURN_IF_ERROR(Report(options_.check->CheckBoundary(r, names_[name_id])));
+  if (seams_.check != nullptr) DGRR_RETURN_IF_ERROR(Report(seams_.check->CheckBoundary(r, names_[name_id])));
   return writer_->AppendBoundary(r);
 }
 
-Status Session::Write(QueuedRecord& q) {
+Status Session::Impl::Write(QueuedRecord& q) {
   if (auto* r = std::get_if<trace::BoundaryRecord>(&q.record)) return WriteBoundary(*r, q.name_id);
   if (auto* r = std::get_if<trace::StepRecord>(&q.record)) {
-    if (options_.check != nullptr && r->kind == trace::StepKind::kEnd) {
-      DGRR_RETURN_IF_ERROR(Report(options_.check->CheckStep(*r)));
+    if (seams_.check != nullptr && r->kind == trace::StepKind::kEnd) {
+      DGRR_RETURN_IF_ERROR(Report(seams_.check->CheckStep(*r)));
     }
     return writer_->AppendStep(*r);
   }
   return writer_->AppendEvent(std::get<trace::EventRecord>(q.record));
 }
 
-Status Session::DrainWaiting(bool wait) {
+Status Session::Impl::DrainWaiting(bool wait) {
   while (!waiting_.empty()) {
     QueuedRecord& front = waiting_.front();
     if (front.ticket) {
@@ -500,13 +641,13 @@ Status Session::DrainWaiting(bool wait) {
   return Status::OK();
 }
 
-Status Session::Record(std::string_view name, trace::Phase phase, trace::Direction direction,
-                       const TensorRef& tensor, ExampleRange examples, OpKind kind) {
+Status Session::Impl::Record(std::string_view name, trace::Phase phase, trace::Direction direction,
+                             const TensorRef& tensor, ExampleRange examples, OpKind kind) {
   DGRR_ASSIGN_OR_RETURN(BoundaryHandle h, DeclareBoundary(name, phase, direction, kind));
   return Record(h, tensor, examples);
 }
 
-Status Session::BeginStep(uint64_t step) {
+Status Session::Impl::BeginStep(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_ || (control_ && !resumed_)) {
     // Under a control file the refusal is the re-execution's result: the
@@ -524,7 +665,7 @@ Status Session::BeginStep(uint64_t step) {
   return Emit({r, 0, std::nullopt});
 }
 
-Status Session::EndStep(uint64_t step, float loss) {
+Status Session::Impl::EndStep(uint64_t step, float loss) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (step != step_) {
     return Status::InvalidArgument("EndStep(" + std::to_string(step) + ") does not match BeginStep(" +
@@ -577,9 +718,9 @@ void ReportReexecutionProgress(const ControlFile& control, bool first, uint64_t 
 // trace: a kill loses at most the step in flight. Records still waiting for a
 // device fingerprint follow once they are ready (the next drain), as they
 // would without this: nothing here waits for a device.
-Status Session::HandStepToKernel() { return Report(writer_->Flush()); }
+Status Session::Impl::HandStepToKernel() { return Report(writer_->Flush()); }
 
-Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
+Status Session::Impl::FinishStep(uint64_t step, const std::optional<Fingerprint>& params) {
   DGRR_RETURN_IF_ERROR(HandStepToKernel());
   if (control_) {
     if (options_.rank == 0) ReportReexecutionProgress(*control_, !result_.last_step, step);
@@ -593,7 +734,7 @@ Status Session::FinishStep(uint64_t step, const std::optional<Fingerprint>& para
 // their stream behind the step's updates. The STEP record waits for it in
 // program order like a device boundary, unless the SDC check needs the value
 // now: the exchange across ranks waits for this one fingerprint's event.
-Status Session::EndStepOnDevice(trace::StepRecord& r) {
+Status Session::Impl::EndStepOnDevice(trace::StepRecord& r) {
   StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
   if (!device.ok()) return Report(device.status());
   const std::vector<MemorySegment> segments = state_.ParameterSegments();
@@ -613,9 +754,9 @@ Status Session::EndStepOnDevice(trace::StepRecord& r) {
   return FinishStep(r.step, params);
 }
 
-bool Session::ChecksSdc() const { return options_.group != nullptr && options_.world_size >= 2; }
+bool Session::Impl::ChecksSdc() const { return options_.group != nullptr && options_.world_size >= 2; }
 
-Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
+Status Session::Impl::CheckSdc(uint64_t step, const Fingerprint& mine) {
   if (!ChecksSdc()) return Status::OK();
   std::vector<Fingerprint> all;
   DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
@@ -645,7 +786,7 @@ Status Session::CheckSdc(uint64_t step, const Fingerprint& mine) {
                             Hex64(reference.xor64) + " xxh3 " + Hex64(reference.xxh3));
 }
 
-Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
+Status Session::Impl::RecordEvent(trace::EventKind kind, std::string_view payload) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (!writer_) return Report(Status::FailedPrecondition("call Resume() before recording: the trace opens there"));
   if (options_.mode == RecordMode::kOff) return Status::OK();
@@ -657,23 +798,23 @@ Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
   return Emit({std::move(e), 0, std::nullopt});
 }
 
-uint64_t Session::trace_position() const { return writer_ ? writer_->records_written() : 0; }
+uint64_t Session::Impl::trace_position() const { return writer_ ? writer_->records_written() : 0; }
 
 // Flush, Sync and Close make the trace whole: they wait for the records
 // still waiting for a device fingerprint.
-Status Session::Flush() {
+Status Session::Impl::Flush() {
   if (!writer_) return Status::OK();
   DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/true));
   return writer_->Flush();
 }
 
-Status Session::Sync() {
+Status Session::Impl::Sync() {
   if (!writer_) return Status::OK();
   DGRR_RETURN_IF_ERROR(DrainWaiting(/*wait=*/true));
   return writer_->Sync();
 }
 
-Status Session::Close() {
+Status Session::Impl::Close() {
   if (closed_) return Status::OK();
   closed_ = true;
   Status s = writer_ ? DrainWaiting(/*wait=*/true) : Status::OK();
@@ -705,7 +846,7 @@ Status Session::Close() {
 
 // --- Resume, checkpoints, stops and the control file ---
 
-StatusOr<uint64_t> Session::Resume() {
+StatusOr<uint64_t> Session::Impl::Resume() {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (resumed_) return Status::FailedPrecondition("Resume() is called once, before the first step");
   StatusOr<uint64_t> start = control_ ? ResumeUnderControl() : ContinueRun();
@@ -714,7 +855,7 @@ StatusOr<uint64_t> Session::Resume() {
   return start;
 }
 
-StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::string& path) {
+StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::Impl::LoadForRestore(const std::string& path) {
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   std::unique_ptr<LoadedCheckpoint> ckpt;
   if (path.empty()) {
@@ -744,7 +885,7 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::LoadForRestore(const std::s
   return ckpt;
 }
 
-StatusOr<uint64_t> Session::ContinueRun() {
+StatusOr<uint64_t> Session::Impl::ContinueRun() {
   // kCreate, kOverwrite and kResume: the program positions its own trace.
   if (options_.open_mode != OpenMode::kContinue) return uint64_t{0};
   auto start_fresh = [&]() -> StatusOr<uint64_t> {
@@ -790,7 +931,7 @@ StatusOr<uint64_t> Session::ContinueRun() {
 // State on a device is restored through a host copy, taken from the device
 // first so that entries a program's own restorer leaves alone come back as
 // they were.
-Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
+Status Session::Impl::RestoreState(const LoadedCheckpoint& ckpt) {
   if (!state_.has_device_entries()) return ckpt.Restore(options_.rank, state_);
   StatusOr<std::unique_ptr<HostStateCopy>> host_copy = CopyStateToHost();
   if (!host_copy.ok()) return host_copy.status();
@@ -803,7 +944,7 @@ Status Session::RestoreState(const LoadedCheckpoint& ckpt) {
                                         std::to_string(ckpt.step())));
 }
 
-StatusOr<std::unique_ptr<HostStateCopy>> Session::CopyStateToHost() {
+StatusOr<std::unique_ptr<HostStateCopy>> Session::Impl::CopyStateToHost() {
   StatusOr<AsyncFingerprinter*> device = DeviceFingerprinter();
   if (!device.ok()) return Report(device.status());
   StatusOr<std::unique_ptr<HostStateCopy>> made = HostStateCopy::Make(state_, **device);
@@ -811,7 +952,7 @@ StatusOr<std::unique_ptr<HostStateCopy>> Session::CopyStateToHost() {
   return made;
 }
 
-Status Session::CheckTraceBelongsToThisRun() const {
+Status Session::Impl::CheckTraceBelongsToThisRun() const {
   DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(trace_path_));
   const trace::TraceHeader& h = reader->header();
   if (h.rank != static_cast<uint32_t>(options_.rank) ||
@@ -825,7 +966,7 @@ Status Session::CheckTraceBelongsToThisRun() const {
   return Status::OK();
 }
 
-Status Session::CheckConfigIsThisRun() const {
+Status Session::Impl::CheckConfigIsThisRun() const {
   const std::string path = ConfigPathFor(options_.run_dir);
   if (!PathExists(path)) return Status::OK();
   DGRR_ASSIGN_OR_RETURN(nlohmann::json recorded, ReadJsonFile(path));
@@ -837,7 +978,7 @@ Status Session::CheckConfigIsThisRun() const {
                                     " and no checkpoint to resume: use another run directory");
 }
 
-StatusOr<uint64_t> Session::ResumeUnderControl() {
+StatusOr<uint64_t> Session::Impl::ResumeUnderControl() {
   uint64_t start = 0;
   uint64_t first_record = 0;
   if (!control_->restore_checkpoint.empty()) {
@@ -850,13 +991,13 @@ StatusOr<uint64_t> Session::ResumeUnderControl() {
   if (!control_->verify_run_dir.empty()) {
     DGRR_ASSIGN_OR_RETURN(trace_check_,
                           TraceCheck::Open(TracePathFor(control_->verify_run_dir, options_.rank), first_record));
-    options_.check = trace_check_.get();
+    seams_.check = trace_check_.get();
   }
   DGRR_RETURN_IF_ERROR(WriteResult());
   return start;
 }
 
-bool Session::ShouldCheckpoint(uint64_t step) const {
+bool Session::Impl::ShouldCheckpoint(uint64_t step) const {
   if (control_) {
     const auto& steps = control_->checkpoint_steps;
     if (std::find(steps.begin(), steps.end(), step) != steps.end()) return true;
@@ -869,12 +1010,12 @@ bool Session::ShouldCheckpoint(uint64_t step) const {
   return stop_requested_.load(std::memory_order_relaxed);
 }
 
-bool Session::ShouldStop(uint64_t step) const {
+bool Session::Impl::ShouldStop(uint64_t step) const {
   if (stop_requested_.load(std::memory_order_relaxed)) return true;
   return control_ && control_->stop_after_step && step >= *control_->stop_after_step;
 }
 
-Status Session::Checkpoint(uint64_t step) {
+Status Session::Impl::Checkpoint(uint64_t step) {
   if (closed_) return Status::FailedPrecondition("session is closed");
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   if (!writer_ || !resumed_) return Report(Status::FailedPrecondition("call Resume() before the first checkpoint"));
@@ -934,7 +1075,7 @@ Status Session::Checkpoint(uint64_t step) {
 // every rank, since only rank 0's shard holds them: first their names, types
 // and shapes, then each one's content fingerprint, all by the RankGroup. Every
 // rank sees the same fingerprints, so all of them fail or go on together.
-Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state) {
+Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state) {
   if (options_.world_size <= 1) return Status::OK();
   std::vector<const StateEntry*> replicated;
   for (const StateEntry& e : state.entries()) {
@@ -979,7 +1120,7 @@ Status Session::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& s
 
 // Every rank's shard record, in rank order, through the RankGroup (one round
 // of the records themselves); an error when any rank's shard failed.
-Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
+Status Session::Impl::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
   if (options_.world_size <= 1) {
     if (!mine.ok()) return mine.status();
     shards->assign(1, *mine);
@@ -1003,7 +1144,7 @@ Status Session::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vecto
   return Status::OK();
 }
 
-Status Session::Report(Status status) {
+Status Session::Impl::Report(Status status) {
   if (!control_ || status.ok() || result_.outcome != ControlOutcome::kRunning) return status;
   result_.outcome = ControlOutcome::kFailed;
   result_.failure_code = status.code();
@@ -1020,7 +1161,7 @@ Status Session::Report(Status status) {
   return status;
 }
 
-Status Session::WriteResult() {
+Status Session::Impl::WriteResult() {
   if (!control_) return Status::OK();
   if (trace_check_) {
     result_.boundaries_verified = trace_check_->boundaries_verified();
@@ -1029,8 +1170,8 @@ Status Session::WriteResult() {
   return WriteControlResult(ControlResultPath(options_.run_dir, options_.rank), result_);
 }
 
-Status Session::CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
-                            ExampleRange examples) {
+Status Session::Impl::CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
+                                  ExampleRange examples) {
   for (PendingDump& d : dumps_) {
     if (d.written || d.request.step != step_ || d.request.boundary != names_[boundary.name_id]) continue;
     if (tensor.data == nullptr) {
@@ -1052,7 +1193,7 @@ Status Session::CaptureDump(const BoundaryHandle& boundary, const TensorRef& ten
   return Status::OK();
 }
 
-Status Session::WriteDumps(uint64_t step) {
+Status Session::Impl::WriteDumps(uint64_t step) {
   for (PendingDump& d : dumps_) {
     if (d.written || d.request.step != step) continue;
     if (d.tensors.empty()) {
@@ -1070,5 +1211,64 @@ Status Session::WriteDumps(uint64_t step) {
   }
   return Status::OK();
 }
+
+
+// --- Session: the API, over its Impl ---
+
+const SessionOptions& Session::options() const { return impl_->options_; }
+int Session::rank() const { return impl_->options_.rank; }
+RecordMode Session::mode() const { return impl_->options_.mode; }
+const rng::RngStreams& Session::rng() const { return impl_->rng_; }
+const DeterminismControls& Session::controls() const { return impl_->controls_; }
+StateRegistry& Session::state() { return impl_->state_; }
+const std::string& Session::trace_path() const { return impl_->trace_path_; }
+uint64_t Session::env_digest() const { return impl_->env_digest_; }
+uint64_t Session::config_digest() const { return impl_->config_digest_; }
+
+StatusOr<BoundaryHandle> Session::DeclareBoundary(std::string_view name, trace::Phase phase,
+                                                  trace::Direction direction, OpKind kind) {
+  return impl_->DeclareBoundary(name, phase, direction, kind);
+}
+Status Session::Record(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
+                       Fingerprint* out) {
+  return impl_->Record(boundary, tensor, examples, out);
+}
+Status Session::RecordFingerprint(const BoundaryHandle& boundary, const TensorRef& tensor,
+                                  const Fingerprint& fingerprint, ExampleRange examples) {
+  return impl_->RecordFingerprint(boundary, tensor, fingerprint, examples);
+}
+Status Session::Record(std::string_view name, trace::Phase phase, trace::Direction direction,
+                       const TensorRef& tensor, ExampleRange examples, OpKind kind) {
+  return impl_->Record(name, phase, direction, tensor, examples, kind);
+}
+
+StatusOr<uint64_t> Session::Resume() { return impl_->Resume(); }
+bool Session::ShouldCheckpoint(uint64_t step) const { return impl_->ShouldCheckpoint(step); }
+Status Session::Checkpoint(uint64_t step) { return impl_->Checkpoint(step); }
+bool Session::ShouldStop(uint64_t step) const { return impl_->ShouldStop(step); }
+// An atomic store through a pointer set at Open: still async-signal-safe.
+void Session::RequestStop() { impl_->stop_requested_.store(true, std::memory_order_relaxed); }
+const ControlFile* Session::control() const { return impl_->control_ ? &*impl_->control_ : nullptr; }
+
+Status Session::BeginStep(uint64_t step) { return impl_->BeginStep(step); }
+Status Session::EndStep(uint64_t step, float loss) { return impl_->EndStep(step, loss); }
+Status Session::RecordEvent(trace::EventKind kind, std::string_view payload) {
+  return impl_->RecordEvent(kind, payload);
+}
+
+uint64_t Session::current_step() const { return impl_->step_; }
+bool Session::in_step() const { return impl_->in_step_; }
+uint64_t Session::trace_position() const { return impl_->trace_position(); }
+size_t Session::records_waiting() const { return impl_->waiting_.size(); }
+const std::vector<SdcMismatch>& Session::sdc_mismatches() const { return impl_->sdc_mismatches_; }
+
+const Status& Session::deferred_error() const { return impl_->deferred_error_; }
+void Session::DeferError(const Status& status) {
+  if (impl_->deferred_error_.ok()) impl_->deferred_error_ = status;
+}
+
+Status Session::Flush() { return impl_->Flush(); }
+Status Session::Sync() { return impl_->Sync(); }
+Status Session::Close() { return impl_->Close(); }
 
 }  // namespace dgrr

@@ -25,19 +25,14 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <variant>
 #include <vector>
 
 #include "base/status.h"
-#include "fingerprint/async_fingerprint.h"
 #include "fingerprint/tensor.h"
 #include "rng/rng_streams.h"
 #include "runtime/checkpoint_store.h"
@@ -46,27 +41,15 @@
 #include "runtime/launch_record.h"
 #include "runtime/rank_group.h"
 #include "runtime/recording_mode.h"
-#include "runtime/run_directory.h"
 #include "runtime/state_registry.h"
 #include "trace_format/record.h"
 
 namespace dgrr {
 
-namespace trace {
-class TraceWriter;
-}
-class TraceCheck;
-class HostStateCopy;
-
-// Checks every record a session is about to append; a non-OK result stops
-// the append and is returned to the caller. Replay uses it to compare a
-// re-execution with the recorded trace as it goes (replay/trace_check.h).
-class RecordCheck {
- public:
-  virtual ~RecordCheck() = default;
-  virtual Status CheckBoundary(const trace::BoundaryRecord& record, std::string_view name) = 0;
-  virtual Status CheckStep(const trace::StepRecord& record) = 0;
-};
+// What tests, the trainer and the re-execution machinery substitute inside a
+// session (its run directory, the process environment, a record check, the
+// device): runtime/session_seams.h, in the tree only (not installed).
+struct SessionSeams;
 
 using RunId = std::array<uint8_t, 16>;
 // 16 random bytes from the OS; shared by every rank of one run.
@@ -86,11 +69,6 @@ enum class OpenMode {
 
 struct SessionOptions {
   std::string run_dir;          // created if missing
-  // The run directory's owner, when the program holds one (the trainer
-  // does, locked, for the whole run): the session locks and cuts through it.
-  // Null, or another directory than the one this session writes (a control
-  // file's): the session makes its own over run_dir.
-  RunDirectory* directory = nullptr;
   int rank = 0;
   int world_size = 1;
   uint64_t seed = 0;
@@ -112,16 +90,6 @@ struct SessionOptions {
   RankGroup* group = nullptr;
   // Apply the GPU controls (NCCL, cuBLAS). Default: when built with CUDA.
   std::optional<bool> gpu;
-  // Tests substitute the environment; null: the real process environment.
-  ProcessEnvironment* environment = nullptr;
-  // Checks each BOUNDARY and STEP record before it is appended; null: none.
-  RecordCheck* check = nullptr;
-  // The session's device: fingerprints the device tensors passed to Record
-  // (TensorRef::where) and the device parameters (StateEntry::where) on their
-  // own streams, and copies device state and dumped tensors to and from the
-  // host; null: a CUDA one is made on first use (MakeCudaFingerprinter).
-  // Tests substitute their own.
-  std::shared_ptr<AsyncFingerprinter> device_fingerprinter;
 
   // --- Checkpoints, resume and re-execution (docs/api.md) ---
   // Where checkpoints go; dgrr::Open (<dgrr/dgrr.h>) sets the HDF5 store.
@@ -176,19 +144,25 @@ struct SdcMismatch {
 class Session {
  public:
   static StatusOr<std::unique_ptr<Session>> Open(const SessionOptions& options);
+  // Open with the seams (runtime/session_seams.h; internal, not installed):
+  // the trainer's run directory, a test's environment or device, a check.
+  static StatusOr<std::unique_ptr<Session>> Open(const SessionOptions& options, const SessionSeams& seams);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  const SessionOptions& options() const { return options_; }
-  int rank() const { return options_.rank; }
-  RecordMode mode() const { return options_.mode; }
-  const rng::RngStreams& rng() const { return rng_; }
-  const DeterminismControls& controls() const { return controls_; }
-  StateRegistry& state() { return state_; }
-  const std::string& trace_path() const { return trace_path_; }
-  uint64_t env_digest() const { return env_digest_; }
-  uint64_t config_digest() const { return config_digest_; }
+  // The options in effect: the caller's, with what a control file decides
+  // (run_dir, mode, open_mode) and what opening the trace settles (run_id;
+  // open_mode kResume once Resume() has continued a run).
+  const SessionOptions& options() const;
+  int rank() const;
+  RecordMode mode() const;
+  const rng::RngStreams& rng() const;
+  const DeterminismControls& controls() const;
+  StateRegistry& state();
+  const std::string& trace_path() const;
+  uint64_t env_digest() const;
+  uint64_t config_digest() const;
 
   // Interns `name` (a stable model-level identity such as
   // "block3.mlp.fc.out", at most trace::kMaxNameLength bytes).
@@ -241,9 +215,9 @@ class Session {
   bool ShouldStop(uint64_t step) const;
   // Asks the loop to stop after the current step (async-signal-safe: a
   // SIGINT/SIGTERM handler may call it).
-  void RequestStop() { stop_requested_.store(true, std::memory_order_relaxed); }
+  void RequestStop();
   // The control file this session obeys; null when none.
-  const ControlFile* control() const { return control_ ? &*control_ : nullptr; }
+  const ControlFile* control() const;
 
   Status BeginStep(uint64_t step);
   // STEP end record: the loss and the fingerprint of every registered
@@ -256,26 +230,24 @@ class Session {
   Status EndStep(uint64_t step, float loss);
   Status RecordEvent(trace::EventKind kind, std::string_view payload);
 
-  uint64_t current_step() const { return step_; }
+  uint64_t current_step() const;
   // Between BeginStep and EndStep of the same step. Hooks that record
   // whatever runs through a model (dgrr.torch's) record only then: a
   // forward pass outside a step (an evaluation between steps) is not part
   // of any step's record.
-  bool in_step() const { return in_step_; }
+  bool in_step() const;
   // Index of the next trace record (what a checkpoint stores to cut at).
   // Records still waiting for a device fingerprint are not counted: Sync()
   // first for the position after everything recorded so far.
   uint64_t trace_position() const;
   // Records waiting for a device fingerprint (and those behind them).
-  size_t records_waiting() const { return waiting_.size(); }
-  const std::vector<SdcMismatch>& sdc_mismatches() const { return sdc_mismatches_; }
+  size_t records_waiting() const;
+  const std::vector<SdcMismatch>& sdc_mismatches() const;
 
   // The first error of a recording that could not report it (an OpGuard
   // finishing in its destructor); EndStep and Close return it too.
-  const Status& deferred_error() const { return deferred_error_; }
-  void DeferError(const Status& status) {
-    if (deferred_error_.ok()) deferred_error_ = status;
-  }
+  const Status& deferred_error() const;
+  void DeferError(const Status& status);
 
   Status Flush();
   Status Sync();
@@ -283,106 +255,11 @@ class Session {
   Status Close();
 
  private:
-  explicit Session(const SessionOptions& options);
-  Status Init();
-  Status LoadControl();
-  Status OpenTrace();
-  Status WriteLaunchRecordIfFresh();
-  Status WriteRunFiles();
-  // The checkpoint at `path` ("": the run's newest good one), checked to fit
-  // this session's world and configuration.
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
-  StatusOr<uint64_t> ResumeUnderControl();
-  StatusOr<uint64_t> ContinueRun();
-  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
-  // ckpt's state for this rank into the registered buffers (device ones
-  // through a host copy).
-  Status RestoreState(const LoadedCheckpoint& ckpt);
-  // Device state copied into a host mirror of the registry (checkpoints and
-  // restores go through it); errors are reported to the control file.
-  StatusOr<std::unique_ptr<HostStateCopy>> CopyStateToHost();
-  Status ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards);
-  // kContinue refuses a directory holding another run (rank, world, seed in
-  // the trace header; config.json when there is no checkpoint to check).
-  Status CheckTraceBelongsToThisRun() const;
-  Status CheckConfigIsThisRun() const;
-  StatusOr<uint32_t> WriterNameId(uint32_t local_id);
-  // Under a control file: notes a failure (or the first mismatch) in the
-  // rank's result file before it is returned.
-  Status Report(Status status);
-  Status WriteResult();
-  Status CaptureDump(const BoundaryHandle& boundary, const TensorRef& tensor, const Fingerprint& fp,
-                     ExampleRange examples);
-  Status WriteDumps(uint64_t step);
-  bool ChecksSdc() const;
-  Status CheckSdc(uint64_t step, const Fingerprint& mine);
-  Status EndStepOnDevice(trace::StepRecord& record);
-  // After the STEP record: the step's records to the kernel, the control
-  // file's dumps, then the SDC check of `params` (nullopt: no check this step).
-  Status FinishStep(uint64_t step, const std::optional<Fingerprint>& params);
-  Status HandStepToKernel();
-  bool DumpWanted(const BoundaryHandle& boundary) const;
-  Status RecordDeviceDump(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
-                          AsyncFingerprinter::Ticket ticket, Fingerprint* out);
-  Status AppendBoundary(const BoundaryHandle& boundary, const TensorRef& tensor,
-                        const Fingerprint& fp, ExampleRange examples);
-  // Records in program order: straight to the trace when nothing waits for
-  // a device, behind the waiting ones otherwise.
-  struct QueuedRecord {
-    std::variant<trace::BoundaryRecord, trace::StepRecord, trace::EventRecord> record;
-    uint32_t name_id = 0;  // a boundary's: the session's id of its name
-    // A boundary waiting for its fingerprint, or a STEP end for its parameters'.
-    std::optional<AsyncFingerprinter::Ticket> ticket;
-  };
-  // The record of `tensor` at `boundary` without its fingerprint; takes the
-  // next sequence number.
-  StatusOr<trace::BoundaryRecord> BoundaryRecordFor(const BoundaryHandle& boundary, const TensorRef& tensor,
-                                                    ExampleRange examples);
-  Status RecordDevice(const BoundaryHandle& boundary, const TensorRef& tensor, ExampleRange examples,
-                      Fingerprint* out);
-  StatusOr<AsyncFingerprinter*> DeviceFingerprinter();
-  Status Emit(QueuedRecord record);
-  Status Write(QueuedRecord& record);
-  Status WriteBoundary(trace::BoundaryRecord& record, uint32_t name_id);
-  // Appends the waiting records whose fingerprints are there, in order;
-  // with `wait`, waits for each one (everything is written afterwards).
-  Status DrainWaiting(bool wait);
-
-  SessionOptions options_;
-  rng::RngStreams rng_;
-  DeterminismControls controls_;
-  StateRegistry state_;
-  std::unique_ptr<trace::TraceWriter> writer_;
-  std::string trace_path_;
-  uint64_t env_digest_ = 0;
-  uint64_t config_digest_ = 0;
-  uint64_t state_config_digest_ = 0;  // what checkpoints carry (state_config_json)
-  std::string env_text_, config_text_;  // rank<R>.env.json and config.json, written with the trace
-  uint64_t step_ = 0;
-  bool in_step_ = false;
-  uint64_t next_seq_ = 0;
-  std::vector<SdcMismatch> sdc_mismatches_;
-  // Boundary names by the session's own id (BoundaryHandle::name_id): the
-  // writer's ids are assigned when a name is first written, so boundaries
-  // can be declared before Resume() opens the trace.
-  std::vector<std::string> names_;
-  std::unordered_map<std::string, uint32_t> name_ids_;  // name -> session id
-  std::vector<int64_t> writer_ids_;  // session id -> writer id, -1 not yet interned
-  Status deferred_error_;
-  bool closed_ = false;
-  bool resumed_ = false;
-  std::atomic<bool> stop_requested_{false};
-  std::optional<ControlFile> control_;
-  ControlResult result_;
-  std::unique_ptr<TraceCheck> trace_check_;
-  // The run directory: options_.directory, or own_directory_ (made over
-  // run_dir, whose lock the session then holds until Close).
-  RunDirectory* directory_ = nullptr;
-  std::unique_ptr<RunDirectory> own_directory_;
-  struct PendingDump;
-  std::vector<PendingDump> dumps_;
-  std::shared_ptr<AsyncFingerprinter> device_fingerprinter_;
-  std::deque<QueuedRecord> waiting_;
+  // Everything else (the trace writer, the records waiting for a device,
+  // the control file's state, the checkpoint machinery) is in runtime/session.cc.
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace dgrr

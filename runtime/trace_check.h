@@ -1,7 +1,8 @@
 // TraceCheck: compares a re-execution with a recorded trace as it runs. A
-// session given this check (SessionOptions::check) has every BOUNDARY and
-// STEP record it is about to append compared with the recorded trace's next
-// one: same step, boundary name, phase, direction, dtype, shape, byte count,
+// session given this check (SessionSeams::check, or the session's own under
+// a control file that asks for verification) has every BOUNDARY and STEP
+// record it is about to append compared with the recorded trace's next one:
+// same step, boundary name, phase, direction, dtype, shape, byte count,
 // example range and fingerprints (and, for a step end, loss and parameter
 // fingerprint). The first difference stops the replay with an
 // IntegrityFailure naming step, rank, boundary and both fingerprints.
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/session.h"
+#include "runtime/session_seams.h"
 #include "trace_format/reader.h"
 
 namespace dgrr {

@@ -24,6 +24,7 @@
 #include "runtime/control_file_json.h"
 #include "runtime/rank_group.h"
 #include "runtime/session.h"
+#include "runtime/session_seams.h"
 #include "tests/support/fake_device.h"
 #include "tests/support/temp_dir_test.h"
 #include "tests/support/timeless_records.h"
@@ -124,8 +125,9 @@ Status RunRank(const ProgramRun& run, int rank, RankGroup* group, RankOutcome* o
   o.total_steps = kSteps;
   o.reexecutable = run.under_control;
   o.config_json = R"({"lr": 0.01})";
-  o.device_fingerprinter = device;
-  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<Session> opened, Session::Open(o));
+  SessionSeams seams;
+  seams.device_fingerprinter = device;
+  DGRR_ASSIGN_OR_RETURN(std::unique_ptr<Session> opened, Session::Open(o, seams));
   Session& s = *opened;
 
   std::vector<Buffer> params, moments;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/file.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 #include "tests/cli/run_captured.h"
 #include "tests/support/temp_dir_test.h"
 

@@ -31,8 +31,9 @@ endif()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # Layout: the public headers under include/dgrr/ (docs/api.md, "What is
-# stable") and only those: not the trace writer, the HDF5 helpers, the mapper
-# or the re-executor. The libraries (replay's too: dgrr::dgrr links it), the
+# stable") and only those: not the trace writer, the HDF5 helpers, the mapper,
+# the re-executor, nor the session's seams (runtime/session_seams.h) and what
+# only they need (the run directory, the asynchronous fingerprinter). The libraries (replay's too: dgrr::dgrr links it), the
 # zstd filter as an HDF5 plugin.
 foreach(f include/dgrr/dgrr.h include/dgrr/runtime/dgrr.h include/dgrr/runtime/session.h
           include/dgrr/base/version.h include/dgrr/checkpoint/checkpoint_file.h
@@ -43,7 +44,8 @@ foreach(f include/dgrr/dgrr.h include/dgrr/runtime/dgrr.h include/dgrr/runtime/s
   endif()
 endforeach()
 foreach(f trace_format/writer.h trace_format/reader.h checkpoint/hdf5_util.h replay/mapper.h
-          replay/reexecute.h runtime/trace_check.h)
+          replay/reexecute.h runtime/trace_check.h runtime/session_seams.h
+          runtime/run_directory.h fingerprint/async_fingerprint.h)
   if(EXISTS ${prefix}/include/dgrr/${f})
     message(FATAL_ERROR "install put the internal header ${f} under include/dgrr/")
   endif()

@@ -11,6 +11,7 @@
 
 #include "replay/compare.h"
 #include "replay/trace_items.h"
+#include "runtime/run_directory.h"
 #include "runtime/session.h"
 #include "trace_format/writer.h"
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/run_directory.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
 #include "trace_format/reader.h"

@@ -11,6 +11,7 @@
 
 #include "fingerprint/async_fingerprint.h"
 #include "runtime/session.h"
+#include "runtime/session_seams.h"
 #include "tests/support/fake_device.h"
 #include "tests/support/temp_dir_test.h"
 #include "trace_format/reader.h"
@@ -36,8 +37,13 @@ class DeviceRecordTest : public ::dgrr::test_support::TempDirTest {
     o.run_dir = (dir_ / sub).string();
     o.seed = 5;
     o.gpu = false;
-    o.device_fingerprinter = device_;
     return o;
+  }
+  // The fake device stands in for the session's CUDA one.
+  SessionSeams Seams() {
+    SessionSeams seams;
+    seams.device_fingerprinter = device_;
+    return seams;
   }
   trace::Trace ReadTrace(const std::string& sub) {
     auto t = trace::ReadWholeTrace(TracePathFor((dir_ / sub).string(), 0));
@@ -69,7 +75,7 @@ std::vector<Seen> Summarize(const trace::Trace& trace) {
 }
 
 TEST_F(DeviceRecordTest, RecordsWaitInProgramOrderAndTheHostNeverWaits) {
-  auto s = Session::Open(Options("run"));
+  auto s = Session::Open(Options("run"), Seams());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Session& session = **s;
   auto A = session.DeclareBoundary("A", Phase::kForward, Direction::kOutput);
@@ -112,7 +118,7 @@ TEST_F(DeviceRecordTest, RecordsWaitInProgramOrderAndTheHostNeverWaits) {
 }
 
 TEST_F(DeviceRecordTest, ALaterFingerprintThatIsReadyFirstStillWaitsItsTurn) {
-  auto s = Session::Open(Options("run"));
+  auto s = Session::Open(Options("run"), Seams());
   ASSERT_TRUE(s.ok());
   Session& session = **s;
   auto X = session.DeclareBoundary("X", Phase::kForward, Direction::kOutput);
@@ -143,7 +149,7 @@ TEST_F(DeviceRecordTest, ALaterFingerprintThatIsReadyFirstStillWaitsItsTurn) {
 // same records (the times apart).
 TEST_F(DeviceRecordTest, ADeviceRunRecordsWhatAHostRunRecords) {
   for (const std::string sub : {"host", "device"}) {
-    auto s = Session::Open(Options(sub));
+    auto s = Session::Open(Options(sub), Seams());
     ASSERT_TRUE(s.ok());
     Session& session = **s;
     std::vector<float> params = {0.5f, 0.25f};
@@ -191,7 +197,7 @@ TEST_F(DeviceRecordTest, ADeviceRunRecordsWhatAHostRunRecords) {
 }
 
 TEST_F(DeviceRecordTest, SyncAndAskingForTheValueWait) {
-  auto s = Session::Open(Options("run"));
+  auto s = Session::Open(Options("run"), Seams());
   ASSERT_TRUE(s.ok());
   Session& session = **s;
   auto X = session.DeclareBoundary("X", Phase::kForward, Direction::kOutput);
@@ -212,9 +218,8 @@ TEST_F(DeviceRecordTest, SyncAndAskingForTheValueWait) {
 }
 
 TEST_F(DeviceRecordTest, WithoutADeviceFingerprinterADeviceTensorIsRefusedByName) {
-  SessionOptions o = Options("run");
-  o.device_fingerprinter = nullptr;
-  auto s = Session::Open(o);
+  // No seam: the session makes its own (CUDA) fingerprinter.
+  auto s = Session::Open(Options("run"));
   ASSERT_TRUE(s.ok());
   auto X = (*s)->DeclareBoundary("X", Phase::kForward, Direction::kOutput);
   auto a = MakeTensorRef(a_.data(), DType::kF32, {4});

@@ -16,6 +16,7 @@
 #include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
 #include "runtime/launch_record_json.h"
+#include "runtime/run_directory.h"
 #include "runtime/session.h"
 #include "tests/support/temp_dir_test.h"
 #include "tests/support/timeless_records.h"

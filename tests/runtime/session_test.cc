@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "base/file.h"
 #include "runtime/inprocess_communicator.h"
 #include "runtime/op_guard.h"
+#include "runtime/session_seams.h"
 #include "trace_format/reader.h"
 
 namespace dgrr {
@@ -421,6 +424,86 @@ TEST_F(SessionTest, RecordFingerprintEqualsRecord) {
   b[0].host_time_ns = b[1].host_time_ns = 0;
   b[1].seq = b[0].seq;
   EXPECT_TRUE(b[0] == b[1]);
+}
+
+// The seams (runtime/session_seams.h): what the trainer, the re-execution
+// machinery and tests substitute inside a session, outside SessionOptions.
+
+// Refuses the boundary named `refuse`; counts what it was shown.
+class CountingCheck : public RecordCheck {
+ public:
+  explicit CountingCheck(std::string refuse) : refuse_(std::move(refuse)) {}
+  Status CheckBoundary(const trace::BoundaryRecord&, std::string_view name) override {
+    names.emplace_back(name);
+    if (name == refuse_) return Status::IntegrityFailure("refused " + std::string(name));
+    return Status::OK();
+  }
+  Status CheckStep(const trace::StepRecord& record) override {
+    step_ends.push_back(record.step);
+    return Status::OK();
+  }
+  std::vector<std::string> names;
+  std::vector<uint64_t> step_ends;
+
+ private:
+  std::string refuse_;
+};
+
+TEST_F(SessionTest, SeamCheckSeesEachRecordAndItsRefusalStopsTheAppend) {
+  CountingCheck check("b");
+  SessionSeams seams;
+  seams.check = &check;
+  auto s = Session::Open(Options(), seams);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto a = (*s)->DeclareBoundary("a", trace::Phase::kForward, trace::Direction::kOutput);
+  auto b = (*s)->DeclareBoundary("b", trace::Phase::kForward, trace::Direction::kOutput);
+  ASSERT_TRUE(a.ok() && b.ok());
+  float y[4] = {1, 2, 3, 4};
+  auto t = MakeTensorRef(y, DType::kF32, {4});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*s)->BeginStep(0).ok());
+  ASSERT_TRUE((*s)->Record(*a, *t, {0, 1}).ok());
+  ASSERT_TRUE((*s)->EndStep(0, 1.0f).ok());
+  ASSERT_TRUE((*s)->BeginStep(1).ok());
+  const Status refused = (*s)->Record(*b, *t, {0, 1});
+  EXPECT_EQ(refused.code(), StatusCode::kIntegrityFailure) << refused.ToString();
+  ASSERT_TRUE((*s)->Close().ok());
+  EXPECT_EQ(check.names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(check.step_ends, (std::vector<uint64_t>{0}));
+  auto tr = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
+  ASSERT_TRUE(tr.ok()) << tr.status().ToString();
+  int boundaries = 0;
+  for (const auto& r : tr->records) boundaries += std::holds_alternative<trace::BoundaryRecord>(r.body) ? 1 : 0;
+  EXPECT_EQ(boundaries, 1) << "the refused record is not appended";
+}
+
+// An environment of the test's own: the controls are read from and set in it.
+class MapEnvironment : public ProcessEnvironment {
+ public:
+  std::map<std::string, std::string> vars;
+  std::optional<std::string> Get(const std::string& name) const override {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  void Set(const std::string& name, const std::string& value) override { vars.emplace(name, value); }
+  std::optional<std::string> ReadTextFile(const std::string&) const override { return std::nullopt; }
+};
+
+TEST_F(SessionTest, SeamEnvironmentIsTheOneTheControlsUse) {
+  MapEnvironment env;
+  env.vars["NCCL_PROTO"] = "LL128";  // the user's choice, recorded with a warning
+  SessionSeams seams;
+  seams.environment = &env;
+  SessionOptions o = Options();
+  o.gpu = true;
+  auto s = Session::Open(o, seams);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(env.vars["NCCL_ALGO"], "Ring") << "dgrr's default, set in the substituted environment";
+  const ControlSetting* proto = (*s)->controls().Find("NCCL_PROTO");
+  ASSERT_NE(proto, nullptr);
+  EXPECT_EQ(proto->value, "LL128");
+  EXPECT_EQ(proto->origin, ControlOrigin::kEnvironment);
+  ASSERT_TRUE((*s)->Close().ok());
 }
 
 }  // namespace

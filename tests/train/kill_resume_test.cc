@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_file.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 #include "trace_format/reader.h"
 
 namespace dgrr {

@@ -18,7 +18,7 @@
 
 #include "checkpoint/checkpoint_file.h"
 #include "runtime/launch_record.h"
-#include "runtime/session.h"
+#include "runtime/run_directory.h"
 #include "tests/support/exec_args.h"
 #include "tests/support/temp_dir_test.h"
 #include "tests/support/timeless_records.h"
