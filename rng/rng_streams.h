@@ -58,7 +58,7 @@ class RngStreams {
 StatusOr<uint64_t> BernoulliThreshold(double p_keep);
 
 // The dropout keep-mask convention of dgrr's programs, written once for the
-// reference trainer (model/trainer.cc) and dgrr.torch (python/binding.cc):
+// reference trainer (model/trainer.cc) and dgrr.torch (python/binding_rng.cc):
 // keep[0..n) of example `example` at dropout site `site` of layer `layer` in
 // step `step` is FillBernoulliMask of stream (dropout, {step, example, layer,
 // site}) with `keep_threshold` (BernoulliThreshold(1 - p)): 1 keeps an
