@@ -63,6 +63,29 @@ def test_dropout_is_inverted_dropout_keyed_by_step_layer_and_site():
         dt.Dropout(1.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [0.1, 0.25, 1 / 3, 0.5, 0.9])
+def test_dropout_scaled_mask_path_equals_the_general_one_bit_for_bit(dtype, p):
+    # Dropout's one-call scaled mask (float32/float64 on the CPU) against what
+    # it replaced: the uint8 keep-mask, converted, times 1/(1-p); forward
+    # outputs and input gradients, signed zeros and all.
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(6, 9, 11, generator=g, dtype=torch.float64) * 1e3).to(dtype)
+    x[0, 0, :4] = torch.tensor([-0.0, 0.0, float("inf"), -1e-30])
+    drop = dt.Dropout(p, layer=2, site=1, context=dt.RandomContext())
+    drop.context.set(seed=7, step=5, examples=(40, x.shape[0]))
+    a = x.clone().requires_grad_(True)
+    y = drop(a)
+    y.backward(torch.full_like(y, 1.5))
+    b = x.clone().requires_grad_(True)
+    keep = drop.keep_mask(b.shape).to(dtype=dtype)
+    z = b * (keep * (1.0 / (1.0 - p)))
+    z.backward(torch.full_like(z, 1.5))
+    assert y.dtype == dtype
+    assert y.detach().numpy().tobytes() == z.detach().numpy().tobytes()
+    assert a.grad.numpy().tobytes() == b.grad.numpy().tobytes()
+
+
 def test_replace_dropout_swaps_every_torch_dropout():
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.1),
                                 torch.nn.Sequential(torch.nn.Dropout(0.2)))

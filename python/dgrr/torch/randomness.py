@@ -52,8 +52,7 @@ class Dropout(_torch.nn.Module):
     def extra_repr(self):
         return f"p={self.p}, layer={self.layer}, site={self.site}"
 
-    def keep_mask(self, shape):
-        """The uint8 keep-mask for an input of `shape` under the context."""
+    def _context_for(self, shape):
         ctx = self.context or random_context
         if ctx.seed is None or ctx.step is None or ctx.examples is None:
             raise FailedPreconditionError(
@@ -64,6 +63,11 @@ class Dropout(_torch.nn.Module):
                 f"dgrr.torch.Dropout (layer {self.layer}, site {self.site}): input of shape "
                 f"{tuple(shape)} but {len(ctx.examples)} examples in the context; dimension 0 "
                 "must be the batch")
+        return ctx
+
+    def keep_mask(self, shape):
+        """The uint8 keep-mask for an input of `shape` under the context."""
+        ctx = self._context_for(shape)
         mask = _torch.empty(tuple(shape), dtype=_torch.uint8)
         _dgrr.dropout_keep_mask(ctx.seed, ctx.step, ctx.examples, self.layer, self.site,
                                 self.p, mask)
@@ -74,8 +78,20 @@ class Dropout(_torch.nn.Module):
             return x
         if self.p == 1.0:
             return x * 0
+        if x.dtype in _SCALE_MASK_DTYPES and x.device.type == "cpu":
+            # The scaled mask in one call: the same bits as the general path
+            # below (keep.to(dtype) * scale, the scale rounded to the dtype
+            # once), without its two intermediate tensors.
+            ctx = self._context_for(x.shape)
+            scaled = _torch.empty(tuple(x.shape), dtype=x.dtype)
+            _dgrr.dropout_scale_mask(ctx.seed, ctx.step, ctx.examples, self.layer, self.site,
+                                     self.p, scaled)
+            return x * scaled
         keep = self.keep_mask(x.shape).to(device=x.device, dtype=x.dtype)
         return x * (keep * (1.0 / (1.0 - self.p)))
+
+
+_SCALE_MASK_DTYPES = (_torch.float32, _torch.float64)
 
 
 def replace_dropout(model, context=None):
