@@ -258,21 +258,9 @@ class _ShardedMomentumBuffers(_dt._MomentumBuffers):
     parameters: each buffer a DTensor like its parameter, its local shard
     registered."""
 
-    def __init__(self, session, model, optimizer, prefix):   # noqa: D107  (no super().__init__)
-        names = _dt._parameter_names(model)
-        self.optimizer = optimizer
-        self.params = [p for group in optimizer.param_groups if group.get("momentum", 0) != 0
-                       for p in group["params"]]
-        self.buffers = []
-        for i, p in enumerate(self.params):
-            buffer = _torch.zeros_like(p, memory_format=_torch.contiguous_format).detach()
-            name = names.get(id(p), f"param{i}")
-            session.register_state(f"{prefix}optimizer.{name}.momentum_buffer", local(buffer),
-                                   "optimizer")
-            self.buffers.append(buffer)
-        self.present = _torch.zeros(len(self.params), dtype=_torch.int8)
-        session.register_state(f"{prefix}optimizer.momentum_buffer_present", self.present, "optimizer")
-        session.add_state_hooks(self.capture, self.restore)
+    @staticmethod
+    def _registered(buffer):
+        return local(buffer)
 
 
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,

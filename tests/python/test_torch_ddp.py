@@ -31,37 +31,28 @@ import torch
 import dgrr
 import dgrr.distributed
 import dgrr.torch
+import torchrun_jobs
+from torchrun_jobs import JOB_TIMEOUT
 
 CLI = os.environ.get("DGRR_CLI", "dgrr")
 PYTHON = os.environ.get("DGRR_PYTHON", sys.executable)
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ddp_train.py")
-JOB_TIMEOUT = 240
 
 
 def torchrun(processes, run_dir, *args, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), HERE] if p)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # --standalone: a rendezvous on a free local port, so jobs never share one.
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-           SCRIPT, str(run_dir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT, cwd=HERE)
+    return torchrun_jobs.torchrun(SCRIPT, processes, run_dir, *args, env_extra=env_extra)
 
 
-def torchrun_ok(processes, run_dir, *args):
-    r = torchrun(processes, run_dir, *args)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
+def torchrun_ok(processes, run_dir, *args, env_extra=None):
+    return torchrun_jobs.torchrun_ok(SCRIPT, processes, run_dir, *args, env_extra=env_extra)
+
+
+load = torchrun_jobs.load
 
 
 def compare(a, b):
     return subprocess.run([CLI, "compare", str(a), str(b)], capture_output=True, text=True, timeout=120)
-
-
-def load(path):
-    with np.load(path) as f:
-        return {k: f[k].tobytes() for k in f.files}
 
 
 def differing(a, b):

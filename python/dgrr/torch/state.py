@@ -264,11 +264,18 @@ class _MomentumBuffers:
         for i, p in enumerate(self.params):
             buffer = _torch.zeros_like(p, memory_format=_torch.contiguous_format).detach()
             name = names.get(id(p), f"param{i}")
-            session.register_state(f"{prefix}optimizer.{name}.momentum_buffer", buffer, "optimizer")
+            session.register_state(f"{prefix}optimizer.{name}.momentum_buffer",
+                                   self._registered(buffer), "optimizer")
             self.buffers.append(buffer)
         self.present = _torch.zeros(len(self.params), dtype=_torch.int8)
         session.register_state(f"{prefix}optimizer.momentum_buffer_present", self.present, "optimizer")
         session.add_state_hooks(self.capture, self.restore)
+
+    @staticmethod
+    def _registered(buffer):
+        """The tensor registered for a buffer: itself (dgrr.fsdp registers
+        a DTensor buffer's local shard)."""
+        return buffer
 
     def capture(self):
         for i, (p, buffer) in enumerate(zip(self.params, self.buffers)):
