@@ -29,6 +29,7 @@
 #include "model/audit.h"
 #include "model/batch.h"
 #include "model/data_order.h"
+#include "model/fault_injector.h"
 #include "model/gpt.h"
 #include "model/run_config.h"
 #include "model/numerics.h"
@@ -266,7 +267,7 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
 };
 
-struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator {
+struct Trainer::Impl::Rank final : public BoundaryObserver {
   Rank(Impl& impl, Communicator& comm)
       : impl(impl),
         comm(comm),
@@ -299,12 +300,12 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       const int index = ExampleBoundaryIndex(name, local);
       if (index < 0) return;  // cannot happen: names learned up front
       const bool recorded = example_handles[static_cast<size_t>(index)].recorded;
-      const bool target = IsFlipTarget(name, first_example);
+      const bool target = fault.IsExampleTarget(name, first_example);
       if (!recorded && !target) return;  // the mode skips it
       std::vector<Slot>& mine = slots[local];
       if (target) {
         Slot event;
-        event.event = FiredText(data);
+        event.event = fault.FiredText(data);
         mine.push_back(std::move(event));
         if (!recorded) return;
       }
@@ -321,9 +322,9 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
       s.captured = dumps_due.find(name) != dumps_due.end();
       if (target) {
         // The operator's output is what got corrupted: the record shows the
-        // flipped tensor, and AfterBoundary flips the real one for the next ops.
+        // flipped tensor, and the injector flips the real one for the next ops.
         std::vector<float> flipped(data, data + elements);
-        FlipElement(flipped.data(), elements);
+        fault.Corrupt(flipped.data(), elements);
         s.fp = FingerprintBytes(flipped.data(), s.bytes);
         if (s.captured) s.bytes_captured = CopyBytes(flipped.data(), s.bytes);
       } else {
@@ -360,34 +361,6 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     if (!s.ok()) session->DeferError(s);
   }
 
-  // TensorMutator: the per-example tensor fault, applied to the real tensor.
-  void AfterBoundary(std::string_view name, model::Phase, float* data, size_t count,
-                     uint64_t first_example) override {
-    if (IsFlipTarget(name, first_example)) FlipElement(data, count);
-  }
-
-  // The tensor fault (bitflip, multibit, ...) due on this rank at `step`, if
-  // any, made ready to fire: the input tokens are corrupted at once (before
-  // anything reads them); the other sites fire where their tensor is recorded.
-  void ArmBitflip(const FaultSpec* f) {
-    flip = f;
-    if (flip == nullptr) return;
-    flip_target = impl.t.fault_targets_->Find(flip->at);  // Validate checked the name
-    flip_example = flip->example.value_or(shard_first);
-    if (flip_target->site == FlipSite::kTokens && flip->index < flip_target->elements) {
-      uint8_t* example = tokens.data() + (flip_example - shard_first) * flip_target->elements;
-      const uint8_t old = example[flip->index];
-      for (uint64_t i = flip->index; i < flip->index + flip->elements; ++i) {
-        example[i] = static_cast<uint8_t>(Corrupt(i, example[i]));
-      }
-      tokens_fired = model::FiredText(*flip, *flip_target, flip_example, old, example[flip->index]);
-    }
-  }
-  bool FlipsAt(FlipSite site) const { return flip != nullptr && flip_target->site == site; }
-  bool FlipsInOptimizer() const {
-    return FlipsAt(FlipSite::kGradient) || FlipsAt(FlipSite::kParameter) ||
-           FlipsAt(FlipSite::kMomentM) || FlipsAt(FlipSite::kMomentV);
-  }
   // An example's boundaries arrive in the order of per_example_names_ (the
   // model's own order), so comparing with the one expected next spares the
   // hash lookup on nearly every call; any other order falls back to it.
@@ -419,32 +392,15 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     batch_next = static_cast<size_t>(at - batch_order.begin()) + 1;
     return &*it;
   }
-  bool IsFlipTarget(std::string_view name, uint64_t first_example) const {
-    return FlipsAt(FlipSite::kExample) && name == flip->at && first_example == flip_example;
-  }
-  uint32_t Corrupt(uint64_t element, uint32_t bits) const {
-    return CorruptElement(*flip, *flip_target, impl.t.options_.seed, flip_example, element, bits);
-  }
-  // Validate checked the index and span against the same model's element counts.
-  void FlipElement(float* data, uint64_t count) const {
-    for (uint64_t i = flip->index; i < count && i < flip->index + flip->elements; ++i) {
-      data[i] = BitsToFloat(Corrupt(i, FloatBits(data[i])));
-    }
-  }
-  // The EVENT text, from the tensor before the fault.
-  std::string FiredText(const float* original) const {
-    const uint32_t old = FloatBits(original[flip->index]);
-    return model::FiredText(*flip, *flip_target, flip_example, old, Corrupt(flip->index, old));
-  }
-
   // A per-batch bitflip: this rank's own copy of the tensor `name` (at
   // `seen`, where the recorder is about to read it) is flipped before it is
   // fingerprinted and before the optimizer or the next step reads it.
   void FlipBatchTensor(std::string_view name, const float* seen) {
-    if (flip == nullptr || flip_target->per_example() || name != flip->at) return;
-    const NamedTensor& tensor = impl.layout.tensors()[flip_target->tensor];
+    const FlipTarget* target = fault.BatchTarget(name);
+    if (target == nullptr) return;
+    const NamedTensor& tensor = impl.layout.tensors()[target->tensor];
     float* base = nullptr;
-    switch (flip_target->site) {
+    switch (target->site) {
       case FlipSite::kCollective:
       case FlipSite::kGradient: base = grad.data(); break;
       case FlipSite::kParameter: base = params.data(); break;
@@ -456,11 +412,11 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
     float* data = base + tensor.offset;
     if (data != seen) {
       // The recorder would fingerprint a different buffer than the one flipped.
-      return session->DeferError(Status::Internal("bitflip at " + flip->at +
+      return session->DeferError(Status::Internal("bitflip at " + std::string(name) +
                                                   ": the boundary does not show this rank's own tensor"));
     }
-    const std::string fired = FiredText(data);
-    FlipElement(data, tensor.size);
+    const std::string fired = fault.FiredText(data);
+    fault.Corrupt(data, tensor.size);
     Status e = session->RecordEvent(trace::EventKind::kFaultInjected, fired);
     if (!e.ok()) session->DeferError(e);
   }
@@ -487,10 +443,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver, public TensorMutator
   size_t batch_next = 0;  // see BatchBoundary; 0 at each step's start
   std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
   uint64_t shard_first = 0;                       // global example index of the shard's first
-  const FaultSpec* flip = nullptr;                // the tensor fault due this step (ArmBitflip)
-  const FlipTarget* flip_target = nullptr;        // where it lands
-  std::string tokens_fired;                       // its EVENT text, at the tokens
-  uint64_t flip_example = 0;                      // per-example sites: the example it hits
+  TensorFaultInjector fault;                       // the tensor fault due this step, if any
   uint64_t adamw_t = 0;   // AdamW's step count, as state
   uint64_t cursor = 0;    // global index of the next example, as state (fast-forwarded)
   std::unique_ptr<DataOrder> data_order;
@@ -708,18 +661,19 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   PrepareDumps(rank, step);
 
   // Faults active on this rank at this step (the tokens are in place).
-  rank.ArmBitflip(TensorFaultAt(t.options_.faults, static_cast<uint64_t>(step), rank.r));
+  rank.fault.Arm(TensorFaultAt(t.options_.faults, static_cast<uint64_t>(step), rank.r), *t.fault_targets_,
+                 t.options_.seed, rank.shard_first, rank.tokens);
   PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
   SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
   const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
   ExampleHooks hooks;
   // The observer also reports a bitflip's EVENT, so it runs when one is due.
-  const bool example_flip = rank.FlipsAt(FlipSite::kExample);
+  const bool example_flip = rank.fault.FiresAt(FlipSite::kExample);
   hooks.observer = t.options_.mode == RecordMode::kFull ||
                            t.options_.mode == RecordMode::kTrusted || example_flip
                        ? static_cast<BoundaryObserver*>(&rank)
                        : nullptr;
-  hooks.mutator = example_flip ? static_cast<TensorMutator*>(&rank) : nullptr;
+  hooks.mutator = example_flip ? &rank.fault : nullptr;
   hooks.masks = shared_rng ? static_cast<const DropoutMaskSource*>(&shared) : &masks;
   // An audited step also fingerprints every per-example value this rank
   // computes, whatever the mode records, passing each on unchanged.
@@ -765,7 +719,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   const float lr = schedule.At(step);
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
-              rank.FlipsInOptimizer()
+              rank.fault.FiresInOptimizer()
           ? &rank
           : nullptr;
   rank.adamw.Step(rank.params.data(), rank.grad.data(), lr, opt_observer,
@@ -860,8 +814,8 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
     tok.dtype = DType::kU8;
     tok.ndim = 1;
     tok.dims[0] = static_cast<int64_t>(window);
-    if (rank.FlipsAt(FlipSite::kTokens) && rank.flip_example == one.first) {
-      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, rank.tokens_fired));
+    if (const std::string* fired = rank.fault.TokensFiredAt(one.first)) {
+      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, *fired));
     }
     DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
     for (Slot& slot : rank.slots[i]) {
