@@ -628,6 +628,115 @@ std::optional<StateRole> ParseRole(const std::string& name) {
   return std::nullopt;
 }
 
+// Copies a chunk buffer's part inside the array into the row-major array
+// (the inverse of GatherChunk; the padding of an edge chunk is dropped).
+void ScatterChunk(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk, size_t element_size,
+                  const std::vector<hsize_t>& offset, size_t dim, const uint8_t* src, uint8_t* dst) {
+  uint64_t dst_inner = element_size, src_inner = element_size;
+  for (size_t j = dim + 1; j < dims.size(); ++j) {
+    dst_inner *= dims[j];
+    src_inner *= chunk[j];
+  }
+  const hsize_t count = std::min(chunk[dim], dims[dim] - offset[dim]);
+  dst += offset[dim] * dst_inner;
+  if (dim + 1 == dims.size()) {
+    std::memcpy(dst, src, count * element_size);
+    return;
+  }
+  for (hsize_t i = 0; i < count; ++i) {
+    ScatterChunk(dims, chunk, element_size, offset, dim + 1, src + i * src_inner, dst + i * dst_inner);
+  }
+}
+
+enum class DirectRead { kDone, kNotApplicable, kFailed };
+
+// Reads a chunked dataset whose only filter is zstd (every dataset dgrr
+// writes with data) chunk by chunk with H5Dread_chunk, so the bytes go from
+// the file straight into `out` (a chunk stored raw, the common case for float
+// state, is read in place when it is one contiguous run of the array) instead
+// of through libhdf5's chunk cache and filter pipeline, which copy each chunk
+// at least once more. The bytes are the same as H5Dread's: every chunk is
+// either raw (filter mask bit 0) or one zstd frame of exactly the chunk's
+// size. kNotApplicable for any other layout or filter, left to H5Dread.
+DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size_t element_size, uint8_t* out) {
+  H5Handle dcpl(H5Dget_create_plist(dset));
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return DirectRead::kNotApplicable;
+  if (H5Pget_nfilters(dcpl.get()) != 1) return DirectRead::kNotApplicable;
+  unsigned flags = 0;
+  size_t nelmts = 0;
+  unsigned filter_config = 0;
+  if (H5Pget_filter2(dcpl.get(), 0, &flags, &nelmts, nullptr, 0, nullptr, &filter_config) != kZstdFilterId) {
+    return DirectRead::kNotApplicable;
+  }
+  const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
+  if (rank != static_cast<int>(dims.size())) return DirectRead::kNotApplicable;
+  std::vector<hsize_t> chunk(dims.size());
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) return DirectRead::kNotApplicable;
+  uint64_t chunk_bytes = element_size;
+  for (hsize_t c : chunk) {
+    if (c == 0) return DirectRead::kFailed;
+    chunk_bytes *= c;
+  }
+  uint64_t row_bytes = element_size;  // bytes of one index of dimension 0
+  bool trailing_whole = true;          // chunks span every dimension after the first
+  for (size_t j = 1; j < dims.size(); ++j) {
+    row_bytes *= dims[j];
+    trailing_whole = trailing_whole && chunk[j] == dims[j];
+  }
+  std::vector<uint8_t> stored, decoded;
+  std::vector<hsize_t> offset(dims.size(), 0);
+  for (bool more = true; more;) {
+    hsize_t size = 0;
+    if (H5Dget_chunk_storage_size(dset, offset.data(), &size) < 0) return DirectRead::kFailed;
+    // An unwritten chunk (never in dgrr's files): H5Dread decides what it reads as.
+    if (size == 0) return DirectRead::kNotApplicable;
+    // A chunk read in place: it lies wholly inside the array as one run.
+    uint8_t* in_place =
+        trailing_whole && offset[0] + chunk[0] <= dims[0] ? out + offset[0] * row_bytes : nullptr;
+    uint32_t mask = 0;
+    uint8_t* dst = nullptr;  // where the chunk's decoded bytes are, when not in place
+    if (size == chunk_bytes && in_place != nullptr) {
+      // Raw or, improbably, a frame exactly as long as the chunk: read it in
+      // place and decode from a copy if it was a frame.
+      if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &mask, in_place) < 0) return DirectRead::kFailed;
+      if ((mask & 1u) == 0) {
+        stored.assign(in_place, in_place + size);
+        if (!ZstdDecompressChunk(stored.data(), stored.size(), in_place, chunk_bytes)) return DirectRead::kFailed;
+      }
+    } else {
+      stored.resize(size);
+      if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &mask, stored.data()) < 0) return DirectRead::kFailed;
+      if ((mask & 1u) != 0) {
+        if (size != chunk_bytes) return DirectRead::kFailed;
+        dst = stored.data();
+      } else if (in_place != nullptr) {
+        if (!ZstdDecompressChunk(stored.data(), size, in_place, chunk_bytes)) return DirectRead::kFailed;
+      } else {
+        decoded.resize(chunk_bytes);
+        if (!ZstdDecompressChunk(stored.data(), size, decoded.data(), chunk_bytes)) return DirectRead::kFailed;
+        dst = decoded.data();
+      }
+      if (dst != nullptr) {
+        if (in_place != nullptr) {
+          std::memcpy(in_place, dst, chunk_bytes);
+        } else {
+          ScatterChunk(dims, chunk, element_size, offset, 0, dst, out);
+        }
+      }
+    }
+    more = false;
+    for (size_t k = dims.size(); k-- > 0;) {  // odometer over the chunk grid
+      offset[k] += chunk[k];
+      if (offset[k] < dims[k]) {
+        more = true;
+        break;
+      }
+      offset[k] = 0;
+    }
+  }
+  return DirectRead::kDone;
+}
+
 StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const std::string& group,
                                  const std::string& name) {
   const std::string what = file_path + ": dataset " + group + "/" + name;
@@ -661,9 +770,13 @@ StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const
   if (has_shape > 1 || (!has_shape && ndims != 1)) return bad("bad 'has_shape'");
   if (has_shape) e.shape.assign(dims.begin(), dims.end());
   e.data.resize(bytes);
-  if (bytes > 0 && H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                           e.data.data()) < 0) {
-    return bad("data cannot be read or decompressed");
+  if (bytes > 0) {
+    const DirectRead direct = ReadChunksDirectly(dset.get(), dims, StoredElementSize(e.dtype), e.data.data());
+    if (direct == DirectRead::kFailed ||
+        (direct == DirectRead::kNotApplicable &&
+         H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, e.data.data()) < 0)) {
+      return bad("data cannot be read or decompressed");
+    }
   }
   const uint64_t actual = Xxh3(e.data.data(), e.data.size());
   if (actual != e.xxh3) {
