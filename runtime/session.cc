@@ -382,7 +382,7 @@ Status Session::Impl::Init() {
 Status Session::Impl::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
-  DGRR_RETURN_IF_ERROR(WriteFileAtomically(directory_->EnvPath(options_.rank), env_text_));
+  DGRR_RETURN_IF_ERROR(WriteFileAtomicallyIfChanged(directory_->EnvPath(options_.rank), env_text_));
   if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->WriteConfig(config_text_));
   return WriteLaunchRecordIfFresh();
 }
