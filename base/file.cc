@@ -96,6 +96,12 @@ Status WriteFileAtomically(const std::string& path, std::string_view data) {
   });
 }
 
+Status WriteFileAtomicallyIfChanged(const std::string& path, std::string_view data) {
+  StatusOr<std::string> old = FileSystem::Default()->ReadFile(path, data.size() + 1);
+  if (old.ok() && *old == data) return FileSystem::Default()->SyncDirectory(DirName(path));
+  return WriteFileAtomically(path, data);
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
   return FileSystem::Default()->ReadFile(path, max_bytes);
 }

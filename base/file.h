@@ -40,6 +40,12 @@ StatusOr<std::unique_ptr<WritableFile>> OpenWritableFile(const std::string& path
 // crash at any moment leaves either the old file or the new one, never a mix.
 Status WriteFileAtomically(const std::string& path, std::string_view data);
 
+// WriteFileAtomically, unless `path` already holds exactly `data`: then only
+// the directory is fsync'd (every writer here renames a file in only after
+// fsyncing it, so that makes the file as durable as a fresh write would).
+// A resumed session rewrites its run files with what they mostly already say.
+Status WriteFileAtomicallyIfChanged(const std::string& path, std::string_view data);
+
 // Same, with the content produced by `fill` into an open temporary file.
 // `fill` receives the temporary path; on failure the temporary is removed.
 Status CommitFileAtomically(const std::string& path,

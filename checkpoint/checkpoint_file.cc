@@ -628,6 +628,115 @@ std::optional<StateRole> ParseRole(const std::string& name) {
   return std::nullopt;
 }
 
+// Copies a chunk buffer's part inside the array into the row-major array
+// (the inverse of GatherChunk; the padding of an edge chunk is dropped).
+void ScatterChunk(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk, size_t element_size,
+                  const std::vector<hsize_t>& offset, size_t dim, const uint8_t* src, uint8_t* dst) {
+  uint64_t dst_inner = element_size, src_inner = element_size;
+  for (size_t j = dim + 1; j < dims.size(); ++j) {
+    dst_inner *= dims[j];
+    src_inner *= chunk[j];
+  }
+  const hsize_t count = std::min(chunk[dim], dims[dim] - offset[dim]);
+  dst += offset[dim] * dst_inner;
+  if (dim + 1 == dims.size()) {
+    std::memcpy(dst, src, count * element_size);
+    return;
+  }
+  for (hsize_t i = 0; i < count; ++i) {
+    ScatterChunk(dims, chunk, element_size, offset, dim + 1, src + i * src_inner, dst + i * dst_inner);
+  }
+}
+
+enum class DirectRead { kDone, kNotApplicable, kFailed };
+
+// Reads a chunked dataset whose only filter is zstd (every dataset dgrr
+// writes with data) chunk by chunk with H5Dread_chunk, so the bytes go from
+// the file straight into `out` (a chunk stored raw, the common case for float
+// state, is read in place when it is one contiguous run of the array) instead
+// of through libhdf5's chunk cache and filter pipeline, which copy each chunk
+// at least once more. The bytes are the same as H5Dread's: every chunk is
+// either raw (filter mask bit 0) or one zstd frame of exactly the chunk's
+// size. kNotApplicable for any other layout or filter, left to H5Dread.
+DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size_t element_size, uint8_t* out) {
+  H5Handle dcpl(H5Dget_create_plist(dset));
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return DirectRead::kNotApplicable;
+  if (H5Pget_nfilters(dcpl.get()) != 1) return DirectRead::kNotApplicable;
+  unsigned flags = 0;
+  size_t nelmts = 0;
+  unsigned filter_config = 0;
+  if (H5Pget_filter2(dcpl.get(), 0, &flags, &nelmts, nullptr, 0, nullptr, &filter_config) != kZstdFilterId) {
+    return DirectRead::kNotApplicable;
+  }
+  const int rank = H5Pget_chunk(dcpl.get(), 0, nullptr);
+  if (rank != static_cast<int>(dims.size())) return DirectRead::kNotApplicable;
+  std::vector<hsize_t> chunk(dims.size());
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) return DirectRead::kNotApplicable;
+  uint64_t chunk_bytes = element_size;
+  for (hsize_t c : chunk) {
+    if (c == 0) return DirectRead::kFailed;
+    chunk_bytes *= c;
+  }
+  uint64_t row_bytes = element_size;  // bytes of one index of dimension 0
+  bool trailing_whole = true;          // chunks span every dimension after the first
+  for (size_t j = 1; j < dims.size(); ++j) {
+    row_bytes *= dims[j];
+    trailing_whole = trailing_whole && chunk[j] == dims[j];
+  }
+  std::vector<uint8_t> stored, decoded;
+  std::vector<hsize_t> offset(dims.size(), 0);
+  for (bool more = true; more;) {
+    hsize_t size = 0;
+    if (H5Dget_chunk_storage_size(dset, offset.data(), &size) < 0) return DirectRead::kFailed;
+    // An unwritten chunk (never in dgrr's files): H5Dread decides what it reads as.
+    if (size == 0) return DirectRead::kNotApplicable;
+    // A chunk read in place: it lies wholly inside the array as one run.
+    uint8_t* in_place =
+        trailing_whole && offset[0] + chunk[0] <= dims[0] ? out + offset[0] * row_bytes : nullptr;
+    uint32_t mask = 0;
+    uint8_t* dst = nullptr;  // where the chunk's decoded bytes are, when not in place
+    if (size == chunk_bytes && in_place != nullptr) {
+      // Raw or, improbably, a frame exactly as long as the chunk: read it in
+      // place and decode from a copy if it was a frame.
+      if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &mask, in_place) < 0) return DirectRead::kFailed;
+      if ((mask & 1u) == 0) {
+        stored.assign(in_place, in_place + size);
+        if (!ZstdDecompressChunk(stored.data(), stored.size(), in_place, chunk_bytes)) return DirectRead::kFailed;
+      }
+    } else {
+      stored.resize(size);
+      if (H5Dread_chunk(dset, H5P_DEFAULT, offset.data(), &mask, stored.data()) < 0) return DirectRead::kFailed;
+      if ((mask & 1u) != 0) {
+        if (size != chunk_bytes) return DirectRead::kFailed;
+        dst = stored.data();
+      } else if (in_place != nullptr) {
+        if (!ZstdDecompressChunk(stored.data(), size, in_place, chunk_bytes)) return DirectRead::kFailed;
+      } else {
+        decoded.resize(chunk_bytes);
+        if (!ZstdDecompressChunk(stored.data(), size, decoded.data(), chunk_bytes)) return DirectRead::kFailed;
+        dst = decoded.data();
+      }
+      if (dst != nullptr) {
+        if (in_place != nullptr) {
+          std::memcpy(in_place, dst, chunk_bytes);
+        } else {
+          ScatterChunk(dims, chunk, element_size, offset, 0, dst, out);
+        }
+      }
+    }
+    more = false;
+    for (size_t k = dims.size(); k-- > 0;) {  // odometer over the chunk grid
+      offset[k] += chunk[k];
+      if (offset[k] < dims[k]) {
+        more = true;
+        break;
+      }
+      offset[k] = 0;
+    }
+  }
+  return DirectRead::kDone;
+}
+
 StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const std::string& group,
                                  const std::string& name) {
   const std::string what = file_path + ": dataset " + group + "/" + name;
@@ -661,9 +770,13 @@ StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const
   if (has_shape > 1 || (!has_shape && ndims != 1)) return bad("bad 'has_shape'");
   if (has_shape) e.shape.assign(dims.begin(), dims.end());
   e.data.resize(bytes);
-  if (bytes > 0 && H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                           e.data.data()) < 0) {
-    return bad("data cannot be read or decompressed");
+  if (bytes > 0) {
+    const DirectRead direct = ReadChunksDirectly(dset.get(), dims, StoredElementSize(e.dtype), e.data.data());
+    if (direct == DirectRead::kFailed ||
+        (direct == DirectRead::kNotApplicable &&
+         H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, e.data.data()) < 0)) {
+      return bad("data cannot be read or decompressed");
+    }
   }
   const uint64_t actual = Xxh3(e.data.data(), e.data.size());
   if (actual != e.xxh3) {
@@ -711,8 +824,10 @@ Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& for
 // /ranks/<r> of a v1 file or of rank r's v2 shard, its digest checked
 // against its entries and the replicated ones (not checked when `replicated`
 // is null: a shard of rank r > 0 read alone has not got them).
+// `digest_matches`, when given, receives whether the digest matched instead
+// of a mismatch being an error.
 StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
-                                  const std::vector<SavedEntry>* replicated) {
+                                  const std::vector<SavedEntry>* replicated, bool* digest_matches = nullptr) {
   const std::string g = "/ranks/" + std::to_string(r);
   const std::string what = path + ": " + g;
   H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
@@ -726,7 +841,10 @@ StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
   std::vector<DigestItem> items;
   for (const SavedEntry& e : *replicated) items.push_back(ItemOf(e));
   for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
-  if (DigestOfItems(items) != rank.state_digest) {
+  const bool matches = DigestOfItems(items) == rank.state_digest;
+  if (digest_matches != nullptr) {
+    *digest_matches = matches;
+  } else if (!matches) {
     return Status::Corruption(what + ": state_digest does not match the saved entries");
   }
   return rank;
@@ -1086,7 +1204,7 @@ Status ReadShardRoot(hid_t f, const std::string& path, SavedShard& out) {
 // shard only). The rank's digest covers the replicated entries: rank 0's
 // own, or `rank0_replicated` for another rank's (null: not checked).
 Status ReadShardGroups(hid_t f, const std::string& path, const std::vector<SavedEntry>* rank0_replicated,
-                       SavedShard& out) {
+                       SavedShard& out, bool* digest_matches = nullptr) {
   const int r = out.rank;
   DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
   if (top != std::vector<std::string>{"ranks", "replicated"}) {
@@ -1102,11 +1220,15 @@ Status ReadShardGroups(hid_t f, const std::string& path, const std::vector<Saved
   if (members != std::vector<std::string>{std::to_string(r)}) {
     return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
   }
-  DGRR_ASSIGN_OR_RETURN(out.own, ReadRankGroup(f, path, r, r == 0 ? &out.replicated : rank0_replicated));
+  DGRR_ASSIGN_OR_RETURN(out.own,
+                        ReadRankGroup(f, path, r, r == 0 ? &out.replicated : rank0_replicated, digest_matches));
   return Status::OK();
 }
 
-StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& listed, Checkpoint& out) {
+// `digest_matches`: as ReadRankGroup's (for a rank other than 0 read without
+// rank 0's replicated entries, which its digest may cover).
+StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& listed, Checkpoint& out,
+                              bool* digest_matches = nullptr) {
   const int r = listed.rank;
   const std::string path = ShardPath(manifest, r);
   if (!PathExists(path)) {
@@ -1144,7 +1266,7 @@ StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& li
       return Status::Corruption(path + ": /: format_version, step, config_digest, run_id, world_size, rank or "
                                        "state_digest disagree with the manifest " + manifest);
     }
-    DGRR_RETURN_IF_ERROR(ReadShardGroups(f, path, r == 0 ? nullptr : &out.replicated, shard));
+    DGRR_RETURN_IF_ERROR(ReadShardGroups(f, path, r == 0 ? nullptr : &out.replicated, shard, digest_matches));
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
   if (r == 0) out.replicated = std::move(shard.replicated);
@@ -1169,9 +1291,10 @@ Status ReadShards(const std::string& manifest, const std::vector<ShardRecord>& s
   return Status::OK();
 }
 
-}  // namespace
-
-StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+// The file at `path` (v1: all of it; v2: the manifest), verified; `shards`
+// receives a manifest's shard records.
+StatusOr<Checkpoint> ReadTopFile(const std::string& path, uint32_t& top_version,
+                                 std::vector<ShardRecord>& shards) {
   CheckpointHeader header;
   DGRR_ASSIGN_OR_RETURN(FileIdentity verified, VerifyWholeFile(path, header));
   // Only now, with every byte as written, does libhdf5 see the file. It reads
@@ -1180,7 +1303,6 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   Checkpoint out;
   out.path = path;
-  std::vector<ShardRecord> shards;
   {
     auto lock = LockHdf5();
     DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
@@ -1197,7 +1319,64 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
     }
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
-  if (header.format_version == kCheckpointFormatVersion) DGRR_RETURN_IF_ERROR(ReadShards(path, shards, out));
+  top_version = header.format_version;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+  uint32_t format_version = 0;
+  std::vector<ShardRecord> shards;
+  DGRR_ASSIGN_OR_RETURN(Checkpoint out, ReadTopFile(path, format_version, shards));
+  if (format_version == kCheckpointFormatVersion) DGRR_RETURN_IF_ERROR(ReadShards(path, shards, out));
+  return out;
+}
+
+StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank) {
+  uint32_t format_version = 0;
+  std::vector<ShardRecord> shards;
+  DGRR_ASSIGN_OR_RETURN(Checkpoint out, ReadTopFile(path, format_version, shards));
+  if (rank < 0 || rank >= out.meta.world_size) {
+    return Status::InvalidArgument(path + ": no rank " + std::to_string(rank) + " (world_size " +
+                                   std::to_string(out.meta.world_size) + ")");
+  }
+  if (format_version != kCheckpointFormatVersion) return out;  // v1: one file, read whole
+  // The manifest's own records must make its overall digest (ReadShards
+  // checks the same against the shards' digests, which equal the records).
+  std::vector<uint64_t> digests;
+  for (const ShardRecord& listed : shards) {
+    digests.push_back(listed.state_digest);
+    SavedRank listed_rank;
+    listed_rank.rank = listed.rank;
+    listed_rank.trace_position = listed.trace_position;
+    listed_rank.state_digest = listed.state_digest;
+    out.ranks.push_back(std::move(listed_rank));
+  }
+  if (CombineStateDigests(digests) != out.state_digest) {
+    return Status::Corruption(path + ": /: state_digest does not match the shards' digests");
+  }
+  out.loaded_rank = rank;
+  if (rank == 0) {
+    DGRR_ASSIGN_OR_RETURN(out.ranks[0], ReadShard(path, shards[0], out));
+    return out;
+  }
+  // Rank r's digest covers the replicated entries, which rank 0's shard
+  // holds: when its own entries alone make its digest there are none, and
+  // rank 0's shard is not needed.
+  bool alone = false;
+  DGRR_ASSIGN_OR_RETURN(SavedRank own, ReadShard(path, shards[rank], out, &alone));
+  if (!alone) {
+    DGRR_RETURN_IF_ERROR(ReadShard(path, shards[0], out).status());  // fills out.replicated
+    std::vector<DigestItem> items;
+    for (const SavedEntry& e : out.replicated) items.push_back(ItemOf(e));
+    for (const SavedEntry& e : own.entries) items.push_back(ItemOf(e));
+    if (DigestOfItems(items) != own.state_digest) {
+      return Status::Corruption(ShardPath(path, rank) + ": /ranks/" + std::to_string(rank) +
+                                ": state_digest does not match the saved entries");
+    }
+  }
+  out.ranks[rank] = std::move(own);
   return out;
 }
 
@@ -1228,6 +1407,11 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
   if (rank < 0 || static_cast<size_t>(rank) >= checkpoint.ranks.size()) {
     return Status::InvalidArgument(checkpoint.path + ": no rank " + std::to_string(rank) +
                                    " (world_size " + std::to_string(checkpoint.ranks.size()) + ")");
+  }
+  if (checkpoint.loaded_rank >= 0 && checkpoint.loaded_rank != rank) {
+    return Status::InvalidArgument(checkpoint.path + ": rank " + std::to_string(rank) +
+                                   "'s state was not read (only rank " + std::to_string(checkpoint.loaded_rank) +
+                                   "'s)");
   }
   const std::string where = checkpoint.path + ": rank " + std::to_string(rank) + ": ";
   std::vector<std::pair<const StateEntry*, const SavedEntry*>> copies;
@@ -1313,13 +1497,16 @@ StatusOr<std::vector<uint64_t>> ListCheckpointSteps(const std::string& run_dir) 
   return steps;
 }
 
-StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
-                                              bool fallback, std::vector<std::string>* skipped) {
+namespace {
+
+StatusOr<Checkpoint> FindNewestGood(const std::string& run_dir, uint64_t max_step, bool fallback,
+                                    std::vector<std::string>* skipped,
+                                    const std::function<StatusOr<Checkpoint>(const std::string&)>& read) {
   DGRR_ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpointSteps(run_dir));
   Status newest_error;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (*it > max_step) continue;
-    StatusOr<Checkpoint> checkpoint = ReadCheckpoint(CheckpointPath(run_dir, *it));
+    StatusOr<Checkpoint> checkpoint = read(CheckpointPath(run_dir, *it));
     if (checkpoint.ok()) return checkpoint;
     if (!fallback) {
       return checkpoint.status().WithPrefix("checkpoint of step " + std::to_string(*it) +
@@ -1331,6 +1518,22 @@ StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64
   std::string msg = run_dir + ": no good checkpoint at or before step " + std::to_string(max_step);
   if (!newest_error.ok()) msg += " (newest error: " + newest_error.ToString() + ")";
   return Status::NotFound(msg);
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
+                                              bool fallback, std::vector<std::string>* skipped) {
+  return FindNewestGood(run_dir, max_step, fallback, skipped, ReadCheckpoint);
+}
+
+StatusOr<Checkpoint> FindNewestGoodCheckpointForRank(const std::string& run_dir, uint64_t max_step, bool fallback,
+                                                     int rank, const CheckpointAgreement& agree) {
+  return FindNewestGood(run_dir, max_step, fallback, nullptr, [&](const std::string& path) -> StatusOr<Checkpoint> {
+    StatusOr<Checkpoint> mine = ReadCheckpointForRank(path, rank);
+    DGRR_RETURN_IF_ERROR(agree(path, mine.status()));
+    return mine;
+  });
 }
 
 }  // namespace dgrr::checkpoint

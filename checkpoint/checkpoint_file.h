@@ -76,6 +76,10 @@ struct Checkpoint {
   uint64_t state_digest = 0;         // CombineStateDigests over ranks
   std::vector<SavedEntry> replicated;  // stored once for all ranks, by name
   std::vector<SavedRank> ranks;        // index == rank
+  // -1: every rank's entries were read (ReadCheckpoint). r: only rank r's
+  // (ReadCheckpointForRank); the other ranks hold their trace position and
+  // digest from the manifest and no entries.
+  int loaded_rank = -1;
   // The entry `name` as rank `rank` restores it (replicated or own); null if absent.
   const SavedEntry* Find(int rank, const std::string& name) const;
 };
@@ -148,6 +152,21 @@ Status RewriteCheckpoint(const Checkpoint& source, const std::string& path,
 StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path);
 
+// What rank `rank` restores, for a job whose ranks each read their own part
+// and then agree (a Session over its RankGroup): v2: the manifest and rank
+// `rank`'s shard, verified as ReadCheckpoint verifies them, and rank 0's shard
+// too when `rank`'s digest covers replicated entries (which only rank 0's
+// shard holds). No other shard is read: each rank verifies its own, so every
+// byte of the checkpoint is still checked, once, by its reader. The result
+// has loaded_rank == rank. v1 (one file): the whole file, as ReadCheckpoint.
+StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank);
+
+// Every rank's verdict on one checkpoint: called by each rank with the result
+// of its own read (ReadCheckpointForRank); returns OK when every rank read
+// its part, else an error (the caller's own, or one naming a rank that
+// failed). Every rank calls it the same number of times, in the same order.
+using CheckpointAgreement = std::function<Status(const std::string& path, const Status& mine)>;
+
 // One v2 shard file read on its own (dgrr diff-tensor): its header, payload
 // hash, root attributes, groups and every dataset's hash are verified. Rank
 // r's digest covers the replicated entries, which only rank 0's shard holds,
@@ -185,6 +204,12 @@ StatusOr<int> RemoveStaleTemporaries(const std::string& run_dir);
 // those passed over go to `skipped` (when given). NotFound when there is none.
 StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
                                               bool fallback, std::vector<std::string>* skipped = nullptr);
+
+// The same search by rank `rank` of a job: each rank reads its part
+// (ReadCheckpointForRank) and `agree` settles each candidate for all ranks
+// at once, so they fall back together and resume from the same step.
+StatusOr<Checkpoint> FindNewestGoodCheckpointForRank(const std::string& run_dir, uint64_t max_step, bool fallback,
+                                                     int rank, const CheckpointAgreement& agree);
 
 // Digest of the state one rank restores (its kCheckpoint entries, replicated
 // ones included), independent of registration order: XXH3-64 over the entries

@@ -75,6 +75,20 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(cons
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
+StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewestForRank(const std::string& run_dir,
+                                                                                   bool fallback, int rank,
+                                                                                   const Agreement& agree) {
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpointForRank(run_dir, UINT64_MAX, fallback, rank, agree));
+  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
+}
+
+StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::LoadForRank(const std::string& path, int rank,
+                                                                             const Agreement& agree) {
+  StatusOr<Checkpoint> ckpt = ReadCheckpointForRank(path, rank);
+  DGRR_RETURN_IF_ERROR(agree(path, ckpt.status()));
+  return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt).value(), restorer_));
+}
+
 Status Hdf5CheckpointStore::RemoveTemporaries(const std::string& run_dir) {
   return RemoveStaleTemporaries(run_dir).status();
 }

@@ -28,6 +28,12 @@ class Hdf5CheckpointStore final : public CheckpointStore {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> Load(const std::string& path) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback,
                                                          uint64_t max_step = UINT64_MAX) override;
+  // Each rank reads the manifest, its own shard and, when it restores
+  // replicated entries, rank 0's (checkpoint_file.h, ReadCheckpointForRank).
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewestForRank(const std::string& run_dir, bool fallback, int rank,
+                                                                const Agreement& agree) override;
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRank(const std::string& path, int rank,
+                                                          const Agreement& agree) override;
   Status RemoveTemporaries(const std::string& run_dir) override;
   Status WriteTensorDump(const std::string& path, const std::string& run_dir, const std::string& boundary,
                          uint64_t step, int rank, const std::vector<CapturedTensor>& tensors) override;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,29 @@ class CheckpointStore {
   // older ones are tried. NotFound when the run has none.
   virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool fallback,
                                                                  uint64_t max_step = UINT64_MAX) = 0;
+  // Every rank's verdict on one checkpoint a job's ranks read in parts: each
+  // rank calls it with the result of reading its own part; OK when every
+  // rank read its part, else an error (its own, or one naming a rank that
+  // failed). Every rank calls it for the same checkpoints in the same order.
+  using Agreement = std::function<Status(const std::string& path, const Status& mine)>;
+  // FindNewest and Load for rank `rank` of a job of several ranks, each of
+  // which calls them: a store may then read only what this rank restores
+  // (verifying it as Load does), leaving the other parts to their ranks, and
+  // settle each checkpoint it tries through `agree`, so that the ranks fall
+  // back, fail or resume together. The returned checkpoint need only restore
+  // `rank`. By default the whole checkpoint, as FindNewest and Load.
+  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewestForRank(const std::string& run_dir, bool fallback,
+                                                                        int rank, const Agreement& agree) {
+    (void)rank;
+    (void)agree;
+    return FindNewest(run_dir, fallback);
+  }
+  virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRank(const std::string& path, int rank,
+                                                                  const Agreement& agree) {
+    (void)rank;
+    (void)agree;
+    return Load(path);
+  }
   // Removes what writers killed mid-write left behind in `run_dir`.
   virtual Status RemoveTemporaries(const std::string& run_dir) = 0;
   // Writes the tensors of one boundary at one step (docs/tensor-dump.md).

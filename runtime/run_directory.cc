@@ -78,7 +78,9 @@ Status RunDirectory::LockExisting() {
 
 bool RunDirectory::HasConfig() const { return PathExists(ConfigPath()); }
 
-Status RunDirectory::WriteConfig(const std::string& text) const { return WriteFileAtomically(ConfigPath(), text); }
+Status RunDirectory::WriteConfig(const std::string& text) const {
+  return WriteFileAtomicallyIfChanged(ConfigPath(), text);
+}
 
 bool RunDirectory::HasPendingRollback() const { return PathExists(path_ + "/" + kPendingRollbackFile); }
 

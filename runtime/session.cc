@@ -382,7 +382,7 @@ Status Session::Impl::Init() {
 Status Session::Impl::WriteRunFiles() {
   // The trace exists and is valid; the JSON files beside it are written
   // atomically, so each is either absent, the old one, or complete.
-  DGRR_RETURN_IF_ERROR(WriteFileAtomically(directory_->EnvPath(options_.rank), env_text_));
+  DGRR_RETURN_IF_ERROR(WriteFileAtomicallyIfChanged(directory_->EnvPath(options_.rank), env_text_));
   if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->WriteConfig(config_text_));
   return WriteLaunchRecordIfFresh();
 }
@@ -858,7 +858,37 @@ StatusOr<uint64_t> Session::Impl::Resume() {
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::Impl::LoadForRestore(const std::string& path) {
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   std::unique_ptr<LoadedCheckpoint> ckpt;
-  if (path.empty()) {
+  if (options_.world_size > 1 && options_.group != nullptr) {
+    // Each rank reads and verifies its own part; the ranks then agree on
+    // every checkpoint tried, so all of them resume, fall back or fail as one.
+    CheckpointStore::Agreement agree = [this](const std::string& at, const Status& mine) -> Status {
+      const uint8_t code = static_cast<uint8_t>(mine.code());
+      std::vector<uint8_t> all;
+      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, code, &all));
+      if (!mine.ok()) return mine;
+      for (size_t r = 0; r < all.size(); ++r) {
+        if (all[r] == static_cast<uint8_t>(StatusCode::kOk)) continue;
+        // Its code, so that every rank decides alike (NotFound: start afresh).
+        const std::string msg = at + ": rank " + std::to_string(r) + " could not read its part of this checkpoint (rank " +
+                                std::to_string(r) + "'s error says why)";
+        switch (static_cast<StatusCode>(all[r])) {
+          case StatusCode::kNotFound: return Status::NotFound(msg);
+          case StatusCode::kIOError: return Status::IOError(msg);
+          case StatusCode::kInvalidArgument: return Status::InvalidArgument(msg);
+          case StatusCode::kFailedPrecondition: return Status::FailedPrecondition(msg);
+          case StatusCode::kInternal: return Status::Internal(msg);
+          default: return Status::Corruption(msg);
+        }
+      }
+      return Status::OK();
+    };
+    if (path.empty()) {
+      DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewestForRank(options_.run_dir, options_.resume_fallback,
+                                                                          options_.rank, agree));
+    } else {
+      DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->LoadForRank(path, options_.rank, agree));
+    }
+  } else if (path.empty()) {
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewest(options_.run_dir, options_.resume_fallback));
   } else {
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->Load(path));

@@ -31,6 +31,25 @@ TEST_F(FileTest, AtomicWriteReplacesWholeFile) {
   EXPECT_EQ(EntryCount(), 1u) << "no temporary file may be left behind";
 }
 
+TEST_F(FileTest, WriteIfChangedLeavesAnIdenticalFileAlone) {
+  const std::string p = Path("env.json");
+  auto inode = [&p] {
+    struct stat st;
+    EXPECT_EQ(::stat(p.c_str(), &st), 0);
+    return st.st_ino;
+  };
+  ASSERT_TRUE(WriteFileAtomicallyIfChanged(p, "same").ok());  // absent: written
+  EXPECT_EQ(*ReadFileToString(p), "same");
+  const ino_t first = inode();
+  ASSERT_TRUE(WriteFileAtomicallyIfChanged(p, "same").ok());
+  EXPECT_EQ(inode(), first) << "an identical file is not replaced";
+  ASSERT_TRUE(WriteFileAtomicallyIfChanged(p, "sam").ok());  // a prefix is a change
+  EXPECT_EQ(*ReadFileToString(p), "sam");
+  ASSERT_TRUE(WriteFileAtomicallyIfChanged(p, "same, and longer").ok());
+  EXPECT_EQ(*ReadFileToString(p), "same, and longer");
+  EXPECT_EQ(EntryCount(), 1u) << "no temporary file may be left behind";
+}
+
 TEST_F(FileTest, FailedFillLeavesNothingAndKeepsOldFile) {
   const std::string p = Path("b.bin");
   ASSERT_TRUE(WriteFileAtomically(p, "old").ok());

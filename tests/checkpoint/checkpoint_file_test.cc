@@ -276,6 +276,34 @@ TEST(CheckpointFile, CompressibleStateIsStoredCompressedAndDecodedInProcess) {
   EXPECT_EQ(0, std::memcmp(saved->data.data(), counts.data(), saved->data.size()));
 }
 
+// Chunks are read straight from the file (H5Dread_chunk), raw ones in place:
+// frames and raw chunks, whole and at the edges, in one dataset, must read
+// back as written.
+TEST(CheckpointFile, MixedRawAndCompressedEdgeChunksReadBackExactly) {
+  TempDir dir;
+  std::mt19937 gen(7);
+  std::vector<float> values(9 * 6 * 7);
+  for (size_t i = 0; i < values.size(); ++i) {
+    // The first rows repeat (zstd frames), the rest is noise (stored raw).
+    values[i] = i < 3 * 6 * 7 ? static_cast<float>(i % 4) : std::uniform_real_distribution<float>(-1, 1)(gen);
+  }
+  for (uint64_t chunk_bytes : {uint64_t{64}, uint64_t{6 * 7 * 4 * 2}, uint64_t{1} << 20}) {
+    StateRegistry registry;
+    ASSERT_TRUE(registry.Register({"w", values.data(), values.size() * 4, DType::kF32, {9, 6, 7},
+                                   StateRole::kParameter, RestorePolicy::kCheckpoint, false}).ok());
+    CheckpointWriteOptions options;
+    options.chunk_bytes = chunk_bytes;
+    const std::string path = dir.path() + "/m" + std::to_string(chunk_bytes) + ".h5";
+    ASSERT_TRUE(WriteCheckpoint(path, Meta(1, 1), {{0, &registry, 0}}, options).ok());
+    StatusOr<Checkpoint> ckpt = ReadCheckpoint(path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    const SavedEntry* w = ckpt->Find(0, "w");
+    ASSERT_NE(w, nullptr);
+    ASSERT_EQ(w->data.size(), values.size() * 4);
+    EXPECT_EQ(0, std::memcmp(w->data.data(), values.data(), w->data.size())) << "chunk_bytes " << chunk_bytes;
+  }
+}
+
 TEST(CheckpointFile, SameStateSameBytesForAnyThreadCount) {
   TempDir dir;
   auto ranks = MakeRanks(1, 300032);

@@ -172,5 +172,83 @@ TEST_F(CheckpointShards, AShardIsNotACheckpointAndAManifestNeedsEveryRank) {
   EXPECT_FALSE(fs::exists(CheckpointPath(dir_, 4)));
 }
 
+// A resuming rank reads the manifest and its own shard; rank 0's too only when
+// its digest covers replicated entries (which rank 0's shard holds).
+TEST_F(CheckpointShards, ARankReadsItsOwnShardAndRankZerosOnlyForReplicatedState) {
+  Commit(4, WriteShards(4));
+  auto one = ReadCheckpointForRank(CheckpointPath(dir_, 4), 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->loaded_rank, 1);
+  EXPECT_EQ(one->replicated.size(), 2u) << "rank 1 restores the replicated weights and opt.step";
+  EXPECT_EQ(one->ranks[0].trace_position, 10u) << "the other rank's records come from the manifest";
+  EXPECT_TRUE(one->ranks[0].entries.empty());
+  Rank fresh(1);
+  fresh.cursor = 0;
+  fresh.weights.assign(fresh.weights.size(), 0.0f);
+  ASSERT_TRUE(RestoreRank(*one, 1, fresh.registry).ok());
+  EXPECT_EQ(fresh.cursor, 101u);
+  EXPECT_EQ(fresh.weights, ranks_[1]->weights);
+  EXPECT_TRUE(RestoreRank(*one, 0, fresh.registry).IsInvalidArgument()) << "rank 0's part was not read";
+  // Rank 0's shard damaged: rank 1 needs it (replicated state) and says so.
+  const std::string shard0 = ShardPath(CheckpointPath(dir_, 4), 0);
+  FlipByte(shard0, static_cast<std::streamoff>(fs::file_size(shard0) - 10));
+  auto damaged = ReadCheckpointForRank(CheckpointPath(dir_, 4), 1);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find(shard0 + ": offset 512"), std::string::npos)
+      << damaged.status().ToString();
+}
+
+TEST_F(CheckpointShards, WithoutReplicatedStateARankNeverReadsAnotherRanksShard) {
+  std::vector<std::vector<float>> own(2, std::vector<float>(5000));
+  std::vector<StateRegistry> registries(2);
+  std::vector<ShardRecord> shards;
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < own[r].size(); ++i) own[r][i] = static_cast<float>(r * 7 + i % 13);
+    ASSERT_TRUE(registries[r].Register({"w", own[r].data(), own[r].size() * 4, DType::kF32, {50, 100},
+                                        StateRole::kParameter, RestorePolicy::kCheckpoint, false}).ok());
+    auto shard = WriteCheckpointShard(CheckpointPath(dir_, 6), Meta(6), {r, &registries[r], 5u + r});
+    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    shards.push_back(*shard);
+  }
+  Commit(6, shards);
+  const std::string shard0 = ShardPath(CheckpointPath(dir_, 6), 0);
+  FlipByte(shard0, static_cast<std::streamoff>(fs::file_size(shard0) - 10));
+  auto one = ReadCheckpointForRank(CheckpointPath(dir_, 6), 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_TRUE(one->replicated.empty());
+  std::vector<float> back(5000, 0.0f);
+  StateRegistry into;
+  ASSERT_TRUE(into.Register({"w", back.data(), back.size() * 4, DType::kF32, {50, 100}, StateRole::kParameter,
+                             RestorePolicy::kCheckpoint, false}).ok());
+  ASSERT_TRUE(RestoreRank(*one, 1, into).ok());
+  EXPECT_EQ(back, own[1]);
+  // Rank 0 reads its own (damaged) shard and refuses it, naming it.
+  auto zero = ReadCheckpointForRank(CheckpointPath(dir_, 6), 0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_TRUE(zero.status().IsCorruption());
+  EXPECT_NE(zero.status().message().find(shard0 + ": offset 512"), std::string::npos) << zero.status().ToString();
+  // The ranks' agreement makes both fall back to step 2 together, or (without
+  // fallback) both fail, the healthy rank naming the one that failed.
+  Commit(2, WriteShards(2));
+  auto agree_for = [&](int me) {
+    return [&, me](const std::string& path, const Status& mine) -> Status {
+      const Status other = ReadCheckpointForRank(path, 1 - me).status();
+      if (!mine.ok()) return mine;
+      if (!other.ok()) return Status::Corruption(path + ": rank " + std::to_string(1 - me) + " failed");
+      return Status::OK();
+    };
+  };
+  for (int me = 0; me < 2; ++me) {
+    auto found = FindNewestGoodCheckpointForRank(dir_, UINT64_MAX, /*fallback=*/true, me, agree_for(me));
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    EXPECT_EQ(found->meta.step, 2u) << "rank " << me;
+    EXPECT_EQ(found->loaded_rank, me);
+    auto strict = FindNewestGoodCheckpointForRank(dir_, UINT64_MAX, /*fallback=*/false, me, agree_for(me));
+    ASSERT_FALSE(strict.ok()) << "rank " << me;
+    EXPECT_NE(strict.status().message().find("checkpoint of step 6 (pass --fallback"), std::string::npos)
+        << strict.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace dgrr::checkpoint

@@ -89,6 +89,7 @@ struct ProgramRun {
   std::optional<uint64_t> flip_after;  // rank 1's "w" gets a bit flipped after this step's update
   std::optional<uint64_t> stop_after;  // the run ends there, as if killed (no checkpoint)
   bool under_control = false;          // started by dgrr with a control file (set DGRR_CONTROL)
+  bool fallback = false;               // resume past a damaged newest checkpoint
 };
 
 struct RankOutcome {
@@ -124,6 +125,7 @@ Status RunRank(const ProgramRun& run, int rank, RankGroup* group, RankOutcome* o
   o.checkpoint_every = 3;
   o.total_steps = kSteps;
   o.reexecutable = run.under_control;
+  o.resume_fallback = run.fallback;
   o.config_json = R"({"lr": 0.01})";
   SessionSeams seams;
   seams.device_fingerprinter = device;
@@ -343,6 +345,41 @@ TEST_F(DeviceStateTest, ADeviceRunStoppedAfterACheckpointResumesBitwise) {
     EXPECT_GT(resumed[r].copies_to_device, 0) << "the state went back to the device";
     EXPECT_EQ(resumed[r].final_parameters, w[r].final_parameters);
     EXPECT_EQ(Computation(cut, r), Computation(whole, r)) << "rank " << r;
+  }
+}
+
+// Each resuming rank reads only its own shard (and rank 0's, for the
+// replicated state); the ranks agree on every checkpoint tried, so a shard
+// only rank 1 reads stops both ranks' resume, rank 0 naming rank 1, and with
+// fallback both resume from the same older checkpoint.
+TEST_F(DeviceStateTest, ADamagedShardOfOneRankStopsOrMovesEveryRanksResume) {
+  const ProgramRun whole = Make("whole", false);
+  ProgramRun run = Make("run", false);
+  const std::vector<RankOutcome> w = RunAllRanks(whole), first = RunAllRanks(run);  // checkpoints of 2 and 5
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(w[r].status.ok() && first[r].status.ok());
+  const std::string shard = checkpoint::ShardPath(checkpoint::CheckpointPath(run.dir, 5), 1);
+  {
+    auto bytes = ReadFileToString(shard);
+    ASSERT_TRUE(bytes.ok());
+    std::string damaged = *bytes;
+    damaged[damaged.size() - 10] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomically(shard, damaged).ok());
+  }
+  const std::vector<RankOutcome> refused = RunAllRanks(run);
+  ASSERT_FALSE(refused[1].status.ok());
+  EXPECT_TRUE(refused[1].status.IsCorruption()) << refused[1].status.ToString();
+  EXPECT_NE(refused[1].status.message().find(shard), std::string::npos) << refused[1].status.ToString();
+  ASSERT_FALSE(refused[0].status.ok()) << "rank 0's own shard is whole, but rank 1 cannot resume";
+  EXPECT_TRUE(refused[0].status.IsCorruption()) << refused[0].status.ToString();
+  EXPECT_NE(refused[0].status.message().find("rank 1 could not read its part"), std::string::npos)
+      << refused[0].status.ToString();
+  EXPECT_NE(refused[0].status.message().find("pass --fallback"), std::string::npos) << refused[0].status.ToString();
+  run.fallback = true;
+  const std::vector<RankOutcome> resumed = RunAllRanks(run);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+    EXPECT_EQ(resumed[r].start, 3u) << "rank " << r << " fell back to the checkpoint of step 2";
+    EXPECT_EQ(resumed[r].final_parameters, w[r].final_parameters);
   }
 }
 
