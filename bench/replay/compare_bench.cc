@@ -10,12 +10,15 @@
 // BM_InterleavedRounds is the figure to quote: every round times read(2) of
 // both files, VerifyTrace of both and CompareRuns once each, in a rotating
 // order, and reports the median over rounds of each paired ratio (baseline
-// time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read and
-// verify: the thread's; compare: the process's, both of its threads) and by
+// time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read(2)
+// and pread: the thread's; verify and compare: the process's, so that the
+// reader's read-ahead thread counts, and compare's second thread) and by
 // wall time, with the range in the label. The same rounds time the floor of
 // a reader that copies (pread of the reader's pieces, alone and with the
-// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu). The instruction set (the
-// block CRC and scan kernels the reader picked) is printed above the results.
+// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu) and VerifyTrace with the
+// reader's read-ahead off (ratio_verify_serial_*: one thread). The
+// instruction set (the block CRC and scan kernels the reader picked) is
+// printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <time.h>
@@ -182,10 +185,10 @@ uint64_t PreadBoth(const Fixture& f, uint8_t* buffer, uint32_t* crcs, bool check
   return total;
 }
 
-bool VerifyBoth(const Fixture& f) {
+bool VerifyBoth(const Fixture& f, trace::ReaderOptions::ReadAhead read_ahead) {
   for (const std::string* path : {&f.a, &f.b}) {
     trace::VerifySummary summary;
-    if (!trace::VerifyTrace(*path, &summary).ok()) return false;
+    if (!trace::VerifyTrace(*path, &summary, trace::ReaderOptions{read_ahead}).ok()) return false;
     benchmark::DoNotOptimize(summary.boundaries);
   }
   return true;
@@ -238,7 +241,7 @@ void BM_InterleavedRounds(benchmark::State& state) {
   std::unique_ptr<uint8_t[]> piece(new uint8_t[kReaderPiece]);
   std::unique_ptr<uint32_t[]> crcs(new uint32_t[kReaderPiece / trace::kRecordSize]);
   ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
-  constexpr int kCandidates = 5;  // read(2), verify, compare, pread, pread + CRC
+  constexpr int kCandidates = 6;  // read(2), verify, compare, pread, pread + CRC, verify serial
   std::vector<double> cpu[kCandidates], wall[kCandidates];
   int round = 0;
   for (auto _ : state) {
@@ -248,16 +251,18 @@ void BM_InterleavedRounds(benchmark::State& state) {
       const Clocks t0 = Clocks::Now();
       bool ok = true;
       if (which == 0) benchmark::DoNotOptimize(ReadBoth(f, buffer.get(), kBuffer));
-      if (which == 1) ok = VerifyBoth(f);
+      if (which == 1) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kAuto);
       if (which == 2) ok = CompareBoth(f);
       if (which == 3) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), false));
       if (which == 4) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), true));
+      if (which == 5) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kNever);
       const Clocks t1 = Clocks::Now();
       if (!ok) {
-        state.SkipWithError(which == 1 ? "verify failed" : "compare did not certify the identical traces");
+        state.SkipWithError(which == 2 ? "compare did not certify the identical traces" : "verify failed");
         return;
       }
-      t[which][0] = which == 2 ? t1.process - t0.process : t1.thread - t0.thread;
+      const bool threads = which == 1 || which == 2 || which == 5;
+      t[which][0] = threads ? t1.process - t0.process : t1.thread - t0.thread;
       t[which][1] = t1.wall - t0.wall;
     }
     ++round;
@@ -272,6 +277,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
   state.counters["ratio_verify_wall"] = Median(wall[1]);
   state.counters["ratio_pread_cpu"] = Median(cpu[3]);
   state.counters["ratio_pread_crc_cpu"] = Median(cpu[4]);
+  state.counters["ratio_verify_serial_cpu"] = Median(cpu[5]);
+  state.counters["ratio_verify_serial_wall"] = Median(wall[5]);
   auto range = [](const std::vector<double>& v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
@@ -279,7 +286,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
     return std::string(text);
   };
   state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
-                 range(cpu[1]) + " wall " + range(wall[1]) + ", pread cpu " + range(cpu[3]) +
+                 range(cpu[1]) + " wall " + range(wall[1]) + ", verify serial cpu " + range(cpu[5]) +
+                 " wall " + range(wall[5]) + ", pread cpu " + range(cpu[3]) +
                  ", pread+crc cpu " + range(cpu[4]));
 }
 
@@ -290,7 +298,7 @@ int Rounds() {
 
 BENCHMARK(BM_InterleavedRounds)->Iterations(Rounds())->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_VerifyBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_VerifyBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 // Process CPU time: compare reads trace B on a second thread.
 BENCHMARK(BM_CompareLockstepFiles)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
