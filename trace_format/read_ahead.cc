@@ -9,6 +9,7 @@ namespace dgrr::trace {
 namespace {
 
 std::atomic<int> running_workers{0};
+std::atomic<int> limit_set{-1};  // -1: the default
 
 // Takes a slot under the limit; false when all are taken.
 bool TakeSlot() {
@@ -25,9 +26,12 @@ void GiveSlotBack() { running_workers.fetch_sub(1, std::memory_order_relaxed); }
 }  // namespace
 
 int ReadAheadThreadLimit() {
-  static const int limit = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  return limit;
+  static const int by_default = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int set = limit_set.load(std::memory_order_relaxed);
+  return set >= 0 ? set : by_default;
 }
+
+void SetReadAheadThreadLimit(int limit) { limit_set.store(std::max(0, limit), std::memory_order_relaxed); }
 
 int ReadAheadThreadsRunning() { return running_workers.load(std::memory_order_relaxed); }
 

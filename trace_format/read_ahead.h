@@ -28,8 +28,12 @@
 namespace dgrr::trace {
 
 // At most this many PieceReadAhead workers live in the process at once: the
-// hardware threads, at least 1.
+// hardware threads, at least 1, unless set.
 int ReadAheadThreadLimit();
+// Sets the limit (0: no reader reads ahead); for benchmarks and tests, which
+// time or check readers with and without the thread in one process. Workers
+// already running stay.
+void SetReadAheadThreadLimit(int limit);
 // How many live now (for tests).
 int ReadAheadThreadsRunning();
 

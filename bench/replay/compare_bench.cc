@@ -15,10 +15,10 @@
 // reader's read-ahead thread counts, and compare's second thread) and by
 // wall time, with the range in the label. The same rounds time the floor of
 // a reader that copies (pread of the reader's pieces, alone and with the
-// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu) and VerifyTrace with the
-// reader's read-ahead off (ratio_verify_serial_*: one thread). The
-// instruction set (the block CRC and scan kernels the reader picked) is
-// printed above the results.
+// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu), and VerifyTrace and
+// CompareRuns with the reader's read-ahead off (ratio_*_serial_*: what they
+// were before it). The instruction set (the block CRC and scan kernels the
+// reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <time.h>
@@ -35,6 +35,7 @@
 #include "replay/compare.h"
 #include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
+#include "trace_format/read_ahead.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
 
@@ -241,7 +242,9 @@ void BM_InterleavedRounds(benchmark::State& state) {
   std::unique_ptr<uint8_t[]> piece(new uint8_t[kReaderPiece]);
   std::unique_ptr<uint32_t[]> crcs(new uint32_t[kReaderPiece / trace::kRecordSize]);
   ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
-  constexpr int kCandidates = 6;  // read(2), verify, compare, pread, pread + CRC, verify serial
+  // read(2), verify, compare, pread, pread + CRC, verify serial, compare serial
+  constexpr int kCandidates = 7;
+  const int read_ahead_threads = trace::ReadAheadThreadLimit();
   std::vector<double> cpu[kCandidates], wall[kCandidates];
   int round = 0;
   for (auto _ : state) {
@@ -256,12 +259,18 @@ void BM_InterleavedRounds(benchmark::State& state) {
       if (which == 3) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), false));
       if (which == 4) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), true));
       if (which == 5) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kNever);
+      if (which == 6) {
+        trace::SetReadAheadThreadLimit(0);
+        ok = CompareBoth(f);
+        trace::SetReadAheadThreadLimit(read_ahead_threads);
+      }
       const Clocks t1 = Clocks::Now();
       if (!ok) {
-        state.SkipWithError(which == 2 ? "compare did not certify the identical traces" : "verify failed");
+        state.SkipWithError(which == 2 || which == 6 ? "compare did not certify the identical traces"
+                                                     : "verify failed");
         return;
       }
-      const bool threads = which == 1 || which == 2 || which == 5;
+      const bool threads = which == 1 || which == 2 || which == 5 || which == 6;
       t[which][0] = threads ? t1.process - t0.process : t1.thread - t0.thread;
       t[which][1] = t1.wall - t0.wall;
     }
@@ -279,6 +288,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
   state.counters["ratio_pread_crc_cpu"] = Median(cpu[4]);
   state.counters["ratio_verify_serial_cpu"] = Median(cpu[5]);
   state.counters["ratio_verify_serial_wall"] = Median(wall[5]);
+  state.counters["ratio_compare_serial_cpu"] = Median(cpu[6]);
+  state.counters["ratio_compare_serial_wall"] = Median(wall[6]);
   auto range = [](const std::vector<double>& v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
@@ -287,7 +298,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
   };
   state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
                  range(cpu[1]) + " wall " + range(wall[1]) + ", verify serial cpu " + range(cpu[5]) +
-                 " wall " + range(wall[5]) + ", pread cpu " + range(cpu[3]) +
+                 " wall " + range(wall[5]) + ", compare serial cpu " + range(cpu[6]) + " wall " +
+                 range(wall[6]) + ", pread cpu " + range(cpu[3]) +
                  ", pread+crc cpu " + range(cpu[4]));
 }
 
@@ -311,6 +323,7 @@ int main(int argc, char** argv) {
       "isa", std::string("block CRC ") + crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) +
                  ", boundary scan " + trace::ScanKernelName(trace::SelectedScanKernel()));
   benchmark::AddCustomContext("baseline", "read(2) of both traces (ratio = read time / candidate time)");
+  benchmark::AddCustomContext("read_ahead_threads", std::to_string(trace::ReadAheadThreadLimit()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

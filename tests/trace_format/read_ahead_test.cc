@@ -412,8 +412,10 @@ TEST_F(ReadAheadTest, ThreadsAreBoundedAcrossManyReadersOfOneProcess) {
   const std::string path = Path("t.trace");
   WriteMixed(path, 6 * kPieceRecords);
   const Scan expected = ScanOf(path, ReadAhead::kNever);
-  const int limit = ReadAheadThreadLimit();
-  ASSERT_GE(limit, 1);
+  ASSERT_GE(ReadAheadThreadLimit(), 1);  // the default: the hardware threads
+  const int saved_limit = ReadAheadThreadLimit();
+  const int limit = 2;
+  SetReadAheadThreadLimit(limit);
   std::vector<std::unique_ptr<TraceReader>> readers;
   std::vector<Scan> scans(static_cast<size_t>(limit) + 3);
   for (size_t i = 0; i < scans.size(); ++i) {
@@ -446,9 +448,13 @@ TEST_F(ReadAheadTest, ThreadsAreBoundedAcrossManyReadersOfOneProcess) {
     SCOPED_TRACE("reader " + std::to_string(i));
     ExpectSameScan(scans[i], expected);
   }
-  EXPECT_GE(read_ahead, 1);
+  EXPECT_GE(read_ahead, limit);
   readers.clear();
   EXPECT_EQ(ReadAheadThreadsRunning(), 0);
+  // With none allowed, nobody reads ahead.
+  SetReadAheadThreadLimit(0);
+  EXPECT_EQ(ScanOf(path, ReadAhead::kAlways).pieces_read_ahead, 0u);
+  SetReadAheadThreadLimit(saved_limit);
 }
 
 TEST_F(ReadAheadTest, SmallTracesAndFilesInMemoryAreNotReadAhead) {
