@@ -35,12 +35,15 @@ void SetReadAheadThreadLimit(int limit) { limit_set.store(std::max(0, limit), st
 
 int ReadAheadThreadsRunning() { return running_workers.load(std::memory_order_relaxed); }
 
-PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity)
-    : file_(file), spare_(new uint8_t[capacity]) {}
+PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth)
+    : file_(file), depth_(std::max<size_t>(1, depth)), slots_(depth_) {
+  for (Slot& slot : slots_) slot.buffer.reset(new uint8_t[capacity]);
+}
 
-std::unique_ptr<PieceReadAhead> PieceReadAhead::Start(RandomAccessFile* file, size_t capacity) {
+std::unique_ptr<PieceReadAhead> PieceReadAhead::Start(RandomAccessFile* file, size_t capacity,
+                                                      size_t depth) {
   if (!TakeSlot()) return nullptr;
-  std::unique_ptr<PieceReadAhead> worker(new PieceReadAhead(file, capacity));
+  std::unique_ptr<PieceReadAhead> worker(new PieceReadAhead(file, capacity, depth));
   try {
     worker->thread_ = std::thread([w = worker.get()] { w->Run(); });
   } catch (const std::system_error&) {
@@ -57,56 +60,54 @@ PieceReadAhead::~PieceReadAhead() {
     stop_ = true;
   }
   changed_.notify_all();
-  thread_.join();  // a read in flight ends first
+  thread_.join();  // the reads issued end first
   GiveSlotBack();
 }
 
 void PieceReadAhead::Issue(uint64_t offset, size_t n) {
-  issued_ = true;
-  offset_ = offset;
-  length_ = n;
+  Slot& slot = slots_[issued_count_ % depth_];
+  slot.offset = offset;
+  slot.length = n;
+  ++issued_count_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    request_offset_ = offset;
-    request_length_ = n;
-    requested_ = true;
-    finished_ = false;
+    requested_ = issued_count_;
   }
   changed_.notify_all();
 }
 
 void PieceReadAhead::Wait() {
-  if (!issued_) return;
+  if (issued() == 0) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return finished_; });
+  changed_.wait(lock, [this] { return done_ == requested_; });
 }
 
 StatusOr<size_t> PieceReadAhead::Take(std::unique_ptr<uint8_t[]>* buffer) {
-  Wait();
-  std::lock_guard<std::mutex> lock(mutex_);
-  finished_ = false;
-  issued_ = false;
-  StatusOr<size_t> result = std::move(result_);
-  result_ = size_t{0};
-  if (result.ok()) std::swap(*buffer, spare_);
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return done_ > taken_count_; });
+  }
+  Slot& slot = slots_[taken_count_ % depth_];
+  ++taken_count_;
+  StatusOr<size_t> result = std::move(slot.result);
+  slot.result = size_t{0};
+  if (result.ok()) std::swap(*buffer, slot.buffer);
   return result;
 }
 
 void PieceReadAhead::Run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [this] { return requested_ || stop_; });
-    if (!requested_) return;  // stopped, nothing asked
-    requested_ = false;
-    const uint64_t offset = request_offset_;
-    const size_t n = request_length_;
-    // The spare buffer and the file belong to this thread until finished_
-    // is set: the asking thread touches neither while a read is issued.
+    changed_.wait(lock, [this] { return done_ < requested_ || stop_; });
+    if (done_ == requested_) return;  // stopped, every read issued done
+    Slot& slot = slots_[done_ % depth_];
+    // The slot and the file belong to this thread until the read is counted
+    // done: the asking thread touches neither meanwhile.
     lock.unlock();
-    StatusOr<size_t> got = file_->Read(offset, n, spare_.get());
+    StatusOr<size_t> got = file_->Read(slot.offset, slot.length, slot.buffer.get());
+    slot.result = std::move(got);
     lock.lock();
-    result_ = std::move(got);
-    finished_ = true;
+    ++done_;
     changed_.notify_all();
   }
 }

@@ -1,13 +1,14 @@
-// PieceReadAhead: one read of a file at a time, done on a worker thread while
-// the thread that asked for it works on something else (TraceReader checks
-// one piece of a trace while the next is read: docs/trace-format.md §4,
-// "Reading ahead").
+// PieceReadAhead: reads of a file done on a worker thread while the thread
+// that asked for them works on something else (TraceReader checks one piece
+// of a trace while the next ones are read: docs/trace-format.md §4, "Reading
+// ahead").
 //
 // The worker makes exactly the reads it is asked for, in the order asked,
-// one at a time; the asking thread waits for a read before it calls the file
-// itself, so the file sees one sequence of calls and never two at once (a
-// RandomAccessFile is not thread-safe, and a FaultInjectingFileSystem counts
-// calls in that order).
+// one at a time, up to `depth` of them ahead of the asking thread; that
+// thread waits for every read issued before it calls the file itself, so the
+// file sees one sequence of calls, fixed by the asking thread's progress,
+// and never two at once (a RandomAccessFile is not thread-safe, and a
+// FaultInjectingFileSystem counts calls in that order).
 //
 // Threads are bounded process-wide: Start() takes one of ReadAheadThreadLimit()
 // slots and returns null when none is free (or no thread can be started), and
@@ -21,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/file_system.h"
 #include "base/status.h"
@@ -39,51 +41,61 @@ int ReadAheadThreadsRunning();
 
 class PieceReadAhead {
  public:
-  // A worker reading `file` (not owned: it must outlive this object) into a
-  // buffer of `capacity` bytes, or null when the process has its limit of
-  // workers or the system gives no thread.
-  static std::unique_ptr<PieceReadAhead> Start(RandomAccessFile* file, size_t capacity);
-  // Waits for the read in flight (if any), then stops the worker.
+  // A worker reading `file` (not owned: it must outlive this object) with up
+  // to `depth` reads of at most `capacity` bytes issued at once, or null when
+  // the process has its limit of workers or the system gives no thread.
+  static std::unique_ptr<PieceReadAhead> Start(RandomAccessFile* file, size_t capacity, size_t depth);
+  // Lets the reads issued end, then stops the worker.
   ~PieceReadAhead();
   PieceReadAhead(const PieceReadAhead&) = delete;
   PieceReadAhead& operator=(const PieceReadAhead&) = delete;
 
-  // Starts the read of `n` (at most capacity) bytes at `offset` into the
-  // spare buffer. At most one read is issued at a time.
+  // Reads issued and not yet taken.
+  size_t issued() const { return static_cast<size_t>(issued_count_ - taken_count_); }
+  bool can_issue() const { return issued() < depth_; }
+  // Queues the read of `n` (at most capacity) bytes at `offset`, after those
+  // issued before it. Only when can_issue().
   void Issue(uint64_t offset, size_t n);
-  bool issued() const { return issued_; }
-  uint64_t offset() const { return offset_; }
-  size_t length() const { return length_; }
+  // The oldest read issued and not taken (only when issued() > 0).
+  uint64_t front_offset() const { return slots_[taken_count_ % depth_].offset; }
+  size_t front_length() const { return slots_[taken_count_ % depth_].length; }
 
-  // Waits for the read issued to end (at once when it has, or when none is
-  // issued): after it the file is the caller's again. The result stays for
-  // Take.
+  // Waits for every read issued to end: after it the file is the caller's
+  // again. The results stay for Take.
   void Wait();
-  // The result of the read issued (file->Read's), after waiting for it; the
-  // read is then no longer issued. A successful read's bytes are handed over
-  // by swapping: *buffer (of `capacity` bytes) holds them, and the old
-  // *buffer becomes the spare one.
+  // The result of the oldest read issued (file->Read's), after waiting for
+  // it; it is then no longer issued. A successful read's bytes are handed
+  // over by swapping: *buffer (of `capacity` bytes) holds them, and the old
+  // *buffer takes the read's place as a spare.
   StatusOr<size_t> Take(std::unique_ptr<uint8_t[]>* buffer);
 
  private:
-  PieceReadAhead(RandomAccessFile* file, size_t capacity);
+  PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth);
   void Run();
 
+  struct Slot {
+    std::unique_ptr<uint8_t[]> buffer;
+    // Written by the asking thread before the read is issued, read by the
+    // worker after: the mutex orders them.
+    uint64_t offset = 0;
+    size_t length = 0;
+    // Written by the worker before it counts the read done.
+    StatusOr<size_t> result{size_t{0}};
+  };
+
   RandomAccessFile* const file_;
-  std::unique_ptr<uint8_t[]> spare_;
-  // The asking thread's view: what it issued (only it touches these).
-  bool issued_ = false;
-  uint64_t offset_ = 0;
-  size_t length_ = 0;
+  const size_t depth_;
+  std::vector<Slot> slots_;  // read k goes to slots_[k % depth_]
+  // Counts of reads, from the first: issued (asking thread), taken (asking
+  // thread), done (worker, under mutex_).
+  uint64_t issued_count_ = 0;
+  uint64_t taken_count_ = 0;
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool requested_ = false;  // a read waits for the worker
-  bool finished_ = false;   // the worker has done it; result_ holds its result
+  uint64_t requested_ = 0;  // issued_count_ as the worker sees it
+  uint64_t done_ = 0;
   bool stop_ = false;
-  uint64_t request_offset_ = 0;
-  size_t request_length_ = 0;
-  StatusOr<size_t> result_{size_t{0}};
   std::thread thread_;  // last: started once everything above exists
 };
 

@@ -123,11 +123,11 @@ Status TraceReader::Fill(bool* have_record) {
   end_ = partial;
   checksummed_ = 0;  // ChecksumUpTo computes them as the scan reaches them
   const uint64_t offset = RecordOffset(next_index_) + end_;
-  if (read_ahead_ != nullptr && read_ahead_->issued()) {
-    // The read ahead is the one this Fill makes: issued after a read that
-    // filled the buffer at its full size, whose records have all been
+  if (read_ahead_ != nullptr && read_ahead_->issued() > 0) {
+    // The oldest read ahead is the one this Fill makes: issued after reads
+    // that filled the buffer at its full size, whose records have all been
     // consumed since (Fill runs only at the end of the buffer).
-    if (partial == 0 && offset == read_ahead_->offset() && capacity_ == read_ahead_->length()) {
+    if (partial == 0 && offset == read_ahead_->front_offset() && capacity_ == read_ahead_->front_length()) {
       DGRR_ASSIGN_OR_RETURN(size_t got, read_ahead_->Take(&buffer_));
       ++pieces_read_ahead_;
       end_ = got;
@@ -135,7 +135,10 @@ Status TraceReader::Fill(bool* have_record) {
       MaybeReadAhead();
       return Status::OK();
     }
-    read_ahead_.reset();  // cannot happen (see above): dropped, and read here
+    // A piece read ahead came back short (the file was cut under the
+    // reader) or failed: the reads queued after it are not the ones this
+    // reader makes now. Dropped (after they end), and read here.
+    read_ahead_.reset();
   }
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_, offset));
   end_ += got;
@@ -152,20 +155,24 @@ void TraceReader::MaybeReadAhead() {
   if (options_.read_ahead == ReaderOptions::ReadAhead::kNever) return;
   const uint64_t size_at_open = file_->size_at_open();
   if (options_.read_ahead == ReaderOptions::ReadAhead::kAuto && size_at_open < kReadAheadMinBytes) return;
-  // Only a piece the file held whole at open: the last, short piece (and
+  // Only pieces the file held whole at open: the last, short piece (and
   // anything appended since) is read when the reader gets there, so a
-  // trace still being written is read as it then is.
-  const uint64_t next = RecordOffset(next_index_) + end_;
+  // trace still being written is read as it then is. The pieces issued
+  // follow this one back to back, each a whole buffer.
+  const size_t issued = read_ahead_ == nullptr ? 0 : read_ahead_->issued();
+  uint64_t next = RecordOffset(next_index_) + end_ + issued * capacity_;
   if (next + capacity_ > size_at_open) {
-    read_ahead_.reset();  // nothing more to read ahead: the thread goes
+    if (issued == 0) read_ahead_.reset();  // nothing more to read ahead: the thread goes
     return;
   }
   if (read_ahead_ == nullptr) {
-    read_ahead_ = PieceReadAhead::Start(file_.get(), capacity_);
+    read_ahead_ = PieceReadAhead::Start(file_.get(), capacity_, kReadAheadPieces);
     // None free: tried again at the next piece (another reader may end).
     if (read_ahead_ == nullptr) return;
   }
-  read_ahead_->Issue(next, capacity_);
+  for (; read_ahead_->can_issue() && next + capacity_ <= size_at_open; next += capacity_) {
+    read_ahead_->Issue(next, capacity_);
+  }
 }
 
 void TraceReader::SettleReadAhead() {

@@ -56,6 +56,11 @@ struct ReaderOptions {
 };
 // Below this (16 pieces of 256 KiB), a second thread costs more than it saves.
 inline constexpr uint64_t kReadAheadMinBytes = uint64_t{4} << 20;
+// Pieces read ahead at most. The reader checks a piece in well under the
+// time the worker's pread of one takes, so the worker is the slower stage:
+// with two queued it goes straight on to the next read instead of waiting
+// for the reader to wake up and ask.
+inline constexpr size_t kReadAheadPieces = 2;
 
 // Consecutive BOUNDARY records that passed every check of the reader, in
 // their encoded bytes (read them through BoundaryView): valid until the
