@@ -94,7 +94,7 @@ TraceReader::TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHead
 TraceReader::~TraceReader() = default;
 
 Status TraceReader::Fail(uint64_t index, std::string reason) {
-  read_ahead_.reset();  // nothing more is read: the thread goes (after its read in flight)
+  read_ahead_.reset();  // nothing more is read: the thread goes (after the reads issued)
   error_ = TraceError{false, index, RecordOffset(index), reason};
   failure_ = Status::Corruption(path_ + ": record " + std::to_string(index) + " at offset " +
                                 std::to_string(RecordOffset(index)) + ": " + reason);
