@@ -43,7 +43,9 @@ namespace dgrr::replay {
 namespace {
 
 // DGRR_COMPARE_BENCH_RECORDS overrides the size (default 10 M per trace),
-// DGRR_COMPARE_BENCH_CHUNK the lockstep chunk (CompareOptions::chunk_items).
+// DGRR_COMPARE_BENCH_CHUNK the lockstep chunk (CompareOptions::chunk_items),
+// DGRR_COMPARE_BENCH_READ_AHEAD the readers' read-ahead thread limit
+// (trace_format/read_ahead.h; default: the library's).
 uint64_t RecordCount() {
   const char* env = std::getenv("DGRR_COMPARE_BENCH_RECORDS");
   return env ? std::strtoull(env, nullptr, 10) : 10'000'000;
@@ -319,6 +321,9 @@ BENCHMARK(BM_CompareLockstepFiles)->Unit(benchmark::kMillisecond)->UseRealTime()
 
 int main(int argc, char** argv) {
   using namespace dgrr;
+  if (const char* limit = std::getenv("DGRR_COMPARE_BENCH_READ_AHEAD")) {
+    trace::SetReadAheadThreadLimit(std::atoi(limit));
+  }
   benchmark::AddCustomContext(
       "isa", std::string("block CRC ") + crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) +
                  ", boundary scan " + trace::ScanKernelName(trace::SelectedScanKernel()));

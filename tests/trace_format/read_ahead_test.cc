@@ -118,6 +118,19 @@ void Drain(TraceReader& reader, Scan* scan, bool runs = false) {
 
 class ReadAheadTest : public testing::TempDirTest {
  protected:
+  // Two threads may read ahead, whatever the machine (the default follows
+  // its hardware threads).
+  void SetUp() override {
+    TempDirTest::SetUp();
+    saved_limit_ = ReadAheadThreadLimit();
+    SetReadAheadThreadLimit(2);
+  }
+  void TearDown() override {
+    SetReadAheadThreadLimit(saved_limit_);
+    TempDirTest::TearDown();
+  }
+  int saved_limit_ = 0;
+
   // A trace of `records` mixed records at `path`.
   void WriteMixed(const std::string& path, uint64_t records) {
     auto writer = TraceWriter::Create(path, SampleHeader(), {.overwrite = true});
@@ -414,10 +427,8 @@ TEST_F(ReadAheadTest, ThreadsAreBoundedAcrossManyReadersOfOneProcess) {
   const std::string path = Path("t.trace");
   WriteMixed(path, 6 * kPieceRecords);
   const Scan expected = ScanOf(path, ReadAhead::kNever);
-  ASSERT_GE(ReadAheadThreadLimit(), 1);  // the default: the hardware threads
-  const int saved_limit = ReadAheadThreadLimit();
-  const int limit = 2;
-  SetReadAheadThreadLimit(limit);
+  const int limit = ReadAheadThreadLimit();
+  ASSERT_EQ(limit, 2);
   std::vector<std::unique_ptr<TraceReader>> readers;
   std::vector<Scan> scans(static_cast<size_t>(limit) + 3);
   for (size_t i = 0; i < scans.size(); ++i) {
@@ -456,7 +467,6 @@ TEST_F(ReadAheadTest, ThreadsAreBoundedAcrossManyReadersOfOneProcess) {
   // With none allowed, nobody reads ahead.
   SetReadAheadThreadLimit(0);
   EXPECT_EQ(ScanOf(path, ReadAhead::kAlways).pieces_read_ahead, 0u);
-  SetReadAheadThreadLimit(saved_limit);
 }
 
 TEST_F(ReadAheadTest, SmallTracesAndFilesInMemoryAreNotReadAhead) {
