@@ -26,7 +26,7 @@ void GiveSlotBack() { running_workers.fetch_sub(1, std::memory_order_relaxed); }
 }  // namespace
 
 int ReadAheadThreadLimit() {
-  static const int by_default = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  static const int by_default = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   const int set = limit_set.load(std::memory_order_relaxed);
   return set >= 0 ? set : by_default;
 }
@@ -34,6 +34,12 @@ int ReadAheadThreadLimit() {
 void SetReadAheadThreadLimit(int limit) { limit_set.store(std::max(0, limit), std::memory_order_relaxed); }
 
 int ReadAheadThreadsRunning() { return running_workers.load(std::memory_order_relaxed); }
+
+ReadingThreadSlot::ReadingThreadSlot() : held_(TakeSlot()) {}
+
+ReadingThreadSlot::~ReadingThreadSlot() {
+  if (held_) GiveSlotBack();
+}
 
 PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth)
     : file_(file), depth_(std::max<size_t>(1, depth)), slots_(depth_) {

@@ -13,7 +13,9 @@
 // Threads are bounded process-wide: Start() takes one of ReadAheadThreadLimit()
 // slots and returns null when none is free (or no thread can be started), and
 // the slot is given back when the object is destroyed. A caller without one
-// reads on its own thread, with the same results.
+// reads on its own thread, with the same results. A caller that reads traces
+// on threads of its own (compare reads its second side on one) holds a
+// ReadingThreadSlot for each, so that read-ahead does not crowd them out.
 #pragma once
 
 #include <condition_variable>
@@ -29,15 +31,34 @@
 
 namespace dgrr::trace {
 
-// At most this many PieceReadAhead workers live in the process at once: the
-// hardware threads, at least 1, unless set.
+// At most this many PieceReadAhead workers (and ReadingThreadSlots) live in
+// the process at once: unless set, one less than the hardware threads, the
+// one left being the reader's own. (Measured on 2 cores: a read-ahead thread
+// brings VerifyTrace from ~0.67x to ~0.8x of read(2) by wall time when the
+// second core is free, and slows compare, whose two sides already keep both
+// cores busy: bench/README.md.)
 int ReadAheadThreadLimit();
 // Sets the limit (0: no reader reads ahead); for benchmarks and tests, which
 // time or check readers with and without the thread in one process. Workers
 // already running stay.
 void SetReadAheadThreadLimit(int limit);
-// How many live now (for tests).
+// Slots held now: workers and ReadingThreadSlots (for tests).
 int ReadAheadThreadsRunning();
+
+// One of the limit's slots, held for a thread of the caller's that reads
+// traces beside the calling thread, for as long as this object lives; none
+// when none is free (the thread runs anyway).
+class ReadingThreadSlot {
+ public:
+  ReadingThreadSlot();
+  ~ReadingThreadSlot();
+  ReadingThreadSlot(const ReadingThreadSlot&) = delete;
+  ReadingThreadSlot& operator=(const ReadingThreadSlot&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  bool held_;
+};
 
 class PieceReadAhead {
  public:

@@ -469,6 +469,27 @@ TEST_F(ReadAheadTest, ThreadsAreBoundedAcrossManyReadersOfOneProcess) {
   EXPECT_EQ(ScanOf(path, ReadAhead::kAlways).pieces_read_ahead, 0u);
 }
 
+// A caller's own reading thread (compare's second side) holds a slot of
+// the same limit: read-ahead threads come on top only within it.
+TEST_F(ReadAheadTest, ACallersReadingThreadsCountAgainstTheLimit) {
+  const std::string path = Path("t.trace");
+  WriteMixed(path, 6 * kPieceRecords);
+  ASSERT_EQ(ReadAheadThreadLimit(), 2);
+  {
+    ReadingThreadSlot one;
+    EXPECT_TRUE(one.held());
+    EXPECT_EQ(ReadAheadThreadsRunning(), 1);
+    EXPECT_GT(ScanOf(path, ReadAhead::kAlways).pieces_read_ahead, 0u);  // the second slot
+    ReadingThreadSlot two;
+    EXPECT_TRUE(two.held());
+    EXPECT_EQ(ScanOf(path, ReadAhead::kAlways).pieces_read_ahead, 0u);  // none left
+    ReadingThreadSlot three;
+    EXPECT_FALSE(three.held());
+    EXPECT_EQ(ReadAheadThreadsRunning(), 2);
+  }
+  EXPECT_EQ(ReadAheadThreadsRunning(), 0);
+}
+
 TEST_F(ReadAheadTest, SmallTracesAndFilesInMemoryAreNotReadAhead) {
   const std::string small = Path("small.trace");
   WriteMixed(small, 6 * kPieceRecords);  // 1.5 MiB: under kReadAheadMinBytes
