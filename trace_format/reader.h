@@ -43,9 +43,10 @@ class PieceReadAhead;  // trace_format/read_ahead.h
 // How a reader reads. Whatever the options, the records, errors, warnings
 // and state are the same; only the speed and the threads differ.
 struct ReaderOptions {
-  // Reading ahead: once the buffer has its full size, the next piece of the
-  // file is read on a second thread while this one is checked (the reads the
-  // reader would make, in its order; docs/trace-format.md §4). kAuto reads
+  // Reading ahead: once the buffer has its full size, the next pieces of the
+  // file (up to kReadAheadPieces) are read on a second thread while this one
+  // is checked (the reads the reader would make, in its order;
+  // docs/trace-format.md §4). kAuto reads
   // ahead when the file held at least kReadAheadMinBytes at open; kAlways
   // whatever its size (tests); kNever not at all. Either way only pieces that
   // lie within the size the file had at open are read ahead, only while the
@@ -84,7 +85,8 @@ class TraceReader {
   // above open the file through FileSystem::Default(), which refuses a
   // directory, FIFO or device before reading a byte. Nothing is read beyond
   // what the file holds: records are streamed through a buffer of at most
-  // 1 MiB, whatever the file's length. `error` may be null.
+  // 256 KiB (and, reading ahead, kReadAheadPieces more), whatever the file's
+  // length. `error` may be null.
   static StatusOr<std::unique_ptr<TraceReader>> Open(std::unique_ptr<RandomAccessFile> file,
                                                      TraceError* error = nullptr,
                                                      const ReaderOptions& options = {});
@@ -155,10 +157,10 @@ class TraceReader {
   // Makes at least one whole record available at buffer_[pos_]; false at end.
   Status Fill(bool* have_record);
   // After a read that filled the whole buffer at its full size: has the
-  // read-ahead thread read the next piece, when that pays (see ReaderOptions).
+  // read-ahead thread read the next pieces, when that pays (ReaderOptions).
   void MaybeReadAhead();
-  // Waits for a read ahead still in flight: every call of the reader's own on
-  // file_ comes after it (the file sees one sequence of calls).
+  // Waits for the reads issued ahead: every call of the reader's own on file_
+  // comes after them (the file sees one sequence of calls).
   void SettleReadAhead();
   Status CheckSequence(const RecordBody& body);
   // The fast path shared by Next and NextBoundary: when the record at pos_
