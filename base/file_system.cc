@@ -114,7 +114,8 @@ class PosixWritableFile final : public WritableFile {
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
   // Owns `fd`.
-  PosixRandomAccessFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  PosixRandomAccessFile(std::string path, int fd, uint64_t size_at_open)
+      : path_(std::move(path)), fd_(fd), size_at_open_(size_at_open) {}
   ~PosixRandomAccessFile() override { ::close(fd_); }
   PosixRandomAccessFile(const PosixRandomAccessFile&) = delete;
   PosixRandomAccessFile& operator=(const PosixRandomAccessFile&) = delete;
@@ -128,10 +129,12 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return static_cast<uint64_t>(st.st_size);
   }
   const std::string& path() const override { return path_; }
+  uint64_t size_at_open() const override { return size_at_open_; }
 
  private:
   std::string path_;
   int fd_;
+  uint64_t size_at_open_;
 };
 
 class PosixFileSystem final : public FileSystem {
@@ -147,13 +150,13 @@ class PosixFileSystem final : public FileSystem {
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
     uint64_t size = 0;
     DGRR_ASSIGN_OR_RETURN(int fd, OpenRegularForReading(path, &size));
-    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
+    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd, size));
   }
 
   StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) override {
     uint64_t size = 0;
     DGRR_ASSIGN_OR_RETURN(int fd, OpenRegularForReading(path, &size));
-    PosixRandomAccessFile file(path, fd);
+    PosixRandomAccessFile file(path, fd, size);
     if (size > max_bytes) return TooLarge(path, size, max_bytes);
     // Read to the end, but never past one byte over the cap: a file that
     // grows while read is still refused, and one whose size fstat does not
@@ -358,6 +361,7 @@ class FaultyRandomAccessFile final : public RandomAccessFile {
     return base_->Size();
   }
   const std::string& path() const override { return base_->path(); }
+  uint64_t size_at_open() const override { return base_->size_at_open(); }
 
  private:
   FaultInjectingFileSystem* fs_;

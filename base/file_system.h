@@ -44,6 +44,11 @@ class RandomAccessFile {
   // The file's current size (it may grow while a writer appends).
   virtual StatusOr<uint64_t> Size() = 0;
   virtual const std::string& path() const = 0;
+  // The size fstat gave when the file was opened, known without a call of
+  // its own (nothing counted, nothing to fail); 0 when not known, and for a
+  // file in memory (NewMemoryFile), whose reads are copies that gain nothing
+  // from being done ahead. TraceReader decides from it whether to read ahead.
+  virtual uint64_t size_at_open() const { return 0; }
 };
 
 // The operations a FileSystem counts and a fault can target.

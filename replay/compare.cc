@@ -12,6 +12,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "runtime/json_input.h"
+#include "trace_format/read_ahead.h"
 #include "trace_format/shape_text.h"
 
 namespace dgrr::replay {
@@ -200,7 +201,9 @@ SideSummary Summarise(const RunInput& run, const ItemSource& stream) {
 // validating the two traces is nearly all of a lockstep comparison, and the
 // two sides are independent until they are compared. What a chunk holds and
 // every status are those of calling stream.Read on the caller's thread; an
-// exception on the reading thread is rethrown on the caller's.
+// exception on the reading thread is rethrown on the caller's. The thread
+// holds a read-ahead slot (trace_format/read_ahead.h): the readers' own
+// read-ahead threads come on top of it only where cores are left for them.
 class ChunkPrefetcher {
  public:
   ChunkPrefetcher(ItemSource& stream, size_t chunk) : stream_(stream), chunk_(chunk) {
@@ -267,6 +270,7 @@ class ChunkPrefetcher {
   bool finished_ = false;
   bool stop_ = false;
   std::exception_ptr error_;
+  trace::ReadingThreadSlot slot_;
   std::thread thread_;  // last: started once everything above exists
 };
 

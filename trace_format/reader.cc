@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
+#include "trace_format/read_ahead.h"
 
 namespace dgrr::trace {
 namespace {
@@ -57,12 +58,18 @@ StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path
 
 StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path,
                                                          TraceError* error) {
+  return Open(path, error, ReaderOptions{});
+}
+
+StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path, TraceError* error,
+                                                         const ReaderOptions& options) {
   DGRR_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenRandomAccessFile(path));
-  return Open(std::move(file), error);
+  return Open(std::move(file), error, options);
 }
 
 StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(std::unique_ptr<RandomAccessFile> file,
-                                                         TraceError* error) {
+                                                         TraceError* error,
+                                                         const ReaderOptions& options) {
   const std::string& path = file->path();
   uint8_t bytes[kHeaderSize];
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file, bytes, kHeaderSize, 0));
@@ -74,17 +81,20 @@ StatusOr<std::unique_ptr<TraceReader>> TraceReader::Open(std::unique_ptr<RandomA
     return Status::Corruption(path + ": header at offset " + std::to_string(bad_offset) + ": " +
                               s.message());
   }
-  return std::unique_ptr<TraceReader>(new TraceReader(std::move(file), header));
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(file), header, options));
 }
 
-TraceReader::TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header)
-    : path_(file->path()), file_(std::move(file)), header_(header), capacity_(kFirstReadBufferBytes),
+TraceReader::TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header,
+                         const ReaderOptions& options)
+    : path_(file->path()), file_(std::move(file)), header_(header), options_(options),
+      capacity_(kFirstReadBufferBytes),
       buffer_(new uint8_t[capacity_]),
       crcs_(new uint32_t[capacity_ / kRecordSize]) {}
 
 TraceReader::~TraceReader() = default;
 
 Status TraceReader::Fail(uint64_t index, std::string reason) {
+  read_ahead_.reset();  // nothing more is read: the thread goes (after the reads issued)
   error_ = TraceError{false, index, RecordOffset(index), reason};
   failure_ = Status::Corruption(path_ + ": record " + std::to_string(index) + " at offset " +
                                 std::to_string(RecordOffset(index)) + ": " + reason);
@@ -112,11 +122,61 @@ Status TraceReader::Fill(bool* have_record) {
   pos_ = 0;
   end_ = partial;
   checksummed_ = 0;  // ChecksumUpTo computes them as the scan reaches them
-  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_,
-                                               RecordOffset(next_index_) + end_));
+  const uint64_t offset = RecordOffset(next_index_) + end_;
+  if (read_ahead_ != nullptr && read_ahead_->issued() > 0) {
+    // The oldest read ahead is the one this Fill makes: issued after reads
+    // that filled the buffer at its full size, whose records have all been
+    // consumed since (Fill runs only at the end of the buffer).
+    if (partial == 0 && offset == read_ahead_->front_offset() && capacity_ == read_ahead_->front_length()) {
+      DGRR_ASSIGN_OR_RETURN(size_t got, read_ahead_->Take(&buffer_));
+      ++pieces_read_ahead_;
+      end_ = got;
+      *have_record = end_ >= kRecordSize;
+      MaybeReadAhead();
+      return Status::OK();
+    }
+    // A piece read ahead came back short (the file was cut under the
+    // reader) or failed: the reads queued after it are not the ones this
+    // reader makes now. Dropped (after they end), and read here.
+    read_ahead_.reset();
+  }
+  DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_, offset));
   end_ += got;
   *have_record = end_ >= kRecordSize;
+  MaybeReadAhead();
   return Status::OK();
+}
+
+void TraceReader::MaybeReadAhead() {
+  // Only right after a read that filled the buffer at its full size: the
+  // next Fill then reads capacity_ bytes at the end of this piece, and the
+  // reads stay the reader's, in its order.
+  if (capacity_ != kMaxReadBufferBytes || end_ != capacity_ || pos_ != 0) return;
+  if (options_.read_ahead == ReaderOptions::ReadAhead::kNever) return;
+  const uint64_t size_at_open = file_->size_at_open();
+  if (options_.read_ahead == ReaderOptions::ReadAhead::kAuto && size_at_open < kReadAheadMinBytes) return;
+  // Only pieces the file held whole at open: the last, short piece (and
+  // anything appended since) is read when the reader gets there, so a
+  // trace still being written is read as it then is. The pieces issued
+  // follow this one back to back, each a whole buffer.
+  const size_t issued = read_ahead_ == nullptr ? 0 : read_ahead_->issued();
+  uint64_t next = RecordOffset(next_index_) + end_ + issued * capacity_;
+  if (next + capacity_ > size_at_open) {
+    if (issued == 0) read_ahead_.reset();  // nothing more to read ahead: the thread goes
+    return;
+  }
+  if (read_ahead_ == nullptr) {
+    read_ahead_ = PieceReadAhead::Start(file_.get(), capacity_, kReadAheadPieces);
+    // None free: tried again at the next piece (another reader may end).
+    if (read_ahead_ == nullptr) return;
+  }
+  for (; read_ahead_->can_issue() && next + capacity_ <= size_at_open; next += capacity_) {
+    read_ahead_->Issue(next, capacity_);
+  }
+}
+
+void TraceReader::SettleReadAhead() {
+  if (read_ahead_ != nullptr) read_ahead_->Wait();
 }
 
 // From a whole zero record at `from_offset` on: a torn tail when no whole
@@ -124,6 +184,7 @@ Status TraceReader::Fill(bool* have_record) {
 // record are part of the same torn write: docs/trace-format.md §4). Else
 // the offset of the first nonzero byte: data after a hole, corruption.
 StatusOr<bool> TraceReader::RestOfFileIsZero(uint64_t from_offset) {
+  SettleReadAhead();
   std::vector<uint8_t> chunk(1 << 16);
   uint64_t offset = from_offset;
   for (;;) {
@@ -327,6 +388,7 @@ Status TraceReader::Next(Record* record, bool* done) {
 }
 
 Status TraceReader::ReadRecordAt(uint64_t index, Record* record) {
+  SettleReadAhead();
   uint8_t bytes[kRecordSize];
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, bytes, kRecordSize, RecordOffset(index)));
   if (got < kRecordSize) {
@@ -342,6 +404,7 @@ Status TraceReader::ReadRecordAt(uint64_t index, Record* record) {
 }
 
 StatusOr<uint64_t> TraceReader::CountRecordsInFile() {
+  SettleReadAhead();
   DGRR_ASSIGN_OR_RETURN(uint64_t size, file_->Size());
   return size < kHeaderSize ? 0 : (size - kHeaderSize) / kRecordSize;
 }
@@ -383,9 +446,13 @@ Status TruncateTraceAt(const std::string& path, uint64_t keep_records) {
 }
 
 Status VerifyTrace(const std::string& path, VerifySummary* summary) {
+  return VerifyTrace(path, summary, ReaderOptions{});
+}
+
+Status VerifyTrace(const std::string& path, VerifySummary* summary, const ReaderOptions& options) {
   *summary = VerifySummary{};
   summary->path = path;
-  auto opened = TraceReader::Open(path, &summary->error);
+  auto opened = TraceReader::Open(path, &summary->error, options);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = **opened;
   summary->header = reader.header();

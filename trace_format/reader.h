@@ -38,6 +38,31 @@ struct TraceError {
   std::string reason;
 };
 
+class PieceReadAhead;  // trace_format/read_ahead.h
+
+// How a reader reads. Whatever the options, the records, errors, warnings
+// and state are the same; only the speed and the threads differ.
+struct ReaderOptions {
+  // Reading ahead: once the buffer has its full size, the next pieces of the
+  // file (up to kReadAheadPieces) are read on a second thread while this one
+  // is checked (the reads the reader would make, in its order;
+  // docs/trace-format.md §4). kAuto reads
+  // ahead when the file held at least kReadAheadMinBytes at open; kAlways
+  // whatever its size (tests); kNever not at all. Either way only pieces that
+  // lie within the size the file had at open are read ahead, only while the
+  // process has a read-ahead thread free (read_ahead.h), and never for a file
+  // in memory.
+  enum class ReadAhead : uint8_t { kAuto, kAlways, kNever };
+  ReadAhead read_ahead = ReadAhead::kAuto;
+};
+// Below this (16 pieces of 256 KiB), a second thread costs more than it saves.
+inline constexpr uint64_t kReadAheadMinBytes = uint64_t{4} << 20;
+// Pieces read ahead at most. The reader checks a piece in well under the
+// time the worker's pread of one takes, so the worker is the slower stage:
+// with two queued it goes straight on to the next read instead of waiting
+// for the reader to wake up and ask.
+inline constexpr size_t kReadAheadPieces = 2;
+
 // Consecutive BOUNDARY records that passed every check of the reader, in
 // their encoded bytes (read them through BoundaryView): valid until the
 // reader's next call.
@@ -60,9 +85,14 @@ class TraceReader {
   // above open the file through FileSystem::Default(), which refuses a
   // directory, FIFO or device before reading a byte. Nothing is read beyond
   // what the file holds: records are streamed through a buffer of at most
-  // 1 MiB, whatever the file's length. `error` may be null.
+  // 256 KiB (and, reading ahead, kReadAheadPieces more), whatever the file's
+  // length. `error` may be null.
   static StatusOr<std::unique_ptr<TraceReader>> Open(std::unique_ptr<RandomAccessFile> file,
-                                                     TraceError* error = nullptr);
+                                                     TraceError* error = nullptr,
+                                                     const ReaderOptions& options = {});
+  // Open(path, error) with options.
+  static StatusOr<std::unique_ptr<TraceReader>> Open(const std::string& path, TraceError* error,
+                                                     const ReaderOptions& options);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -118,10 +148,20 @@ class TraceReader {
   std::string torn_tail_warning() const;
   const TraceError& last_error() const { return error_; }
 
+  // Pieces so far that a read-ahead thread read (0 when none did).
+  uint64_t pieces_read_ahead() const { return pieces_read_ahead_; }
+
  private:
-  TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header);
+  TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHeader& header,
+              const ReaderOptions& options);
   // Makes at least one whole record available at buffer_[pos_]; false at end.
   Status Fill(bool* have_record);
+  // After a read that filled the whole buffer at its full size: has the
+  // read-ahead thread read the next pieces, when that pays (ReaderOptions).
+  void MaybeReadAhead();
+  // Waits for the reads issued ahead: every call of the reader's own on file_
+  // comes after them (the file sees one sequence of calls).
+  void SettleReadAhead();
   Status CheckSequence(const RecordBody& body);
   // The fast path shared by Next and NextBoundary: when the record at pos_
   // is a boundary that passes every check (CRC, fields, sequence rules),
@@ -137,6 +177,7 @@ class TraceReader {
   const std::string path_;
   std::unique_ptr<RandomAccessFile> file_;
   const TraceHeader header_;
+  const ReaderOptions options_;
 
   // Starts small (a short trace costs little to open) and grows while reads
   // fill it, up to 256 KiB (one pread per 2048 records; the CRC and check
@@ -169,6 +210,11 @@ class TraceReader {
   Status failure_;
   TraceError error_;
   Record scratch_;  // NextBoundary's record for the general path
+
+  // Reading ahead (null while no thread reads ahead): after file_ and
+  // buffer_, so that it is stopped before they go.
+  std::unique_ptr<PieceReadAhead> read_ahead_;
+  uint64_t pieces_read_ahead_ = 0;
 };
 
 // A whole trace decoded in memory (compare and inspect use it).
@@ -204,5 +250,6 @@ struct VerifySummary {
 };
 // Validates the whole trace. OK (possibly with a warning) or the first error.
 Status VerifyTrace(const std::string& path, VerifySummary* summary);
+Status VerifyTrace(const std::string& path, VerifySummary* summary, const ReaderOptions& options);
 
 }  // namespace dgrr::trace

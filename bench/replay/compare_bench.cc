@@ -10,12 +10,15 @@
 // BM_InterleavedRounds is the figure to quote: every round times read(2) of
 // both files, VerifyTrace of both and CompareRuns once each, in a rotating
 // order, and reports the median over rounds of each paired ratio (baseline
-// time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read and
-// verify: the thread's; compare: the process's, both of its threads) and by
+// time / candidate time, so 1.0 is read(2)'s speed), by CPU time (read(2)
+// and pread: the thread's; verify and compare: the process's, so that the
+// reader's read-ahead thread counts, and compare's second thread) and by
 // wall time, with the range in the label. The same rounds time the floor of
 // a reader that copies (pread of the reader's pieces, alone and with the
-// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu). The instruction set (the
-// block CRC and scan kernels the reader picked) is printed above the results.
+// block CRC: ratio_pread_cpu, ratio_pread_crc_cpu), and VerifyTrace and
+// CompareRuns with the reader's read-ahead off (ratio_*_serial_*: what they
+// were before it). The instruction set (the block CRC and scan kernels the
+// reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <time.h>
@@ -32,6 +35,7 @@
 #include "replay/compare.h"
 #include "trace_format/boundary_scan.h"
 #include "trace_format/crc32c.h"
+#include "trace_format/read_ahead.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
 
@@ -39,7 +43,9 @@ namespace dgrr::replay {
 namespace {
 
 // DGRR_COMPARE_BENCH_RECORDS overrides the size (default 10 M per trace),
-// DGRR_COMPARE_BENCH_CHUNK the lockstep chunk (CompareOptions::chunk_items).
+// DGRR_COMPARE_BENCH_CHUNK the lockstep chunk (CompareOptions::chunk_items),
+// DGRR_COMPARE_BENCH_READ_AHEAD the readers' read-ahead thread limit
+// (trace_format/read_ahead.h; default: the library's).
 uint64_t RecordCount() {
   const char* env = std::getenv("DGRR_COMPARE_BENCH_RECORDS");
   return env ? std::strtoull(env, nullptr, 10) : 10'000'000;
@@ -182,10 +188,10 @@ uint64_t PreadBoth(const Fixture& f, uint8_t* buffer, uint32_t* crcs, bool check
   return total;
 }
 
-bool VerifyBoth(const Fixture& f) {
+bool VerifyBoth(const Fixture& f, trace::ReaderOptions::ReadAhead read_ahead) {
   for (const std::string* path : {&f.a, &f.b}) {
     trace::VerifySummary summary;
-    if (!trace::VerifyTrace(*path, &summary).ok()) return false;
+    if (!trace::VerifyTrace(*path, &summary, trace::ReaderOptions{read_ahead}).ok()) return false;
     benchmark::DoNotOptimize(summary.boundaries);
   }
   return true;
@@ -238,7 +244,9 @@ void BM_InterleavedRounds(benchmark::State& state) {
   std::unique_ptr<uint8_t[]> piece(new uint8_t[kReaderPiece]);
   std::unique_ptr<uint32_t[]> crcs(new uint32_t[kReaderPiece / trace::kRecordSize]);
   ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
-  constexpr int kCandidates = 5;  // read(2), verify, compare, pread, pread + CRC
+  // read(2), verify, compare, pread, pread + CRC, verify serial, compare serial
+  constexpr int kCandidates = 7;
+  const int read_ahead_threads = trace::ReadAheadThreadLimit();
   std::vector<double> cpu[kCandidates], wall[kCandidates];
   int round = 0;
   for (auto _ : state) {
@@ -248,16 +256,24 @@ void BM_InterleavedRounds(benchmark::State& state) {
       const Clocks t0 = Clocks::Now();
       bool ok = true;
       if (which == 0) benchmark::DoNotOptimize(ReadBoth(f, buffer.get(), kBuffer));
-      if (which == 1) ok = VerifyBoth(f);
+      if (which == 1) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kAuto);
       if (which == 2) ok = CompareBoth(f);
       if (which == 3) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), false));
       if (which == 4) benchmark::DoNotOptimize(PreadBoth(f, piece.get(), crcs.get(), true));
+      if (which == 5) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kNever);
+      if (which == 6) {
+        trace::SetReadAheadThreadLimit(0);
+        ok = CompareBoth(f);
+        trace::SetReadAheadThreadLimit(read_ahead_threads);
+      }
       const Clocks t1 = Clocks::Now();
       if (!ok) {
-        state.SkipWithError(which == 1 ? "verify failed" : "compare did not certify the identical traces");
+        state.SkipWithError(which == 2 || which == 6 ? "compare did not certify the identical traces"
+                                                     : "verify failed");
         return;
       }
-      t[which][0] = which == 2 ? t1.process - t0.process : t1.thread - t0.thread;
+      const bool threads = which == 1 || which == 2 || which == 5 || which == 6;
+      t[which][0] = threads ? t1.process - t0.process : t1.thread - t0.thread;
       t[which][1] = t1.wall - t0.wall;
     }
     ++round;
@@ -272,6 +288,10 @@ void BM_InterleavedRounds(benchmark::State& state) {
   state.counters["ratio_verify_wall"] = Median(wall[1]);
   state.counters["ratio_pread_cpu"] = Median(cpu[3]);
   state.counters["ratio_pread_crc_cpu"] = Median(cpu[4]);
+  state.counters["ratio_verify_serial_cpu"] = Median(cpu[5]);
+  state.counters["ratio_verify_serial_wall"] = Median(wall[5]);
+  state.counters["ratio_compare_serial_cpu"] = Median(cpu[6]);
+  state.counters["ratio_compare_serial_wall"] = Median(wall[6]);
   auto range = [](const std::vector<double>& v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
@@ -279,7 +299,9 @@ void BM_InterleavedRounds(benchmark::State& state) {
     return std::string(text);
   };
   state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
-                 range(cpu[1]) + " wall " + range(wall[1]) + ", pread cpu " + range(cpu[3]) +
+                 range(cpu[1]) + " wall " + range(wall[1]) + ", verify serial cpu " + range(cpu[5]) +
+                 " wall " + range(wall[5]) + ", compare serial cpu " + range(cpu[6]) + " wall " +
+                 range(wall[6]) + ", pread cpu " + range(cpu[3]) +
                  ", pread+crc cpu " + range(cpu[4]));
 }
 
@@ -290,7 +312,7 @@ int Rounds() {
 
 BENCHMARK(BM_InterleavedRounds)->Iterations(Rounds())->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ReadBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_VerifyBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_VerifyBothBaseline)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 // Process CPU time: compare reads trace B on a second thread.
 BENCHMARK(BM_CompareLockstepFiles)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
@@ -299,10 +321,14 @@ BENCHMARK(BM_CompareLockstepFiles)->Unit(benchmark::kMillisecond)->UseRealTime()
 
 int main(int argc, char** argv) {
   using namespace dgrr;
+  if (const char* limit = std::getenv("DGRR_COMPARE_BENCH_READ_AHEAD")) {
+    trace::SetReadAheadThreadLimit(std::atoi(limit));
+  }
   benchmark::AddCustomContext(
       "isa", std::string("block CRC ") + crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) +
                  ", boundary scan " + trace::ScanKernelName(trace::SelectedScanKernel()));
   benchmark::AddCustomContext("baseline", "read(2) of both traces (ratio = read time / candidate time)");
+  benchmark::AddCustomContext("read_ahead_threads", std::to_string(trace::ReadAheadThreadLimit()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

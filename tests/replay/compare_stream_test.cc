@@ -9,6 +9,7 @@
 #include "base/coding.h"
 #include "replay/compare.h"
 #include "tests/support/temp_dir_test.h"
+#include "trace_format/read_ahead.h"
 #include "trace_format/reader.h"
 #include "trace_format/writer.h"
 
@@ -103,6 +104,36 @@ TEST_F(CompareStreamTest, StreamedResultEqualsInMemoryForEndsAndDivergences) {
     EXPECT_EQ(s->diverged(), c.flip_at != ~0ull);
     EXPECT_EQ(s->b.boundaries, c.b_length);
   }
+}
+
+// Traces over kReadAheadMinBytes, compared with the readers reading ahead
+// (a limit that leaves both readers a thread beside compare's own) and with
+// no read-ahead at all: the same report, the same error.
+TEST_F(CompareStreamTest, ReadAheadThreadsChangeNothing) {
+  const uint64_t n = trace::kReadAheadMinBytes / trace::kRecordSize + 5000;
+  const std::string a = Path("a.trace"), b = Path("b.trace"), flipped = Path("flipped.trace"),
+                    bad = Path("bad.trace");
+  Write(a, n);
+  Write(b, n);
+  Write(flipped, n, n - 3000);
+  Write(bad, n);
+  BreakRecord(bad, 8 + n - 2000);
+  const int saved_limit = trace::ReadAheadThreadLimit();
+  CompareOptions options;
+  options.chunk_items = 1000;
+  for (const auto& [x, y] : {std::pair{a, b}, std::pair{a, flipped}, std::pair{flipped, a},
+                              std::pair{a, bad}, std::pair{bad, b}}) {
+    SCOPED_TRACE(x + " against " + y);
+    std::string outcome[2];
+    for (int limit : {0, 4}) {
+      trace::SetReadAheadThreadLimit(limit);
+      auto result = CompareRuns(x, y, options);
+      outcome[limit != 0] = result.ok() ? CompareJson(*result).dump() : result.status().ToString();
+    }
+    EXPECT_EQ(outcome[0], outcome[1]);
+  }
+  trace::SetReadAheadThreadLimit(saved_limit);
+  EXPECT_EQ(trace::ReadAheadThreadsRunning(), 0);
 }
 
 }  // namespace

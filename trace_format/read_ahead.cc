@@ -1,0 +1,121 @@
+#include "trace_format/read_ahead.h"
+
+#include <algorithm>
+#include <atomic>
+#include <system_error>
+#include <utility>
+
+namespace dgrr::trace {
+namespace {
+
+std::atomic<int> running_workers{0};
+std::atomic<int> limit_set{-1};  // -1: the default
+
+// Takes a slot under the limit; false when all are taken.
+bool TakeSlot() {
+  const int limit = ReadAheadThreadLimit();
+  int now = running_workers.load(std::memory_order_relaxed);
+  while (now < limit) {
+    if (running_workers.compare_exchange_weak(now, now + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+void GiveSlotBack() { running_workers.fetch_sub(1, std::memory_order_relaxed); }
+
+}  // namespace
+
+int ReadAheadThreadLimit() {
+  static const int by_default = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  const int set = limit_set.load(std::memory_order_relaxed);
+  return set >= 0 ? set : by_default;
+}
+
+void SetReadAheadThreadLimit(int limit) { limit_set.store(std::max(0, limit), std::memory_order_relaxed); }
+
+int ReadAheadThreadsRunning() { return running_workers.load(std::memory_order_relaxed); }
+
+ReadingThreadSlot::ReadingThreadSlot() : held_(TakeSlot()) {}
+
+ReadingThreadSlot::~ReadingThreadSlot() {
+  if (held_) GiveSlotBack();
+}
+
+PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth)
+    : file_(file), depth_(std::max<size_t>(1, depth)), slots_(depth_) {
+  for (Slot& slot : slots_) slot.buffer.reset(new uint8_t[capacity]);
+}
+
+std::unique_ptr<PieceReadAhead> PieceReadAhead::Start(RandomAccessFile* file, size_t capacity,
+                                                      size_t depth) {
+  if (!TakeSlot()) return nullptr;
+  std::unique_ptr<PieceReadAhead> worker(new PieceReadAhead(file, capacity, depth));
+  try {
+    worker->thread_ = std::thread([w = worker.get()] { w->Run(); });
+  } catch (const std::system_error&) {
+    GiveSlotBack();
+    return nullptr;  // its destructor sees no thread to join
+  }
+  return worker;
+}
+
+PieceReadAhead::~PieceReadAhead() {
+  if (!thread_.joinable()) return;  // Start failed: it holds no slot
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();  // the reads issued end first
+  GiveSlotBack();
+}
+
+void PieceReadAhead::Issue(uint64_t offset, size_t n) {
+  Slot& slot = slots_[issued_count_ % depth_];
+  slot.offset = offset;
+  slot.length = n;
+  ++issued_count_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    requested_ = issued_count_;
+  }
+  changed_.notify_all();
+}
+
+void PieceReadAhead::Wait() {
+  if (issued() == 0) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return done_ == requested_; });
+}
+
+StatusOr<size_t> PieceReadAhead::Take(std::unique_ptr<uint8_t[]>* buffer) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return done_ > taken_count_; });
+  }
+  Slot& slot = slots_[taken_count_ % depth_];
+  ++taken_count_;
+  StatusOr<size_t> result = std::move(slot.result);
+  slot.result = size_t{0};
+  if (result.ok()) std::swap(*buffer, slot.buffer);
+  return result;
+}
+
+void PieceReadAhead::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return done_ < requested_ || stop_; });
+    if (done_ == requested_) return;  // stopped, every read issued done
+    Slot& slot = slots_[done_ % depth_];
+    // The slot and the file belong to this thread until the read is counted
+    // done: the asking thread touches neither meanwhile.
+    lock.unlock();
+    StatusOr<size_t> got = file_->Read(slot.offset, slot.length, slot.buffer.get());
+    slot.result = std::move(got);
+    lock.lock();
+    ++done_;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace dgrr::trace
