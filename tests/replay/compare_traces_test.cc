@@ -447,6 +447,17 @@ TEST(CompareJsonDiff, FlattensNestedKeysAndEnvironmentControls) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].key, "inject");
 
+  // Keys as the walk names them, siblings after deep subtrees included: the
+  // shared path is cut back to each value's parent before its key is added.
+  d = DiffJson(nlohmann::json::parse(R"({"a": {"b": [[{"c": 1}], 2], "": {"": 3}, "[k]": 4}, "z": [5, {"y": 6}]})"),
+               nlohmann::json::parse(R"({"a": {"b": [[{"c": 0}], 0], "": {"": 0}, "[k]": 0}, "z": [0, {"y": 0}]})"));
+  std::vector<std::string> keys;
+  for (const KeyDifference& k : d) keys.push_back(k.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"a..", "a.[k]", "a.b[0][0].c", "a.b[1]", "z[0]", "z[1].y"}));
+  d = DiffJson(nlohmann::json(1), nlohmann::json(2));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "(root)");
+
   auto env_a = nlohmann::json::parse(
       R"({"schema": "dgrr.env/1", "host": {"hostname": "h1", "cpu_model": "X"},
           "controls": [{"name": "NCCL_ALGO", "value": "Ring", "origin": "dgrr default"}],
