@@ -138,7 +138,7 @@ __global__ void Xxh3ChainKernel(const uint8_t* in, size_t n, size_t blocks, cons
   StageSecret(param, secret);
   const size_t lane = threadIdx.x;
   if (lane < xxh3::kLanes) {
-    acc[lane] = xxh3::ChainLane(deltas + lane, xxh3::kLanes, blocks, secret, lane) +
+    acc[lane] = xxh3::ChainLane(deltas, xxh3::kLanes, blocks, secret, lane) +
                 xxh3::TailLaneDelta(in, n, secret, lane);
   }
   __syncthreads();

@@ -130,7 +130,7 @@ DGRR_HOST_DEVICE inline size_t TailWindowBytes(uint64_t len) {
 DGRR_HOST_DEVICE inline uint64_t SegmentedLaneAccumulator(const uint64_t* deltas, uint64_t blocks,
                                                           const uint8_t* window, uint64_t len,
                                                           const uint8_t* secret, size_t lane) {
-  return ChainLane(deltas + lane, kLanes, blocks, secret, lane) +
+  return ChainLane(deltas, kLanes, blocks, secret, lane) +
          TailLaneDeltaFromWindow(window, TailWindowBytes(len), len, secret, lane);
 }
 

@@ -235,11 +235,14 @@ DGRR_HOST_DEVICE inline uint64_t ScrambleLane(uint64_t acc, const uint8_t* secre
 }
 
 // One lane through the full blocks, given each block's delta for this lane
-// (deltas[b * stride]): add, scramble, next block. The only sequential part.
+// (deltas[b * stride + lane]): add, scramble, next block. The only sequential
+// part. The lane is indexed here, not added to `deltas` by callers: with no
+// full block, deltas may be null (an empty vector's data()), and null plus
+// an offset is undefined behaviour (clang's UBSan reports it).
 DGRR_HOST_DEVICE inline uint64_t ChainLane(const uint64_t* deltas, size_t stride, size_t blocks,
                                            const uint8_t* secret, size_t lane) {
   uint64_t acc = InitialLane(lane);
-  for (size_t b = 0; b < blocks; ++b) acc = ScrambleLane(acc + deltas[b * stride], secret, lane);
+  for (size_t b = 0; b < blocks; ++b) acc = ScrambleLane(acc + deltas[b * stride + lane], secret, lane);
   return acc;
 }
 

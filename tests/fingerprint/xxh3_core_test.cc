@@ -36,7 +36,7 @@ uint64_t HashLongAsKernels(const uint8_t* in, size_t len) {
   }
   uint64_t acc[xxh3::kLanes];
   for (size_t lane = 0; lane < xxh3::kLanes; ++lane) {
-    acc[lane] = xxh3::ChainLane(deltas.data() + lane, xxh3::kLanes, blocks, Secret(), lane) +
+    acc[lane] = xxh3::ChainLane(deltas.data(), xxh3::kLanes, blocks, Secret(), lane) +
                 xxh3::TailLaneDelta(in, len, Secret(), lane);
   }
   return xxh3::MergeLanes(acc, len, Secret());
