@@ -71,6 +71,7 @@ int DepartFromTheJob(std::unique_ptr<MpiCommunicator> owned) {
                              stranded.ToString() + "' then '" + again.ToString() + "'"));
   }
   c.Abort(stranded);
+  return 1;  // not reached: Abort ends the job
 }
 
 int Run(const std::string& mode) {
