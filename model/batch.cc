@@ -84,10 +84,9 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
                              num_params_, hooks);
       }
     });
-    if (!host) {
-      launchers_[0]->CopyToHost(storage_.data(), device_grads_.data(),
-                                count_ * num_params_ * sizeof(float));
-    }
+    // The gradients stay on the device: the canonical reduction sums them
+    // there (ReduceNode); gradients() copies them back if anybody reads them.
+    host_stale_ = !host;
     return Status::OK();
   }
   ParallelFor(static_cast<size_t>(workers), workers, [&](size_t w, int) {
@@ -103,13 +102,39 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   return Status::OK();
 }
 
+std::span<float* const> BatchGradients::gradients() {
+  if (host_stale_) {
+    launchers_[0]->CopyToHost(storage_.data(), device_grads_.data(),
+                              count_ * num_params_ * sizeof(float));
+    host_stale_ = false;
+  }
+  return {pointers_.data(), count_};
+}
+
+StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count) {
+  if (count == 0 || begin > count_ || count > count_ - begin) {
+    return Status::InvalidArgument("tree sum of examples [" + std::to_string(begin) + ", " +
+                                   std::to_string(begin + count) + ") of a batch of " + std::to_string(count_));
+  }
+  if (device_ == Device::kCpu || (!host_stale_ && !launchers_[0]->host_memory())) {
+    // On the host: the CPU's batch, or a device batch already copied back.
+    const std::span<float* const> buffers = gradients().subspan(begin, count);
+    TreeReduceInPlace(buffers, num_params_, num_threads_);
+    return static_cast<const float*>(buffers[0]);
+  }
+  Launcher& launcher = *launchers_[0];
+  float* base = (launcher.host_memory() ? storage_.data() : device_grads_.data()) + begin * num_params_;
+  launcher.Launch(kernels::TreeSumKernel{base, num_params_, count, num_params_});
+  if (!launcher.host_memory()) launcher.CopyToHost(pointers_[begin], base, num_params_ * sizeof(float));
+  return static_cast<const float*>(pointers_[begin]);
+}
+
 StatusOr<float> BatchGradients::ComputeMeanGradient(const float* params, const uint8_t* examples,
                                                     size_t count, uint64_t first_example,
                                                     const ExampleHooks& hooks, float* grad_out) {
   DGRR_RETURN_IF_ERROR(ComputeExamples(params, examples, count, first_example, hooks));
-  TreeReduceInPlace(gradients(), num_params_, num_threads_);
+  DGRR_ASSIGN_OR_RETURN(const float* sum, ReduceNode(0, count_));
   const float divisor = static_cast<float>(count_);
-  const float* sum = pointers_[0];
   for (size_t k = 0; k < num_params_; ++k) grad_out[k] = sum[k] / divisor;
   if (hooks.observer != nullptr) {
     ObserveParameterGradients(layout_, grad_out, hooks.observer, first_example,

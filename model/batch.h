@@ -10,6 +10,7 @@
 #include "model/device_engine.h"
 #include "model/gpt.h"
 #include "model/grid.h"
+#include "runtime/canonical_reduce.h"
 
 namespace dgrr::model {
 
@@ -34,8 +35,12 @@ class BatchGradients {
   Status ComputeExamples(const float* params, const uint8_t* examples, size_t count,
                        uint64_t first_example, const ExampleHooks& hooks);
 
-  // Per-example results of the last ComputeExamples.
-  std::span<float* const> gradients() const { return {pointers_.data(), count_}; }
+  // Per-example results of the last ComputeExamples, in host memory (on a
+  // GPU the gradients are copied back at the first call after a compute).
+  std::span<float* const> gradients();
+  // The same buffers without copying anything back: for CanonicalAllReduce
+  // with node_reducer(), which reads only the node sums it asks for.
+  std::span<float* const> gradient_buffers() const { return {pointers_.data(), count_}; }
   std::span<const float> losses() const { return {losses_.data(), count_}; }
 
   // Single-rank step: ComputeExamples, tree-reduce gradients and losses, then
@@ -44,6 +49,18 @@ class BatchGradients {
   // If hooks.observer is set, reports every parameter gradient (per batch).
   StatusOr<float> ComputeMeanGradient(const float* params, const uint8_t* examples, size_t count,
                             uint64_t first_example, const ExampleHooks& hooks, float* grad_out);
+
+  // Where the device engines ran the batch: the canonical tree sum of the
+  // per-example gradients [begin, begin + count) of the last ComputeExamples
+  // by the launcher's tree-sum kernel (kernels::TreeSumKernel, bitwise
+  // TreeReduceInPlace), only the sum brought back to the host, into buffer
+  // `begin`, which is returned (the other buffers of the node are clobbered,
+  // as TreeReduceInPlace leaves them). On the CPU: TreeReduceInPlace. For
+  // CanonicalAllReduce's reduce_node.
+  StatusOr<const float*> ReduceNode(size_t begin, size_t count);
+  NodeReducer node_reducer() {
+    return [this](size_t begin, size_t count) { return ReduceNode(begin, count); };
+  }
 
   int num_threads() const { return num_threads_; }
   Device device() const { return device_; }
@@ -65,6 +82,9 @@ class BatchGradients {
   std::vector<float> storage_;                                  // max_examples x num_params
   std::vector<float*> pointers_;
   std::vector<float> losses_;
+  // The per-example gradients are on a device that does not share host
+  // memory and have not been copied back since the last compute.
+  bool host_stale_ = false;
 };
 
 // Reports each parameter's gradient as a per-batch backward boundary named

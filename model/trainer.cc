@@ -842,11 +842,20 @@ Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
 // The data-parallel faults replace it, at the step they fire, by sums in
 // orders of their own.
 Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
-  const std::span<float* const> mine = rank.batch.gradients();
   const uint64_t B = static_cast<uint64_t>(t.batch_);
   const FaultSpec* race = FaultAt(FaultKind::kRace, step);
   const NamedTensor* racy = race ? t.fault_targets_->ReducedParameter(race->at) : nullptr;
-  if (FaultAt(FaultKind::kReduceOrder, step) != nullptr) {
+  const bool reorder = FaultAt(FaultKind::kReduceOrder, step) != nullptr;
+  // On a device the canonical reduction sums each of this rank's nodes there
+  // (BatchGradients::ReduceNode) and brings back the node sums only; the
+  // faults read every example's gradient on the host.
+  if (!reorder && racy == nullptr && rank.batch.device() != Device::kCpu) {
+    return CanonicalAllReduce(rank.comm, rank.batch.gradient_buffers(),
+                              rank.shard_first - static_cast<uint64_t>(step) * B, B, num_params, rank.grad.data(),
+                              t.options_.threads, rank.batch.node_reducer());
+  }
+  const std::span<float* const> mine = rank.batch.gradients();
+  if (reorder) {
     // A valid but different order: ((g0 + g1) + g2) + ..., every rank alike.
     std::vector<float> all;
     DGRR_RETURN_IF_ERROR(GatherExampleRange(rank.comm, mine, 0, num_params, &all));

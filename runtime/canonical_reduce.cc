@@ -110,7 +110,7 @@ std::vector<ShardNode> MaximalShardNodes(std::span<const uint64_t> starts, std::
 }
 
 Status CanonicalAllReduce(Communicator& comm, std::span<float* const> shard, uint64_t first, uint64_t total,
-                          size_t n, float* out, int num_threads) {
+                          size_t n, float* out, int num_threads, const NodeReducer& reduce_node) {
   ShardClaim mine{first, shard.size(), total, n, 1};
   if (n > 0 && (out == nullptr || std::any_of(shard.begin(), shard.end(), [](float* p) { return !p; }))) {
     mine.local_ok = 0;
@@ -126,20 +126,27 @@ Status CanonicalAllReduce(Communicator& comm, std::span<float* const> shard, uin
 
   // One rank holds the whole batch, the tree's root: nothing to exchange, so
   // no packing and no second copy (the common single-rank training case).
+  // A node's sum: the host tree, leaving it in the node's first buffer, or
+  // the caller's reducer.
+  auto reduce = [&](size_t begin, size_t count) -> StatusOr<const float*> {
+    if (reduce_node) return reduce_node(begin, count);
+    auto buffers = shard.subspan(begin, count);
+    TreeReduceInPlace(buffers, n, num_threads);
+    return static_cast<const float*>(buffers[0]);
+  };
   if (comm.size() == 1) {
     if (n == 0) return Status::OK();
-    TreeReduceInPlace(shard, n, num_threads);
-    std::memcpy(out, shard[0], n * sizeof(float));
+    DGRR_ASSIGN_OR_RETURN(const float* sum, reduce(0, shard.size()));
+    std::memcpy(out, sum, n * sizeof(float));
     return Status::OK();
   }
 
-  // 1. Each of my nodes, reduced locally: its sum lands in its first buffer.
+  // 1. Each of my nodes, reduced locally.
   std::vector<const float*> my_sums;
   for (const ShardNode& node : nodes) {
     if (node.rank != me) continue;
-    auto buffers = shard.subspan(node.lo - first, node.hi - node.lo);
-    TreeReduceInPlace(buffers, n, num_threads);
-    my_sums.push_back(buffers[0]);
+    DGRR_ASSIGN_OR_RETURN(const float* sum, reduce(node.lo - first, node.hi - node.lo));
+    my_sums.push_back(sum);
   }
 
   // 2. Rank d receives slice d of every node, in example order (ranks' shards

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -39,8 +40,16 @@ namespace dgrr {
 // gives. Every rank must call it (it is a collective). Shards that do not
 // tile [0, total), a zero total, or ranks that disagree on `total` or `n`
 // give InvalidArgument on every rank, before any gradient byte moves.
+//
+// `reduce_node`, when given, does step 1 instead of the host: called once for
+// each of this rank's maximal nodes, in example order, with the node's
+// buffers as shard[begin, begin + count), it must leave in host memory, and
+// return, the canonical tree sum of those buffers (TreeReduceInPlace's bits:
+// a device's tree-sum kernel, with only the node's sum copied back). The
+// shard's pointers are then only checked for null and handed to it.
+using NodeReducer = std::function<StatusOr<const float*>(size_t begin, size_t count)>;
 Status CanonicalAllReduce(Communicator& comm, std::span<float* const> shard, uint64_t first, uint64_t total,
-                          size_t n, float* out, int num_threads);
+                          size_t n, float* out, int num_threads, const NodeReducer& reduce_node = nullptr);
 
 // Every example's scalar (a per-example loss) in example order on every rank:
 // `all` gets `total` floats. The ranks' shards tile [0, total) as above.

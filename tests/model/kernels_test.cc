@@ -404,6 +404,35 @@ TEST(GridEngine, BatchGradientsOnCudaSimEqualTheCpuForAnyThreadCount) {
   }
 }
 
+// The canonical reduction's node sums on the device: for every sub-range of
+// a batch, the tree-sum kernel's sum is the host tree's, and a bad range is
+// refused.
+TEST(GridEngine, ReduceNodeOnCudaSimEqualsTheHostTreeForEveryRange) {
+  GptConfig config = OddConfig(0.0f);
+  Gpt model = *Gpt::Create(config);
+  model.Initialize(SplitMixNormalFill(4));
+  const size_t count = 6, window = config.seq_len + 1, np = model.num_parameters();
+  const auto tokens = Bytes(count * window, 81);
+  ExampleHooks hooks;
+  BatchGradients cpu(config, 1, count), sim(config, 2, count, Device::kCudaSim);
+  for (size_t begin = 0; begin < count; ++begin) {
+    for (size_t n = 1; begin + n <= count; ++n) {
+      SCOPED_TRACE(testing::Message() << "examples [" << begin << ", " << begin + n << ")");
+      ASSERT_TRUE(cpu.ComputeExamples(model.parameters(), tokens.data(), count, 0, hooks).ok());
+      ASSERT_TRUE(sim.ComputeExamples(model.parameters(), tokens.data(), count, 0, hooks).ok());
+      std::vector<float*> buffers(cpu.gradients().begin() + static_cast<std::ptrdiff_t>(begin),
+                                  cpu.gradients().begin() + static_cast<std::ptrdiff_t>(begin + n));
+      TreeReduceInPlace(buffers, np, 1);
+      const std::vector<float> want(buffers[0], buffers[0] + np);
+      auto got = sim.ReduceNode(begin, n);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ExpectSameBits(want, std::vector<float>(*got, *got + np), "node sum");
+    }
+  }
+  EXPECT_FALSE(sim.ReduceNode(4, 3).ok());
+  EXPECT_FALSE(sim.ReduceNode(0, 0).ok());
+}
+
 TEST(GridEngine, DeviceNamesParse) {
   EXPECT_EQ(*ParseDevice("cpu"), Device::kCpu);
   EXPECT_EQ(*ParseDevice("cuda-sim"), Device::kCudaSim);

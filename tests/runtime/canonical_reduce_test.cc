@@ -88,6 +88,23 @@ TEST_P(CanonicalReduceRanks, BitwiseTheOneProcessTree) {
   }
 }
 
+// A device sums its nodes itself (model::BatchGradients::ReduceNode): the
+// library asks for each of the rank's maximal nodes once, uses the sums it is
+// handed, and leaves the shard's buffers alone.
+TEST_P(CanonicalReduceRanks, ANodeReducerIsAskedForEachNodeOnceAndItsSumsAreUsed) {
+  const int ranks = GetParam();
+  for (size_t n : {size_t{3}, size_t{37}}) {
+    for (uint64_t total = 1; total <= 40; ++total) {
+      for (Cut cut : kAllCuts) {
+        auto results = OnEveryRank(ranks, [&](Communicator& c) {
+          return CheckCanonicalAllReduce(c, total, cut, n, /*threads=*/2, /*node_reducer=*/true);
+        });
+        for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+      }
+    }
+  }
+}
+
 TEST_P(CanonicalReduceRanks, GatherExampleScalarsInExampleOrder) {
   const int ranks = GetParam();
   for (uint64_t total = 1; total <= 40; ++total) {

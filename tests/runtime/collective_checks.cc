@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "runtime/canonical_reduce.h"
 #include "runtime/tree_reduce.h"
@@ -168,7 +169,8 @@ std::string Case(const Communicator& c, uint64_t total, Cut cut, size_t n, int t
 
 }  // namespace
 
-Status CheckCanonicalAllReduce(Communicator& c, uint64_t total, Cut cut, size_t n, int threads) {
+Status CheckCanonicalAllReduce(Communicator& c, uint64_t total, Cut cut, size_t n, int threads,
+                               bool node_reducer) {
   // What one process gives over the whole batch.
   std::vector<std::vector<float>> all(total, std::vector<float>(n));
   std::vector<float*> all_ptrs;
@@ -187,7 +189,49 @@ Status CheckCanonicalAllReduce(Communicator& c, uint64_t total, Cut cut, size_t 
     mine_ptrs.push_back(mine[i].data());
   }
   std::vector<float> out(n, std::nanf(""));
-  DGRR_RETURN_IF_ERROR(CanonicalAllReduce(c, mine_ptrs, shard.first, total, n, out.data(), threads));
+  // The reducer's own sums, and the nodes it was asked for.
+  std::vector<std::vector<float>> sums;
+  std::vector<ShardNode> asked;
+  NodeReducer reducer;
+  if (node_reducer) {
+    sums.reserve(shard.count);
+    reducer = [&](size_t begin, size_t count) -> StatusOr<const float*> {
+      asked.push_back({shard.first + begin, shard.first + begin + count, c.rank()});
+      std::vector<std::vector<float>> copy(mine.begin() + static_cast<std::ptrdiff_t>(begin),
+                                           mine.begin() + static_cast<std::ptrdiff_t>(begin + count));
+      std::vector<float*> ptrs;
+      for (auto& b : copy) ptrs.push_back(b.data());
+      TreeReduceInPlace(ptrs, n, 1);
+      sums.push_back(copy[0]);
+      return static_cast<const float*>(sums.back().data());
+    };
+  }
+  DGRR_RETURN_IF_ERROR(CanonicalAllReduce(c, mine_ptrs, shard.first, total, n, out.data(), threads, reducer));
+  if (node_reducer) {
+    const auto counts = ShardCounts(total, c.size(), cut);
+    std::vector<uint64_t> starts;
+    uint64_t at = 0;
+    for (uint64_t count : counts) starts.push_back(std::exchange(at, at + count));
+    std::vector<ShardNode> want;
+    for (const ShardNode& node : MaximalShardNodes(starts, counts, total)) {
+      if (node.rank == c.rank()) want.push_back(node);
+    }
+    bool same = want.size() == asked.size();
+    for (size_t k = 0; same && k < want.size(); ++k) same = want[k].lo == asked[k].lo && want[k].hi == asked[k].hi;
+    if (!same) {
+      return Status::Internal(Case(c, total, cut, n, threads) + "the reducer was asked for " +
+                              std::to_string(asked.size()) + " nodes, this rank has " + std::to_string(want.size()));
+    }
+    for (uint64_t i = 0; i < shard.count; ++i) {
+      for (size_t e = 0; e < n; ++e) {
+        const float original = ExampleValue(shard.first + i, e);
+        if (std::memcmp(&mine[i][e], &original, sizeof(float)) != 0) {
+          return Status::Internal(Case(c, total, cut, n, threads) + "example " + std::to_string(shard.first + i) +
+                                  "'s buffer was written although a reducer was given");
+        }
+      }
+    }
+  }
   if (std::memcmp(out.data(), expected.data(), n * sizeof(float)) != 0) {
     for (size_t e = 0; e < n; ++e) {
       if (std::memcmp(&out[e], &expected[e], sizeof(float)) != 0) {

@@ -47,7 +47,11 @@ float ExampleValue(uint64_t example, size_t element);
 // This rank's shard of a batch of `total` examples of n values each, cut by
 // `cut`, reduced with CanonicalAllReduce on `threads` threads, must equal
 // bitwise TreeReduceInPlace over all the batch's buffers in one process.
-Status CheckCanonicalAllReduce(Communicator& c, uint64_t total, Cut cut, size_t n, int threads);
+// With `node_reducer`, the nodes are summed by a reducer of the test's own
+// (into storage of its own, leaving the shard's buffers untouched, which is
+// checked), called exactly once per maximal node of this rank, in order.
+Status CheckCanonicalAllReduce(Communicator& c, uint64_t total, Cut cut, size_t n, int threads,
+                               bool node_reducer = false);
 // GatherExampleScalars returns every example's value in example order.
 Status CheckGatherExampleScalars(Communicator& c, uint64_t total, Cut cut);
 // Shards that overlap or leave a gap are refused with InvalidArgument on
