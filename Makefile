@@ -1,8 +1,10 @@
 # dgrr: a thin front over CMake. Every target installs missing Debian packages
 # first (scripts/install-deps.sh is idempotent and quiet when nothing is missing).
 BUILD      ?= build
-SAN_BUILD  ?= build-sanitize
-FUZZ_BUILD ?= build-fuzz
+# The ASan+UBSan suite and the fuzzers share one clang build (docs/ci.md): its
+# dgrr libraries carry the fuzzers' coverage hooks, its tests do not.
+SAN_BUILD  ?= build-asan
+FUZZ_BUILD ?= $(SAN_BUILD)
 TSAN_BUILD ?= build-tsan
 # Seconds per fuzz target: `make fuzz` (a real session) and `make fuzz-smoke` (CI).
 FUZZ_SECONDS       ?= 60
@@ -48,19 +50,27 @@ test: build
 run: build
 	./scripts/demo.sh $(BUILD)
 
-sanitize: deps
-	cmake -S . -B $(SAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_SANITIZE=ON \
-	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_ENABLE_MPI=OFF -DDGRR_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+# One configure for the sanitizer pass and the fuzzers: clang, ASan+UBSan,
+# libFuzzer's coverage hooks in dgrr's libraries, no CUDA, no MPI (Open MPI is
+# not built with sanitizers), no benchmarks.
+define configure-asan
+	CC=clang CXX=clang++ cmake -S . -B $(1) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_FUZZ=ON \
+	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_ENABLE_MPI=OFF -DDGRR_BUILD_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
 	  -DDGRR_TEST_OPTIMIZE=$(TEST_OPTIMIZE)
+endef
+
+sanitize: deps
+	$(call configure-asan,$(SAN_BUILD))
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/fuzz/lsan.supp:print_suppressions=0 \
 	  ctest --test-dir $(SAN_BUILD) $(CTEST_ARGS) $(SAN_CTEST_EXCLUDE)
 
-# libFuzzer targets (fuzz/README.md): clang, ASan+UBSan, no CUDA, own build dir.
+# libFuzzer targets (fuzz/README.md): the sanitizer pass's build (after
+# `make sanitize` only the seeds are left to make).
 fuzz-build: deps
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DDGRR_FUZZ=ON \
-	  -DDGRR_ENABLE_CUDA=OFF -DDGRR_ENABLE_MPI=OFF -DDGRR_BUILD_TESTS=OFF -DDGRR_BUILD_BENCH=OFF \
-	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1"
+	$(call configure-asan,$(FUZZ_BUILD))
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_all dgrr
 	./fuzz/make-seeds.sh $(FUZZ_BUILD)/cli/dgrr $(FUZZ_BUILD)/fuzz-seeds
 

@@ -17,6 +17,9 @@ function(dgrr_component name)
     $<INSTALL_INTERFACE:include>
     $<INSTALL_INTERFACE:include/dgrr>)
   target_link_libraries(dgrr_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  if(DGRR_FUZZ_COVERAGE)
+    target_compile_options(dgrr_${name} PRIVATE ${DGRR_FUZZ_COVERAGE})
+  endif()
 endfunction()
 
 # Compile time of the test executables (docs/ci.md). Nearly all of CI's time is
