@@ -303,12 +303,22 @@ Status BoundaryStream::LoadNextStep() {
   if (order_ == RankOrder::kByExample) {
     // Per-example boundaries exist once per example whatever the world size;
     // ordering them by example makes the order independent of the sharding.
+    // Rank-level boundaries follow in two stages: every rank's own work
+    // (data, forward, backward: a micro-batch's records, whose example count
+    // is not 1) before any rank's collectives and optimizer, since a
+    // collective combines what every rank computed in the step. So a fault in
+    // rank 1's backward is named there, not at rank 0's reduced gradient that
+    // merely received it (a DDP job: docs/compare.md §6.1).
+    auto stage = [](const BoundaryItem& x) {
+      return x.key.phase >= static_cast<uint8_t>(trace::Phase::kCollective) ? 1 : 0;
+    };
     std::stable_sort(step_items_.begin(), step_items_.end(),
-                     [](const BoundaryItem& x, const BoundaryItem& y) {
+                     [&stage](const BoundaryItem& x, const BoundaryItem& y) {
                        const bool x_rank_level = x.key.example_count != 1;
                        const bool y_rank_level = y.key.example_count != 1;
                        if (x_rank_level != y_rank_level) return y_rank_level;
                        if (!x_rank_level) return x.key.first_example < y.key.first_example;
+                       if (stage(x) != stage(y)) return stage(x) < stage(y);
                        return x.key.rank < y.key.rank;
                      });
   }

@@ -63,7 +63,9 @@ StatusOr<RunInput> OpenRunInput(const std::string& path);
 
 enum class RankOrder : uint8_t {
   kByRank,     // (step, rank, program order)
-  kByExample,  // (step, per-example by example, rank-level by rank): compare's order
+  kByExample,  // (step, per-example by example, rank-level by (stage, rank)): compare's
+               // order; stage 0 the data, forward and backward phases, 1 collective and
+               // optimizer
 };
 
 // Boundaries whose name matches any glob (fnmatch) are skipped.

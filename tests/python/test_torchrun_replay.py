@@ -14,8 +14,9 @@ checkpoints after steps 1 and 3), every job 2 processes under a timeout:
   bitwise as the uninterrupted run;
 - `dgrr bisect` of a run whose rank 1 flipped a bit of its head's output at
   step 2 replays step 2 of both jobs from step 1's checkpoint and names step
-  2 (first, rank 0's reduced gradient: compare orders a step's records by
-  rank, and rank 1's flipped contribution is in it);
+  2, rank 1 and the head's output (compare puts every rank's forward and
+  backward records of a step before any rank's reduced gradients, which
+  hold rank 1's flipped contribution);
 - the job started again with 1 process instead of 2 is refused, naming both
   world sizes, and changes nothing;
 - a launch record whose torchrun job ran on 2 nodes, or whose worker command
@@ -114,9 +115,9 @@ def test_bisect_of_torchrun_jobs_names_the_flipped_step_and_rank(recorded, tmp_p
     assert result["evidence"]["first_differing_step"] == 2, r.stdout
     assert result["replay"]["first_step"] == 2 and result["replay"]["from_checkpoint"] == 1, r.stdout
     first = result["divergence"]["b"]
-    # compare orders a step's records by rank: the first to differ is rank
-    # 0's reduced gradient, which holds rank 1's flipped contribution.
-    assert (first["step"], first["rank"], first["phase"], first["name"]) == (2, 0, "collective", "fc1.weight.grad")
+    # The faulty rank's own record, not rank 0's reduced gradient (which
+    # holds rank 1's flipped contribution and comes later in compare's order).
+    assert (first["step"], first["rank"], first["phase"], first["name"]) == (2, 1, "forward", "head.out"), r.stdout
 
 
 

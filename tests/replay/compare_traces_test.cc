@@ -400,6 +400,65 @@ TEST_F(CompareTracesTest, EqualWorldSizesPairRankByRankAndListConfigDifferences)
   EXPECT_LT(text.find("lr: 0.1 | 0.2"), text.find("first divergence"));
 }
 
+// A DDP-like job: each rank records its micro-batch's forward and backward
+// (rank-level: example_count is the micro-batch), then the reduced gradient
+// and the update. In the faulty run rank 1's backward differs at step 1, and
+// so does every rank's reduced gradient, which sums rank 1's contribution:
+// compare names rank 1's own record, which causally comes first.
+void WriteDdpLikeRun(const std::string& dir, bool rank1_faulty_at_step1) {
+  constexpr int kWorld = 2, kPerRank = 4, kSteps = 3;
+  const RunId run_id = NewRunId();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    SessionOptions o;
+    o.run_dir = dir;
+    o.rank = rank;
+    o.world_size = kWorld;
+    o.seed = 11;
+    o.run_id = run_id;
+    o.config_json = "{}";
+    o.gpu = false;
+    auto session = Session::Open(o);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    Session& s = **session;
+    for (int step = 0; step < kSteps; ++step) {
+      const bool fault = rank1_faulty_at_step1 && step == 1;
+      const uint64_t first = static_cast<uint64_t>(step * kWorld * kPerRank + rank * kPerRank);
+      auto record = [&](const char* name, trace::Phase phase, float value, uint64_t f, uint32_t n) {
+        std::vector<float> v(4, value);
+        auto t = MakeTensorRef(v.data(), DType::kF32, {4});
+        ASSERT_TRUE(t.ok());
+        ASSERT_TRUE(s.Record(name, phase, trace::Direction::kOutput, *t, {f, n}).ok());
+      };
+      ASSERT_TRUE(s.BeginStep(step).ok());
+      record("mlp.out", trace::Phase::kForward, 1.0f + step + rank, first, kPerRank);
+      record("mlp.in.grad", trace::Phase::kBackward, 2.0f + step + rank + (fault && rank == 1 ? 0.5f : 0.0f), first,
+             kPerRank);
+      const uint64_t batch_first = static_cast<uint64_t>(step * kWorld * kPerRank);
+      record("w.grad", trace::Phase::kCollective, 3.0f + step + (fault ? 0.25f : 0.0f), batch_first,
+             kWorld * kPerRank);
+      record("w", trace::Phase::kOptimizer, 4.0f + step + (fault ? 0.125f : 0.0f), batch_first, kWorld * kPerRank);
+      ASSERT_TRUE(s.EndStep(step, 1.0f).ok());
+    }
+    ASSERT_TRUE(s.Close().ok());
+  }
+}
+
+TEST_F(CompareTracesTest, AFaultyRanksOwnRecordComesBeforeTheReducedGradientsThatReceivedIt) {
+  const std::string a = Path("a"), b = Path("b");
+  WriteDdpLikeRun(a, false);
+  WriteDdpLikeRun(b, true);
+  auto r = CompareRuns(a, b, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->diverged());
+  const auto& first = r->first_divergence->b;
+  EXPECT_EQ(first.record.step, 1u);
+  EXPECT_EQ(first.record.rank, 1u);
+  EXPECT_EQ(first.record.phase, trace::Phase::kBackward);
+  EXPECT_EQ(first.name, "mlp.in.grad");
+  EXPECT_EQ(first.trace, TracePathFor(b, 1));
+  EXPECT_EQ(r->certify.certified_steps, 1u);
+}
+
 // A setting that differs while every recorded value agrees explained
 // nothing: the report must not call it a likely explanation.
 TEST_F(CompareTracesTest, ASettingThatChangedNothingIsNotALikelyExplanation) {
