@@ -180,6 +180,11 @@ stack = contextlib.ExitStack()
 tmp = stack.enter_context(tempfile.TemporaryDirectory())
 
 class Run:
+    # Variants: plain (torch's Dropout, no dgrr), plain-dgrrdropout (dgrr's
+    # Dropout, its context set by hand, no session), off-noinst (that and a
+    # session in mode off with the model's state registered, begin/end step,
+    # no instrument()), MODE (the session in MODE with instrument()),
+    # full-typesonly (full's recorder as before issue 30).
     def __init__(self, variant):
         self.variant, mode = variant, variant.split("-")[0]
         torch.manual_seed(7)
@@ -187,28 +192,40 @@ class Run:
         self.model.blocks[-1].mlp.register_full_backward_hook(lambda m, gi, go: None)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.01)
         self.session = self.inst = None
-        if mode != "plain":
+        self.dgrr_dropout = mode != "plain" or variant == "plain-dgrrdropout"
+        if self.dgrr_dropout:
             dgrr.torch.replace_dropout(self.model)
+        if mode != "plain":
             self.session = stack.enter_context(dgrr.open(
                 run_dir=f"{tmp}/{variant}", seed=7, threads=1, mode=mode, checkpoint_every=0,
                 total_steps=steps))
             dgrr.torch.register_torch_state(self.session, self.model, self.opt)
-            single = dgrr.torch._single_input
-            if variant.endswith("-typesonly"):   # the recorder before issue 30's change
-                dgrr.torch._single_input = lambda m: isinstance(m, dgrr.torch._SINGLE_INPUT)
-            self.inst = dgrr.torch.instrument(self.session, self.model, self.opt)
-            dgrr.torch._single_input = single
+            if not variant.endswith("-noinst"):
+                single = dgrr.torch._single_input
+                if variant.endswith("-typesonly"):   # the recorder before issue 30's change
+                    dgrr.torch._single_input = lambda m: isinstance(m, dgrr.torch._SINGLE_INPUT)
+                self.inst = dgrr.torch.instrument(self.session, self.model, self.opt)
+                dgrr.torch._single_input = single
             self.session.resume()
         self.cpu = []
+
+    def micro(self, s, k):
+        if self.inst:
+            return self.inst.micro_batch(s * BATCH + k * mb, mb)
+        if self.dgrr_dropout:
+            dgrr.torch.random_context.set(seed=7, step=s, examples=(s * BATCH + k * mb, mb))
+        return contextlib.nullcontext()
 
     def step(self, s):
         c0 = time.thread_time_ns()
         if self.inst:
             self.inst.begin_step(s, (s * BATCH, BATCH))
+        elif self.session:
+            self.session.begin_step(s)
         self.opt.zero_grad(set_to_none=True)
         for k in range(MICRO):
             xb, yb = data[s, k * mb:(k + 1) * mb, :-1], data[s, k * mb:(k + 1) * mb, 1:]
-            with (self.inst.micro_batch(s * BATCH + k * mb, mb) if self.inst else contextlib.nullcontext()):
+            with self.micro(s, k):
                 loss = F.cross_entropy(self.model(xb).flatten(0, 1), yb.flatten()) / MICRO
                 if self.inst:
                     self.inst.record_loss(loss)
@@ -265,7 +282,8 @@ def main():
     ap.add_argument("--modes", default="plain,controls,hooks,off,sdc,trusted,full")
     ap.add_argument("--baseline", help="a directory with another build's dgrr package: MODE@base")
     ap.add_argument("--paired", help="variants in one process, steps interleaved: plain first, "
-                    "then off, sdc, trusted, full, full-typesonly (full as before issue 30)")
+                    "then any of plain-dgrrdropout, off-noinst, off, sdc, trusted, full, "
+                    "full-typesonly (full as before issue 30)")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if args.paired:
