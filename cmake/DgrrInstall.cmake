@@ -46,11 +46,15 @@ endforeach()
 # install test checks that a program builds from the installed headers alone.
 #   include/dgrr/dgrr.h           the API (docs/api.md)
 #   checkpoint/checkpoint_file.h  for a program that writes checkpoints itself
+#   replay/run_comparison.h       for a program that compares runs (what `dgrr compare` finds)
 #   base/kill_point.h             not API: the test hook the examples call
 # ---------------------------------------------------------------------------
 set(DGRR_PUBLIC_HEADERS include/dgrr/dgrr.h)
 if(TARGET dgrr_checkpoint)
   list(APPEND DGRR_PUBLIC_HEADERS checkpoint/checkpoint_file.h)
+endif()
+if(TARGET dgrr_replay)
+  list(APPEND DGRR_PUBLIC_HEADERS replay/run_comparison.h)
 endif()
 list(APPEND DGRR_PUBLIC_HEADERS base/kill_point.h)
 

@@ -150,6 +150,18 @@ if(EXISTS ${prefix}/bin/dgrr)
   run(${prefix}/bin/dgrr plan ${run_dir})
 endif()
 
+# 3c. A program that compares runs through the installed API
+#     (replay/run_comparison.h): the example trained again into a second
+#     directory agrees with the first, step for step.
+set(run_dir2 ${WORK_DIR}/run-char-2)
+run(${binary} --out ${run_dir2} --steps 6 --ckpt-every 2)
+execute_process(COMMAND ${WORK_DIR}/consumer/compare_consumer ${run_dir} ${run_dir2}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compare_consumer of two runs of the example failed (${rc}):\n${out}\n${err}")
+endif()
+expect_in("${out}" "compare_consumer: the runs agree; 6 steps certified" "the installed compare API")
+
 # 4. The installed plugin: h5py (Debian's, /usr/bin/python3) reads the
 #    checkpoint's compressed datasets through the folder pkg-config names.
 execute_process(COMMAND pkg-config --variable=hdf5_plugin_dir dgrr

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "replay/compare.h"
+#include "replay/run_comparison.h"
 #include "replay/trace_items.h"
 #include "runtime/run_directory.h"
 #include "runtime/session.h"
@@ -457,6 +458,44 @@ TEST_F(CompareTracesTest, AFaultyRanksOwnRecordComesBeforeTheReducedGradientsTha
   EXPECT_EQ(first.name, "mlp.in.grad");
   EXPECT_EQ(first.trace, TracePathFor(b, 1));
   EXPECT_EQ(r->certify.certified_steps, 1u);
+}
+
+// The installed API (replay/run_comparison.h) reports what CompareRuns
+// finds, as plain values, and the same text and JSON as `dgrr compare`.
+TEST_F(CompareTracesTest, TheInstalledApiReportsWhatCompareRunsFinds) {
+  const std::string a = Path("a"), b = Path("b"), c = Path("c");
+  WriteDdpLikeRun(a, false);
+  WriteDdpLikeRun(b, true);
+  WriteDdpLikeRun(c, false);
+  auto same = CompareRunDirectories(a, c);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_FALSE(same->differs);
+  EXPECT_EQ(same->exit_code, 0);
+  EXPECT_FALSE(same->first_a.has_value());
+  EXPECT_EQ(same->certified_steps, 3u);
+  EXPECT_EQ(same->certified_pairs, same->pairs);
+
+  auto api = CompareRunDirectories(a, b, {});
+  auto direct = CompareRuns(a, b, {});
+  ASSERT_TRUE(api.ok() && direct.ok());
+  EXPECT_TRUE(api->differs);
+  EXPECT_EQ(api->exit_code, 4);
+  ASSERT_TRUE(api->first_b.has_value());
+  EXPECT_EQ(api->first_b->name, "mlp.in.grad");
+  EXPECT_EQ(api->first_b->phase, "backward");
+  EXPECT_EQ(api->first_b->step, 1u);
+  EXPECT_EQ(api->first_b->rank, 1u);
+  EXPECT_EQ(api->first_b->trace, TracePathFor(b, 1));
+  EXPECT_EQ(api->first_b->record_index, direct->first_divergence->b.record_index);
+  EXPECT_EQ(api->difference, "values");
+  EXPECT_EQ(api->differing_pairs, direct->certify.differing);
+  EXPECT_EQ(api->certified_steps, 1u);
+  EXPECT_EQ(api->text, CompareText(*direct));
+  EXPECT_EQ(nlohmann::json::parse(api->json), nlohmann::json::parse(CompareJson(*direct).dump()));
+
+  auto missing = CompareRunDirectories(a, Path("nowhere"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(ExitCodeFor(missing.status()), kExitIO);
 }
 
 // A setting that differs while every recorded value agrees explained
