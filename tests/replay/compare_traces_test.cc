@@ -252,20 +252,26 @@ TEST_F(CompareTracesTest, MissingAndCorruptedTracesNameTheFile) {
 // boundaries (example_count 1) whose values depend only on the example, a
 // per-rank partial loss over the rank's shard, and an all-reduced gradient
 // every rank holds a copy of (rank `bf16_grad_rank` records its copy as bf16).
+// Rank `rank` of `world` of a run with `run_id`, CPU only, seed 11.
+StatusOr<std::unique_ptr<Session>> OpenRank(const std::string& dir, int rank, int world, const RunId& run_id,
+                                            const std::string& config) {
+  SessionOptions o;
+  o.run_dir = dir;
+  o.rank = rank;
+  o.world_size = world;
+  o.seed = 11;
+  o.run_id = run_id;
+  o.config_json = config;
+  o.gpu = false;
+  return Session::Open(o);
+}
+
 void WriteDataParallelRun(const std::string& dir, int world, const std::string& config,
                           int steps = 2, int diverge_example = -1, int bf16_grad_rank = -1) {
   constexpr int kBatch = 8;
   const RunId run_id = NewRunId();
   for (int rank = 0; rank < world; ++rank) {
-    SessionOptions o;
-    o.run_dir = dir;
-    o.rank = rank;
-    o.world_size = world;
-    o.seed = 11;
-    o.run_id = run_id;
-    o.config_json = config;
-    o.gpu = false;
-    auto session = Session::Open(o);
+    auto session = OpenRank(dir, rank, world, run_id, config);
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     Session& s = **session;
     const int per_rank = kBatch / world;
@@ -410,15 +416,7 @@ void WriteDdpLikeRun(const std::string& dir, bool rank1_faulty_at_step1) {
   constexpr int kWorld = 2, kPerRank = 4, kSteps = 3;
   const RunId run_id = NewRunId();
   for (int rank = 0; rank < kWorld; ++rank) {
-    SessionOptions o;
-    o.run_dir = dir;
-    o.rank = rank;
-    o.world_size = kWorld;
-    o.seed = 11;
-    o.run_id = run_id;
-    o.config_json = "{}";
-    o.gpu = false;
-    auto session = Session::Open(o);
+    auto session = OpenRank(dir, rank, kWorld, run_id, "{}");
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     Session& s = **session;
     for (int step = 0; step < kSteps; ++step) {
