@@ -30,6 +30,7 @@
 #include "model/batch.h"
 #include "model/data_order.h"
 #include "model/fault_injector.h"
+#include "model/fault_reducers.h"
 #include "model/gpt.h"
 #include "model/run_config.h"
 #include "model/numerics.h"
@@ -97,21 +98,6 @@ trace::Phase TracePhase(model::Phase p) {
     case model::Phase::kData: return Phase::kData;
   }
   return Phase::kForward;
-}
-
-// Every example's values [lo, hi) of the batch, in example order, on every
-// rank: the ranks' equal shards (Validate: the batch divides by the ranks)
-// packed and all-gathered. Only the data-parallel faults use it, at the step
-// they fire: they reduce in orders of their own over the whole batch.
-Status GatherExampleRange(Communicator& comm, std::span<float* const> shard, size_t lo, size_t hi,
-                          std::vector<float>* all) {
-  const size_t n = hi - lo;
-  std::vector<float> mine(shard.size() * n);
-  for (size_t i = 0; i < shard.size(); ++i) {
-    std::memcpy(mine.data() + i * n, shard[i] + lo, n * sizeof(float));
-  }
-  all->assign(mine.size() * static_cast<size_t>(comm.size()), 0.0f);
-  return comm.AllGather(mine.data(), mine.size() * sizeof(float), all->data());
 }
 
 // One line naming the ranks whose value differs from rank 0's ("" when all agree).
@@ -854,58 +840,17 @@ Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
                               rank.shard_first - static_cast<uint64_t>(step) * B, B, num_params, rank.grad.data(),
                               t.options_.threads, rank.batch.node_reducer());
   }
+  // The faults sum in orders of their own (model/fault_reducers.h), over
+  // every example's gradient on the host.
   const std::span<float* const> mine = rank.batch.gradients();
   if (reorder) {
-    // A valid but different order: ((g0 + g1) + g2) + ..., every rank alike.
-    std::vector<float> all;
-    DGRR_RETURN_IF_ERROR(GatherExampleRange(rank.comm, mine, 0, num_params, &all));
-    std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(num_params), rank.grad.begin());
-    for (uint64_t e = 1; e < B; ++e) {
-      const float* g = all.data() + e * num_params;
-      for (size_t k = 0; k < num_params; ++k) rank.grad[k] += g[k];
-    }
+    DGRR_RETURN_IF_ERROR(ReduceInExampleOrder(rank.comm, mine, num_params, B, rank.grad.data()));
   } else {
     DGRR_RETURN_IF_ERROR(CanonicalAllReduce(rank.comm, mine, rank.shard_first - static_cast<uint64_t>(step) * B, B,
                                              num_params, rank.grad.data(), t.options_.threads));
   }
   if (racy == nullptr) return Status::OK();
-  // The race fault: the racy tensor's range is summed by racing workers on
-  // rank 0, in the order they win the lock, and every rank takes rank 0's
-  // sum. Each worker first "computes" for a few microseconds drawn from the
-  // OS entropy source, standing in for the uneven kernel times of a real
-  // race: on a quiet two-core machine the workers would otherwise tend to
-  // queue in the order they were started and the race would rarely show.
-  const size_t ra = racy->offset, n = racy->size;
-  std::vector<float> all;
-  DGRR_RETURN_IF_ERROR(GatherExampleRange(rank.comm, mine, ra, ra + n, &all));
-  if (rank.r == 0) {
-    std::vector<float> acc(n, 0.0f);
-    std::mutex mu;
-    std::atomic<uint64_t> next{0};
-    std::vector<std::thread> racers;
-    std::random_device entropy;
-    std::vector<unsigned> jitter_seeds(static_cast<size_t>(std::max(2, t.options_.threads)));
-    for (unsigned& s : jitter_seeds) s = entropy();
-    auto race_worker = [&](unsigned seed) {
-      std::minstd_rand jitter(seed);
-      for (uint64_t e; (e = next.fetch_add(1)) < B;) {
-        std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 200));
-        std::lock_guard<std::mutex> lock(mu);
-        for (size_t k = 0; k < n; ++k) acc[k] += all[e * n + k];
-      }
-    };
-    for (unsigned seed : jitter_seeds) {
-      try {
-        racers.emplace_back(race_worker, seed);
-      } catch (const std::system_error&) {
-        break;  // fewer racers still race; this thread joins in below
-      }
-    }
-    race_worker(jitter_seeds[0]);
-    for (auto& th : racers) th.join();
-    std::memcpy(rank.grad.data() + ra, acc.data(), n * sizeof(float));
-  }
-  return rank.comm.Broadcast(rank.grad.data() + ra, n * sizeof(float), 0);
+  return RacyReduceRange(rank.comm, mine, racy->offset, racy->size, B, t.options_.threads, rank.grad.data());
 }
 
 Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
