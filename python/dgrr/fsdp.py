@@ -51,7 +51,7 @@ try:  # torch 2.6+: FSDP2's pluggable collectives
 except ImportError:  # pragma: no cover - older torch: canonical_reduce_scatter refuses
     _ReduceScatter = object
 
-__all__ = ["CanonicalReduceScatter", "canonical_reduce_scatter", "is_sharded", "local",
+__all__ = ["CanonicalReduceScatter", "canonical_reduce_scatter", "clip_grad_norm_", "is_sharded", "local",
            "register_torch_state", "ShardedInstrumentation", "SHARD_ROLE"]
 
 # The role of a parameter's local shard. Not "parameter": the session's
@@ -217,6 +217,58 @@ def canonical_reduce_scatter(model, threads=1):
             "dgrr.fsdp.canonical_reduce_scatter: no module of the model is fully_shard'ed with "
             "parameters")
     return installed
+
+
+# ---------------------------------------------------------------------------
+# Gradient clipping: the total norm summed by dgrr, not by the backend
+# ---------------------------------------------------------------------------
+def clip_grad_norm_(parameters, max_norm, group=None):
+    """torch.nn.utils.clip_grad_norm_ (the 2-norm) for FSDP2's sharded
+    gradients, with the total norm summed in dgrr's order: torch's version
+    all-reduces the shards' partial norms through torch.distributed, whose
+    addition is the backend's (gloo's ring, NCCL's tree). Here each rank sums
+    the squares of its local shards' norms in parameter order, one
+    all_gather hands every rank every rank's sum (bytes only), and every rank
+    adds them in the canonical tree over the ranks (the reduce-scatter's
+    tree). Then, as torch: coefficient max_norm / (norm + 1e-6), clamped at
+    1, multiplied into each local gradient. Returns the total norm (a 0-d
+    float32 tensor), the same on every rank. Its last bits may differ from
+    torch's (which takes the norm of the stacked norms); it is a pure
+    function of the shards and the world size. `group`: the shards' process
+    group (default: the first DTensor parameter's mesh, else the default
+    group). Float32 CPU gradients only, like the reduce-scatter."""
+    if isinstance(parameters, _torch.Tensor):
+        parameters = [parameters]
+    params = [p for p in parameters if p.grad is not None]
+    grads = [local(p.grad) for p in params]
+    for p, g in zip(params, grads):
+        if g.dtype != _torch.float32 or g.device.type != "cpu":
+            raise InvalidArgumentError(
+                f"dgrr.fsdp.clip_grad_norm_: a gradient is {g.dtype} on {g.device}; the canonical "
+                "norm sums float32 CPU gradients (no GPU yet)")
+    if group is None:
+        sharded = next((p for p in params if _is_dtensor(p)), None)
+        if sharded is not None:
+            group = sharded.device_mesh.get_group()
+    with _torch.no_grad():
+        mine = _torch.zeros((), dtype=_torch.float32)
+        for g in grads:
+            n = _torch.linalg.vector_norm(g, 2.0)
+            mine = mine + n * n
+        world = 1
+        if _dist.is_available() and _dist.is_initialized():
+            world = _dist.get_world_size(group)
+        if world > 1:
+            parts = [_torch.empty((1,), dtype=_torch.float32) for _ in range(world)]
+            _dist.all_gather(parts, mine.reshape(1), group=group)
+            rows = _torch.stack(parts)               # (world, 1), rank order
+            _dgrr.tree_reduce(rows.numpy(), 1)
+            mine = rows[0, 0].clone()
+        total = _torch.sqrt(mine)
+        coef = _torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef)
+    return total
 
 
 def _uses_canonical_reduce_scatter(model):

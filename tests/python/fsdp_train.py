@@ -1,6 +1,7 @@
 """A small MLP trained with FSDP2 (fully_shard, every Linear and the root)
 under torchrun (gloo on 127.0.0.1), its gradients reduce-scattered by dgrr's
-canonical reduce-scatter (dgrr.fsdp), its shards recorded and checkpointed.
+canonical reduce-scatter (dgrr.fsdp), clipped to a total gradient norm of 0.1
+by dgrr.fsdp.clip_grad_norm_, its shards recorded and checkpointed.
 
     torchrun --nproc-per-node N fsdp_train.py RUN_DIR [--steps S] [--ckpt-every K]
              [--params-out FILE] [--rs-out FILE] [--flip-rank R]
@@ -123,6 +124,9 @@ def main():
             loss = loss_fn(model(x[lo:hi]), y[lo:hi])
             inst.record_loss(loss)
             loss.backward()
+            # The total gradient norm summed by dgrr (gloo only moves the
+            # ranks' partial sums), the gradients scaled before they are recorded.
+            dgrr.fsdp.clip_grad_norm_(model.parameters(), 0.1)
             optimizer.step()
             session.end_step(step, loss.item())
             if session.should_checkpoint(step):

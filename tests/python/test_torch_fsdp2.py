@@ -316,3 +316,57 @@ def test_hsdp_and_a_moved_shard_are_refused_in_one_line(world_of_one, tmp_path):
         with pytest.raises(dgrr.FailedPreconditionError,
                            match=r"state 'model.2.weight' is no longer the local shard"):
             session.checkpoint(0)
+
+
+def test_clip_grad_norm_sums_the_ranks_in_the_canonical_tree(world_of_one, monkeypatch):
+    """dgrr.fsdp.clip_grad_norm_: each rank's squared norm of its shards,
+    all-gathered (never all-reduced), summed (s0 + s1) + s2 at 3 ranks on
+    every rank; the gradients scaled as torch scales them."""
+    model = sharded_mlp(3)
+    model(torch.randn(5, 4)).square().sum().backward()
+    grads = [dgrr.fsdp.local(p.grad).clone() for p in model.parameters()]
+    mine = torch.zeros(())
+    for g in grads:
+        n = torch.linalg.vector_norm(g)
+        mine = mine + n * n
+    others = [torch.tensor([1e8]), torch.tensor([-1e8])]   # the order shows in the bits
+    calls = []
+
+    def all_gather(parts, tensor, group=None):
+        calls.append(len(parts))
+        parts[0].copy_(tensor)
+        parts[1].copy_(others[0])
+        parts[2].copy_(others[1])
+
+    def all_reduce(*args, **kwargs):
+        raise AssertionError("the backend must not add")
+
+    monkeypatch.setattr(dgrr.fsdp._dist, "get_world_size", lambda group=None: 3)
+    monkeypatch.setattr(dgrr.fsdp._dist, "all_gather", all_gather)
+    monkeypatch.setattr(dgrr.fsdp._dist, "all_reduce", all_reduce)
+    total = dgrr.fsdp.clip_grad_norm_(model.parameters(), 0.5)
+    assert calls == [3]
+    tree = (mine + others[0][0]) + others[1][0]
+    assert not torch.equal(tree, (others[1][0] + others[0][0]) + mine)
+    assert torch.equal(total, torch.sqrt(tree))
+    coef = torch.clamp(0.5 / (torch.sqrt(tree) + 1e-6), max=1.0)
+    for p, g in zip(model.parameters(), grads):
+        assert torch.equal(dgrr.fsdp.local(p.grad), g * coef)
+
+
+def test_clip_grad_norm_at_one_rank_is_torchs_up_to_rounding(world_of_one):
+    a, b = sharded_mlp(4), sharded_mlp(4)
+    x = torch.randn(7, 4, generator=torch.Generator().manual_seed(1))
+    for m in (a, b):
+        m(x).square().sum().backward()
+    ours = dgrr.fsdp.clip_grad_norm_(a.parameters(), 0.25)
+    theirs = torch.nn.utils.clip_grad_norm_(b.parameters(), 0.25)
+    theirs = theirs.full_tensor() if hasattr(theirs, "full_tensor") else theirs
+    assert torch.allclose(ours, theirs, rtol=1e-6, atol=0)
+    assert float(ours) > 0.25                     # it did clip
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(dgrr.fsdp.local(p.grad), dgrr.fsdp.local(q.grad), rtol=1e-5, atol=1e-8)
+    p = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    p.grad = torch.ones(2, dtype=torch.float64)
+    with pytest.raises(dgrr.InvalidArgumentError, match="float32 CPU"):
+        dgrr.fsdp.clip_grad_norm_([p], 1.0)
