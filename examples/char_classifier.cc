@@ -245,13 +245,12 @@ dgrr::Status Train(const Config& cfg) {
   Ranks ranks;
   DGRR_RETURN_IF_ERROR(OpenRanks(&ranks));
   dgrr::Communicator& comm = ranks.comm();
-  dgrr::CommunicatorRankGroup group(comm);
   // This rank's examples of every batch: [lo, hi).
   const int lo = kBatch * comm.rank() / comm.size(), hi = kBatch * (comm.rank() + 1) / comm.size();
   dgrr::SessionOptions o;
   o.rank = comm.rank();
   o.world_size = comm.size();
-  o.group = &group;
+  o.communicator = &comm;
   o.run_dir = cfg.out;
   o.seed = cfg.seed;
   o.threads = cfg.threads;

@@ -257,7 +257,6 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
   Rank(Impl& impl, Communicator& comm)
       : impl(impl),
         comm(comm),
-        group(comm),
         r(comm.rank()),
         batch(impl.model, impl.t.options_.threads, static_cast<size_t>(impl.shard), impl.t.device_,
               impl.t.gemm_),
@@ -411,7 +410,6 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
   // The only way to the other ranks: they may be threads of this process or
   // other processes, and this rank cannot tell.
   Communicator& comm;
-  CommunicatorRankGroup group;
   const int r;
   std::unique_ptr<Session> session;
   BatchGradients batch;
@@ -526,7 +524,7 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   // Checkpoints restore across recording modes and thread counts (bisect
   // re-executes an `sdc` run in `full`).
   o.state_config_json = t.StateConfigJson();
-  o.group = &rank.group;
+  o.communicator = &rank.comm;
   // Like any program: launch.json says how to start the run again, and a
   // control file (dgrr replay, rollback, bisect) is obeyed by the session.
   o.reexecutable = t.launch_.has_value();

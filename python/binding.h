@@ -174,26 +174,18 @@ class PySession;
 // process: dgrr.torch keeps process-wide state (the default RandomContext,
 // torch's generators and thread pool), so ranks as Python threads are not
 // offered. The sessions opened over it are closed before it is, because
-// their RankGroup talks through it.
+// they talk through it.
 class PyCommunicator {
  public:
-  explicit PyCommunicator(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)) {
-    group_ = std::make_unique<CommunicatorRankGroup>(*owned_);
-  }
-  PyCommunicator() : alone_(std::make_unique<InProcessGroup>(1)) {
-    group_ = std::make_unique<CommunicatorRankGroup>(*alone_->ranks[0]);
-  }
+  explicit PyCommunicator(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)), comm_(owned_.get()) {}
+  PyCommunicator() : alone_(std::make_unique<InProcessGroup>(1)), comm_(alone_->ranks[0].get()) {}
   ~PyCommunicator() { Close(); }
 
   Communicator& Get() {
-    if (!group_) Throw(Status::FailedPrecondition("the dgrr communicator is closed"));
-    return group_->communicator();
+    if (comm_ == nullptr) Throw(Status::FailedPrecondition("the dgrr communicator is closed"));
+    return *comm_;
   }
-  CommunicatorRankGroup& group() {
-    Get();
-    return *group_;
-  }
-  bool closed() const { return group_ == nullptr; }
+  bool closed() const { return comm_ == nullptr; }
 
   void AddUser(PySession* s) { users_.push_back(s); }
   void RemoveUser(PySession* s) { std::erase(users_, s); }
@@ -212,7 +204,7 @@ class PyCommunicator {
  private:
   std::unique_ptr<InProcessGroup> alone_;
   std::unique_ptr<Communicator> owned_;
-  std::unique_ptr<CommunicatorRankGroup> group_;
+  Communicator* comm_ = nullptr;  // owned_'s or alone_'s rank; null once closed
   std::vector<PySession*> users_;
 };
 

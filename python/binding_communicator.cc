@@ -122,9 +122,9 @@ void PyCommunicator::Close() {
     }
     RemoveUser(s);
   }
-  if (!group_) return;
+  if (comm_ == nullptr) return;
   py::gil_scoped_release release;  // MPI_Finalize waits for the other ranks
-  group_.reset();
+  comm_ = nullptr;
   owned_.reset();
   alone_.reset();
 }

@@ -480,7 +480,7 @@ std::unique_ptr<PySession> OpenSession(const std::string& run_dir, uint64_t seed
                    " given, but the communicator is rank " + std::to_string(comm.rank()) + " of " +
                    std::to_string(comm.size()));
     }
-    o.group = &c.group();
+    o.communicator = &comm;
   }
   o.threads = threads;
   o.mode = ParseMode(mode);

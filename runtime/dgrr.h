@@ -23,7 +23,6 @@
 #include "runtime/inprocess_communicator.h"
 #include "runtime/launch_record.h"
 #include "runtime/op_guard.h"
-#include "runtime/rank_group.h"
 #include "runtime/metrics_log.h"
 #include "runtime/recording_mode.h"
 #include "runtime/tree_reduce.h"

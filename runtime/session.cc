@@ -24,6 +24,7 @@
 #include "runtime/environment.h"
 #include "runtime/host_state_copy.h"
 #include "runtime/json_input.h"
+#include "runtime/rank_group.h"
 #include "runtime/run_directory.h"
 #include "runtime/session_seams.h"
 #include "runtime/trace_check.h"
@@ -95,7 +96,9 @@ std::string ConfigDifference(const std::string& recorded_path, const std::string
 // this file; the rest are their helpers.
 struct Session::Impl {
   Impl(const SessionOptions& options, const SessionSeams& seams)
-      : options_(options), seams_(seams), rng_(options.seed) {}
+      : options_(options), seams_(seams), rng_(options.seed) {
+    if (options.communicator != nullptr) group_ = std::make_unique<CommunicatorRankGroup>(*options.communicator);
+  }
 
   // --- Session's operations (documented in session.h) ---
   Status LoadControl();
@@ -192,6 +195,9 @@ struct Session::Impl {
   };
 
   SessionOptions options_;
+  // The session's own cross-rank exchanges over options_.communicator (null
+  // without one): each an all-gather of one small value per rank.
+  std::unique_ptr<CommunicatorRankGroup> group_;
   // The seams; check is also set by a control file that verifies.
   SessionSeams seams_;
   rng::RngStreams rng_;
@@ -270,8 +276,12 @@ StatusOr<std::unique_ptr<Session>> Session::Open(const SessionOptions& options, 
                                    " is outside a world of size " +
                                    std::to_string(options.world_size));
   }
-  if (options.group != nullptr && options.group->world_size() != options.world_size) {
-    return Status::InvalidArgument("rank group size differs from the session's world size");
+  if (options.communicator != nullptr &&
+      (options.communicator->size() != options.world_size || options.communicator->rank() != options.rank)) {
+    return Status::InvalidArgument("the session is rank " + std::to_string(options.rank) + " of " +
+                                   std::to_string(options.world_size) + " but its communicator is rank " +
+                                   std::to_string(options.communicator->rank()) + " of " +
+                                   std::to_string(options.communicator->size()));
   }
   std::unique_ptr<Session> session(new Session(std::make_unique<Impl>(options, seams)));
   Impl& impl = *session->impl_;
@@ -418,9 +428,9 @@ Status Session::Impl::OpenTrace() {
     options_.run_id = NewRunId();
     // Ranks that are separate processes each drew their own id: the run's is
     // rank 0's, so that every trace header and checkpoint shard names one run.
-    if (options_.group != nullptr && options_.world_size > 1) {
+    if (group_ != nullptr && options_.world_size > 1) {
       std::vector<RunId> all;
-      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, options_.run_id, &all));
+      DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, options_.run_id, &all));
       options_.run_id = all[0];
     }
   }
@@ -754,12 +764,12 @@ Status Session::Impl::EndStepOnDevice(trace::StepRecord& r) {
   return FinishStep(r.step, params);
 }
 
-bool Session::Impl::ChecksSdc() const { return options_.group != nullptr && options_.world_size >= 2; }
+bool Session::Impl::ChecksSdc() const { return group_ != nullptr && options_.world_size >= 2; }
 
 Status Session::Impl::CheckSdc(uint64_t step, const Fingerprint& mine) {
   if (!ChecksSdc()) return Status::OK();
   std::vector<Fingerprint> all;
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, mine, &all));
+  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, mine, &all));
   const std::vector<int> outliers = OutlierRanks(all);
   if (outliers.empty()) return Status::OK();
   // The reference is what the non-outlier ranks agree on.
@@ -858,13 +868,13 @@ StatusOr<uint64_t> Session::Impl::Resume() {
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::Impl::LoadForRestore(const std::string& path) {
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   std::unique_ptr<LoadedCheckpoint> ckpt;
-  if (options_.world_size > 1 && options_.group != nullptr) {
+  if (options_.world_size > 1 && group_ != nullptr) {
     // Each rank reads and verifies its own part; the ranks then agree on
     // every checkpoint tried, so all of them resume, fall back or fail as one.
     CheckpointStore::Agreement agree = [this](const std::string& at, const Status& mine) -> Status {
       const uint8_t code = static_cast<uint8_t>(mine.code());
       std::vector<uint8_t> all;
-      DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, code, &all));
+      DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, code, &all));
       if (!mine.ok()) return mine;
       for (size_t r = 0; r < all.size(); ++r) {
         if (all[r] == static_cast<uint8_t>(StatusCode::kOk)) continue;
@@ -1055,8 +1065,8 @@ Status Session::Impl::Checkpoint(uint64_t step) {
   }
   DGRR_RETURN_IF_ERROR(Report(RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step))));
   DGRR_RETURN_IF_ERROR(Report(Sync()));
-  if (options_.world_size > 1 && options_.group == nullptr) {
-    return Status::FailedPrecondition("a checkpoint of several ranks needs the session's RankGroup");
+  if (options_.world_size > 1 && group_ == nullptr) {
+    return Status::FailedPrecondition("a checkpoint of several ranks needs the session's communicator (SessionOptions::communicator)");
   }
   // State on a device is written from a host copy (a checkpoint waits anyway).
   std::unique_ptr<HostStateCopy> host_copy;
@@ -1091,7 +1101,7 @@ Status Session::Impl::Checkpoint(uint64_t step) {
     // Nobody reports the checkpoint before it is committed.
     const uint8_t committed = written.ok() ? 1 : 0;
     std::vector<uint8_t> all;
-    DGRR_RETURN_IF_ERROR(Report(options_.group->AllGather(options_.rank, committed, &all)));
+    DGRR_RETURN_IF_ERROR(Report(group_->AllGather(options_.rank, committed, &all)));
     if (written.ok() && all[0] == 0) {
       written = Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
     }
@@ -1103,7 +1113,7 @@ Status Session::Impl::Checkpoint(uint64_t step) {
 
 // The replicated entries (restored from checkpoints) must be the same on
 // every rank, since only rank 0's shard holds them: first their names, types
-// and shapes, then each one's content fingerprint, all by the RankGroup. Every
+// and shapes, then each one's content fingerprint, all over the communicator. Every
 // rank sees the same fingerprints, so all of them fail or go on together.
 Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state) {
   if (options_.world_size <= 1) return Status::OK();
@@ -1127,7 +1137,7 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
     uint64_t entries = 0, digest = 0;
   };
   std::vector<Layout> layouts;
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(
+  DGRR_RETURN_IF_ERROR(group_->AllGather(
       options_.rank, Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
   for (size_t r = 1; r < layouts.size(); ++r) {
     if (layouts[r].entries != layouts[0].entries || layouts[r].digest != layouts[0].digest) {
@@ -1137,7 +1147,7 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
   }
   std::vector<Fingerprint> all;
   for (const StateEntry* e : replicated) {
-    DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
+    DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
     for (size_t r = 1; r < all.size(); ++r) {
       if (!(all[r] == all[0])) {
         return Status::Divergence(what + "replicated state entry '" + e->name + "' differs between rank 0 and rank " +
@@ -1148,7 +1158,7 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
   return Status::OK();
 }
 
-// Every rank's shard record, in rank order, through the RankGroup (one round
+// Every rank's shard record, in rank order, over the communicator (one round
 // of the records themselves); an error when any rank's shard failed.
 Status Session::Impl::ExchangeShards(const StatusOr<CheckpointShard>& mine, std::vector<CheckpointShard>* shards) {
   if (options_.world_size <= 1) {
@@ -1163,7 +1173,7 @@ Status Session::Impl::ExchangeShards(const StatusOr<CheckpointShard>& mine, std:
   Written w;
   if (mine.ok()) w = {1, *mine};
   std::vector<Written> all;
-  DGRR_RETURN_IF_ERROR(options_.group->AllGather(options_.rank, w, &all));
+  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, w, &all));
   if (!mine.ok()) return mine.status();
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].ok != 1) {

@@ -39,7 +39,7 @@
 #include "runtime/control_file.h"
 #include "runtime/determinism.h"
 #include "runtime/launch_record.h"
-#include "runtime/rank_group.h"
+#include "runtime/communicator.h"
 #include "runtime/recording_mode.h"
 #include "runtime/state_registry.h"
 #include "trace_format/record.h"
@@ -86,8 +86,14 @@ struct SessionOptions {
   // recorded or scheduled (recording mode, threads, checkpoint interval), so
   // that a checkpoint of an `sdc` run restores into a `full` re-execution.
   std::string state_config_json;
-  // Cross-rank fingerprint exchange for the per-step SDC check; null: no check.
-  RankGroup* group = nullptr;
+  // This rank's communicator (rank() == rank, size() == world_size; it must
+  // outlive the session), over which the session makes its own few
+  // cross-rank exchanges, each an all-gather of one small value per rank:
+  // the run id at open, the per-step SDC check, a checkpoint's agreement on
+  // the replicated state and its shard records. Null: none of these (a
+  // checkpoint of several ranks then fails). The same communicator may carry
+  // the program's own collectives (CanonicalAllReduce) between the session's.
+  Communicator* communicator = nullptr;
   // Apply the GPU controls (NCCL, cuBLAS). Default: when built with CUDA.
   std::optional<bool> gpu;
 
@@ -207,7 +213,7 @@ class Session {
   // Writes the registered state after `step` and records the trace position
   // to cut at on resume. Every rank calls it, threads or processes alike:
   // each writes its own shard, the replicated state is checked by digests
-  // over the RankGroup, and rank 0 commits the checkpoint once every shard is
+  // over the communicator, and rank 0 commits the checkpoint once every shard is
   // durable (docs/checkpoint-format.md). Call it after EndStep(step).
   Status Checkpoint(uint64_t step);
   // Whether the loop should stop after `step`: a stop was requested, or the
@@ -221,7 +227,7 @@ class Session {
 
   Status BeginStep(uint64_t step);
   // STEP end record: the loss and the fingerprint of every registered
-  // parameter buffer. With a RankGroup, the fingerprints of all ranks are
+  // parameter buffer. With a communicator, the fingerprints of all ranks are
   // compared; a rank that differs gets an SDC EVENT record and the call
   // returns Divergence naming rank, step and both fingerprints. Parameters on
   // a device are fingerprinted on their stream and the record waits in

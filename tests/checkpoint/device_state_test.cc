@@ -111,7 +111,7 @@ std::vector<float> Ramp(size_t n, float first, float step) {
 // generator state (not replicated), a host step counter; per step a forward
 // output and a gradient recorded, a momentum update, a checkpoint every 3
 // steps.
-Status RunRank(const ProgramRun& run, int rank, RankGroup* group, RankOutcome* out) {
+Status RunRank(const ProgramRun& run, int rank, Communicator* comm, RankOutcome* out) {
   auto device = run.device ? std::make_shared<FakeDevice>() : nullptr;
   SessionOptions o;
   o.run_dir = run.dir;
@@ -119,7 +119,7 @@ Status RunRank(const ProgramRun& run, int rank, RankGroup* group, RankOutcome* o
   o.world_size = run.world;
   o.seed = 11;
   o.gpu = false;
-  o.group = group;
+  o.communicator = comm;
   o.open_mode = OpenMode::kContinue;
   o.checkpoints = checkpoint::DefaultCheckpointStore();
   o.checkpoint_every = 3;
@@ -214,14 +214,14 @@ Status RunRank(const ProgramRun& run, int rank, RankGroup* group, RankOutcome* o
 
 std::vector<RankOutcome> RunAllRanks(const ProgramRun& run) {
   std::vector<RankOutcome> outcomes(run.world);
-  InProcessRankGroup group(run.world);
+  InProcessGroup comms(run.world);
   std::vector<std::thread> threads;
   for (int r = 0; r < run.world; ++r) {
     threads.emplace_back([&, r] {
-      Status s = RunRank(run, r, run.world > 1 ? &group : nullptr, &outcomes[r]);
+      Status s = RunRank(run, r, run.world > 1 ? comms.ranks[static_cast<size_t>(r)].get() : nullptr, &outcomes[r]);
       if (!s.ok()) {
         outcomes[r].status = s;
-        group.Abort(s);
+        comms.world->Abort(s);
       }
     });
   }

@@ -129,8 +129,7 @@ class ControlEnv {
 
 class SessionContinueTest : public test_support::TempDirTest {
  protected:
-  std::vector<std::vector<float>> RunTwoRanks(const std::string& dir, int64_t stop_after,
-                                              bool own_communicators);
+  std::vector<std::vector<float>> RunTwoRanks(const std::string& dir, int64_t stop_after);
   SessionOptions Options(const std::string& run_dir, uint64_t steps = 6) {
     SessionOptions o;
     o.run_dir = run_dir;
@@ -229,13 +228,10 @@ TEST_F(SessionContinueTest, AForgottenRestoreChangesTheResumedRun) {
   EXPECT_NE(*rest, *whole);
 }
 
-// Two ranks on threads, run to the end or stopped after `stop_after`; each
-// rank's group is one shared InProcessRankGroup, or (`own_communicators`) a
-// CommunicatorRankGroup over its own communicator, as rank processes have.
-// Returns each rank's final parameters.
-std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::string& dir, int64_t stop_after,
-                                                                 bool own_communicators) {
-  InProcessRankGroup shared(2);
+// Two ranks on threads, each with its own communicator of one in-process
+// world (as rank processes have theirs), run to the end or stopped after
+// `stop_after`. Returns each rank's final parameters.
+std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::string& dir, int64_t stop_after) {
   InProcessWorld world(2);
   std::vector<std::vector<float>> finals(2);
   std::vector<Status> statuses(2);
@@ -243,15 +239,14 @@ std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::stri
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       InProcessCommunicator comm(world, r);
-      CommunicatorRankGroup over_comm(comm);
       SessionOptions o = Options(dir);
       o.rank = r;
       o.world_size = 2;
-      o.group = own_communicators ? static_cast<RankGroup*>(&over_comm) : &shared;
+      o.communicator = &comm;
       auto w = Train(o, false, stop_after);
       statuses[r] = w.status();
       if (w.ok()) finals[r] = *w;
-      if (!w.ok()) own_communicators ? world.Abort(w.status()) : shared.Abort(w.status());
+      if (!w.ok()) world.Abort(w.status());
     });
   }
   for (auto& t : threads) t.join();
@@ -260,25 +255,35 @@ std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::stri
 }
 
 // Every rank calls Checkpoint, each writes its shard, rank 0 commits once all
-// are written (both ranks' trace positions), and both resume from it bitwise:
-// with the ranks' groups shared in one process and with a communicator each.
+// are written (both ranks' trace positions), and both resume from it bitwise.
 TEST_F(SessionContinueTest, TwoRanksCheckpointByShardsAndResume) {
-  for (bool own_communicators : {false, true}) {
-    const std::string tag = own_communicators ? "-comm" : "-shared";
-    const std::string whole_dir = Path("whole" + tag), cut_dir = Path("cut" + tag);
-    const auto whole = RunTwoRanks(whole_dir, -1, own_communicators);
-    RunTwoRanks(cut_dir, 2, own_communicators);
-    const std::string ckpt = cut_dir + "/ckpt/2";
-    ASSERT_EQ(store_.saved.count(ckpt), 1u) << tag;
-    EXPECT_EQ(store_.saved[ckpt].world_size, 2) << tag;
-    EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed" << tag;
-    ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u) << tag;
-    EXPECT_GT(store_.saved[ckpt].positions[1], 0u) << tag;
-    EXPECT_EQ(RunTwoRanks(cut_dir, -1, own_communicators), whole) << tag;
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(Computation(TracePathFor(cut_dir, r)), Computation(TracePathFor(whole_dir, r))) << r << tag;
-    }
+  const std::string whole_dir = Path("whole"), cut_dir = Path("cut");
+  const auto whole = RunTwoRanks(whole_dir, -1);
+  RunTwoRanks(cut_dir, 2);
+  const std::string ckpt = cut_dir + "/ckpt/2";
+  ASSERT_EQ(store_.saved.count(ckpt), 1u);
+  EXPECT_EQ(store_.saved[ckpt].world_size, 2);
+  EXPECT_TRUE(store_.pending.empty()) << "every written shard was committed";
+  ASSERT_EQ(store_.saved[ckpt].positions.size(), 2u);
+  EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
+  EXPECT_EQ(RunTwoRanks(cut_dir, -1), whole);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Computation(TracePathFor(cut_dir, r)), Computation(TracePathFor(whole_dir, r))) << r;
   }
+}
+
+// A communicator that is not this rank's is refused in one line.
+TEST_F(SessionContinueTest, ACommunicatorOfAnotherRankIsRefused) {
+  InProcessGroup world(2);
+  SessionOptions o = Options(Path("run"));
+  o.rank = 1;
+  o.world_size = 2;
+  o.communicator = world.ranks[0].get();
+  auto s = Session::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("rank 1 of 2 but its communicator is rank 0 of 2"), std::string::npos)
+      << s.status().ToString();
 }
 
 TEST_F(SessionContinueTest, ADifferentConfigurationIsRefusedAndChangesNothing) {

@@ -297,28 +297,28 @@ TEST_F(SessionTest, OpGuardRecordsInputsThenOutputs) {
   EXPECT_EQ(b[1].example_count, 2u);
 }
 
-// kRanks sessions in sdc mode on threads, each halving 32 parameters a step
-// for 4 steps; rank `bad` flips a sign at step `bad_step`. `group_for(r)` is
-// rank r's group; `abort(why)` releases the others when a rank cannot open.
+// kRanks sessions in sdc mode on threads, each on its own communicator of
+// one in-process world, each halving 32 parameters a step for 4 steps; rank
+// `bad` flips a sign at step `bad_step`. A rank that cannot open aborts the
+// world, releasing the others.
 struct SdcRun {
   std::vector<Status> results;
   std::vector<std::vector<SdcMismatch>> mismatches;
 };
-template <typename GroupFor, typename Abort>
-SdcRun RunSdcRanks(int ranks, int bad, uint64_t bad_step, GroupFor group_for, Abort abort,
+SdcRun RunSdcRanks(int ranks, int bad, uint64_t bad_step,
                    const std::function<SessionOptions(int, int)>& options) {
   SdcRun run{std::vector<Status>(ranks), std::vector<std::vector<SdcMismatch>>(ranks)};
+  InProcessGroup comms(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      auto group = group_for(r);
       SessionOptions o = options(r, ranks);
       o.mode = RecordMode::kSdc;
-      o.group = &*group;
+      o.communicator = comms.ranks[static_cast<size_t>(r)].get();
       auto s = Session::Open(o);
       if (!s.ok()) {
         run.results[r] = s.status();
-        abort(r, run.results[r]);
+        comms.world->Abort(run.results[r]);
         return;
       }
       std::vector<float> params(32, 1.0f);
@@ -356,11 +356,7 @@ void ExpectEveryRankNames(const SdcRun& run, int bad, uint64_t bad_step) {
 }
 
 TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
-  InProcessRankGroup group(3);
-  const SdcRun run = RunSdcRanks(
-      3, /*bad=*/2, /*bad_step=*/2, [&](int) { return &group; },
-      [&](int, const Status& why) { group.Abort(why); },
-      [&](int r, int n) { return Options(r, n); });
+  const SdcRun run = RunSdcRanks(3, /*bad=*/2, /*bad_step=*/2, [&](int r, int n) { return Options(r, n); });
   ExpectEveryRankNames(run, 2, 2);
   auto t = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
   ASSERT_TRUE(t.ok());
@@ -374,15 +370,9 @@ TEST_F(SessionTest, SdcCheckNamesTheFaultyRank) {
   EXPECT_TRUE(found_event);
 }
 
-// The same check with each rank's session on its own communicator (the
-// adapter any backend gets: in-process here, MPI in a real job).
-TEST_F(SessionTest, SdcCheckOverACommunicatorNamesTheFaultyRank) {
-  InProcessGroup comms(3);
-  const SdcRun run = RunSdcRanks(
-      3, /*bad=*/1, /*bad_step=*/1,
-      [&](int r) { return std::make_unique<CommunicatorRankGroup>(*comms.ranks[static_cast<size_t>(r)]); },
-      [&](int r, const Status& why) { comms.ranks[static_cast<size_t>(r)]->Abort(why); },
-      [&](int r, int n) { return Options(r, n); });
+// Another rank, another step: the check names whichever rank differs.
+TEST_F(SessionTest, SdcCheckNamesAnotherFaultyRankAtAnotherStep) {
+  const SdcRun run = RunSdcRanks(3, /*bad=*/1, /*bad_step=*/1, [&](int r, int n) { return Options(r, n); });
   ExpectEveryRankNames(run, 1, 1);
 }
 
