@@ -60,6 +60,8 @@ define configure-asan
 	  -DDGRR_TEST_OPTIMIZE=$(TEST_OPTIMIZE)
 endef
 
+# LeakSanitizer reads the fuzzers' suppressions (third-party only: libhdf5's
+# leak on a failed object-header decode, fuzz/lsan.supp) in the tests too.
 sanitize: deps
 	$(call configure-asan,$(SAN_BUILD))
 	cmake --build $(SAN_BUILD) -j $(JOBS)

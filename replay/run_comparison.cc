@@ -38,7 +38,6 @@ StatusOr<RunComparison> CompareRunDirectories(const std::string& a, const std::s
   DGRR_ASSIGN_OR_RETURN(replay::CompareResult r, replay::CompareRuns(a, b, o));
   RunComparison out;
   out.differs = r.found_difference();
-  out.exit_code = out.differs ? kExitDivergence : kExitOk;
   if (r.first_divergence) {
     out.first_a = Named(r.first_divergence->a);
     out.first_b = Named(r.first_divergence->b);

@@ -51,9 +51,10 @@ struct ComparedSetting {
 
 struct RunComparison {
   // Anything differs: a pair of boundaries, or a rank with its own run's
-  // rank 0 (`dgrr compare` exits 4); otherwise 0.
+  // rank 0.
   bool differs = false;
-  int exit_code = 0;
+  // What `dgrr compare` exits with: 4 when anything differs, else 0.
+  int exit_code() const { return differs ? 4 : 0; }
   // The first pair that differs, when one does, and in what: "values",
   // "dtype", "shape" or "dtype_and_shape".
   std::optional<ComparedBoundary> first_a, first_b;

@@ -180,7 +180,8 @@ stack = contextlib.ExitStack()
 tmp = stack.enter_context(tempfile.TemporaryDirectory())
 
 class Run:
-    # Variants: plain (torch's Dropout, no dgrr), plain-dgrrdropout (dgrr's
+    # Variants: plain (torch's Dropout, no dgrr), plain-<anything else> (a
+    # second plain model: the harness's own resolution), plain-dgrrdropout (dgrr's
     # Dropout, its context set by hand, no session), off-noinst (that and a
     # session in mode off with the model's state registered, begin/end step,
     # no instrument()), MODE (the session in MODE with instrument()),
@@ -282,7 +283,8 @@ def main():
     ap.add_argument("--modes", default="plain,controls,hooks,off,sdc,trusted,full")
     ap.add_argument("--baseline", help="a directory with another build's dgrr package: MODE@base")
     ap.add_argument("--paired", help="variants in one process, steps interleaved: plain first, "
-                    "then any of plain-dgrrdropout, off-noinst, off, sdc, trusted, full, "
+                    "then any of plain-b (a second plain model: the null variant), "
+                    "plain-dgrrdropout, off-noinst, off, sdc, trusted, full, "
                     "full-typesonly (full as before issue 30)")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")

@@ -241,7 +241,7 @@ def clip_grad_norm_(parameters, max_norm, group=None):
         parameters = [parameters]
     params = [p for p in parameters if p.grad is not None]
     grads = [local(p.grad) for p in params]
-    for p, g in zip(params, grads):
+    for g in grads:
         if g.dtype != _torch.float32 or g.device.type != "cpu":
             raise InvalidArgumentError(
                 f"dgrr.fsdp.clip_grad_norm_: a gradient is {g.dtype} on {g.device}; the canonical "

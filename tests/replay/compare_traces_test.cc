@@ -468,7 +468,7 @@ TEST_F(CompareTracesTest, TheInstalledApiReportsWhatCompareRunsFinds) {
   auto same = CompareRunDirectories(a, c);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_FALSE(same->differs);
-  EXPECT_EQ(same->exit_code, 0);
+  EXPECT_EQ(same->exit_code(), kExitOk);
   EXPECT_FALSE(same->first_a.has_value());
   EXPECT_EQ(same->certified_steps, 3u);
   EXPECT_EQ(same->certified_pairs, same->pairs);
@@ -477,7 +477,7 @@ TEST_F(CompareTracesTest, TheInstalledApiReportsWhatCompareRunsFinds) {
   auto direct = CompareRuns(a, b, {});
   ASSERT_TRUE(api.ok() && direct.ok());
   EXPECT_TRUE(api->differs);
-  EXPECT_EQ(api->exit_code, 4);
+  EXPECT_EQ(api->exit_code(), kExitDivergence);
   ASSERT_TRUE(api->first_b.has_value());
   EXPECT_EQ(api->first_b->name, "mlp.in.grad");
   EXPECT_EQ(api->first_b->phase, "backward");

@@ -27,5 +27,5 @@ int main(int argc, char** argv) {
     std::printf("compare_consumer: first difference at step %llu rank %u: %s\n",
                 static_cast<unsigned long long>(c->first_b->step), c->first_b->rank, c->first_b->name.c_str());
   }
-  return c->exit_code;
+  return c->exit_code();
 }
