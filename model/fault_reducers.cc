@@ -42,12 +42,13 @@ Status ReduceInExampleOrder(Communicator& comm, std::span<float* const> shard, s
 }
 
 Status RacyReduceRange(Communicator& comm, std::span<float* const> shard, size_t offset, size_t count,
-                       uint64_t batch, int threads, float* out) {
-  const size_t n = count;
+                       uint64_t batch, int threads, std::vector<float>* sum) {
+  const size_t n = count;  // values per example in `all`
   std::vector<float> all;
   DGRR_RETURN_IF_ERROR(GatherExampleRange(comm, shard, offset, offset + n, &all));
+  std::vector<float>& acc = *sum;
+  acc.assign(n, 0.0f);
   if (comm.rank() == 0) {
-    std::vector<float> acc(n, 0.0f);
     std::mutex mu;
     std::atomic<uint64_t> next{0};
     std::vector<std::thread> racers;
@@ -71,9 +72,8 @@ Status RacyReduceRange(Communicator& comm, std::span<float* const> shard, size_t
     }
     race_worker(jitter_seeds[0]);
     for (auto& th : racers) th.join();
-    std::memcpy(out + offset, acc.data(), n * sizeof(float));
   }
-  return comm.Broadcast(out + offset, n * sizeof(float), 0);
+  return comm.Broadcast(acc.data(), n * sizeof(float), 0);
 }
 
 }  // namespace dgrr::model

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "runtime/communicator.h"
@@ -22,14 +23,16 @@ namespace dgrr::model {
 Status ReduceInExampleOrder(Communicator& comm, std::span<float* const> shard, size_t n, uint64_t batch,
                             float* out);
 
-// `race`: out[offset, offset + count) summed again over the batch by racing
-// threads on rank 0, in the order they win a lock, each first "computing"
-// for a few microseconds drawn from the OS entropy source (standing in for
-// the uneven kernel times of a real race: on a quiet two-core machine the
-// workers would otherwise tend to queue in the order they were started and
-// the race would rarely show); every rank takes rank 0's sum. `threads`
-// racers at least two. The rest of `out` is left as it is.
+// `race`: *sum = the values [offset, offset + count) of the batch's examples
+// summed by racing threads on rank 0, in the order they win a lock, each
+// first "computing" for a few microseconds drawn from the OS entropy source
+// (standing in for the uneven kernel times of a real race: on a quiet
+// two-core machine the workers would otherwise tend to queue in the order
+// they were started and the race would rarely show); every rank gets rank
+// 0's sum. `threads` racers, at least two. It reads the examples' own
+// values: call it before anything sums the shard in place (the canonical
+// reduction does).
 Status RacyReduceRange(Communicator& comm, std::span<float* const> shard, size_t offset, size_t count,
-                       uint64_t batch, int threads, float* out);
+                       uint64_t batch, int threads, std::vector<float>* sum);
 
 }  // namespace dgrr::model

@@ -830,25 +830,31 @@ Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
   const FaultSpec* race = FaultAt(FaultKind::kRace, step);
   const NamedTensor* racy = race ? t.fault_targets_->ReducedParameter(race->at) : nullptr;
   const bool reorder = FaultAt(FaultKind::kReduceOrder, step) != nullptr;
-  // On a device the canonical reduction sums each of this rank's nodes there
-  // (BatchGradients::ReduceNode) and brings back the node sums only; the
-  // faults read every example's gradient on the host.
-  if (!reorder && racy == nullptr && rank.batch.device() != Device::kCpu) {
-    return CanonicalAllReduce(rank.comm, rank.batch.gradient_buffers(),
-                              rank.shard_first - static_cast<uint64_t>(step) * B, B, num_params, rank.grad.data(),
-                              t.options_.threads, rank.batch.node_reducer());
+  const uint64_t first = rank.shard_first - static_cast<uint64_t>(step) * B;
+  const int threads = t.options_.threads;
+  float* out = rank.grad.data();
+  if (!reorder && racy == nullptr) {
+    // The canonical reduction; each of this rank's nodes is summed where the
+    // batch ran (BatchGradients::ReduceNode: on a device only the node sums
+    // come back to the host).
+    return CanonicalAllReduce(rank.comm, rank.batch.gradient_buffers(), first, B, num_params, out, threads,
+                              rank.batch.node_reducer());
   }
   // The faults sum in orders of their own (model/fault_reducers.h), over
-  // every example's gradient on the host.
+  // every example's own gradient on the host: the race's range first, since
+  // the canonical reduction sums the buffers in place.
   const std::span<float* const> mine = rank.batch.gradients();
-  if (reorder) {
-    DGRR_RETURN_IF_ERROR(ReduceInExampleOrder(rank.comm, mine, num_params, B, rank.grad.data()));
-  } else {
-    DGRR_RETURN_IF_ERROR(CanonicalAllReduce(rank.comm, mine, rank.shard_first - static_cast<uint64_t>(step) * B, B,
-                                             num_params, rank.grad.data(), t.options_.threads));
+  std::vector<float> raced;
+  if (racy != nullptr) {
+    DGRR_RETURN_IF_ERROR(RacyReduceRange(rank.comm, mine, racy->offset, racy->size, B, threads, &raced));
   }
-  if (racy == nullptr) return Status::OK();
-  return RacyReduceRange(rank.comm, mine, racy->offset, racy->size, B, t.options_.threads, rank.grad.data());
+  if (reorder) {
+    DGRR_RETURN_IF_ERROR(ReduceInExampleOrder(rank.comm, mine, num_params, B, out));
+  } else {
+    DGRR_RETURN_IF_ERROR(CanonicalAllReduce(rank.comm, mine, first, B, num_params, out, threads));
+  }
+  if (racy != nullptr) std::memcpy(out + racy->offset, raced.data(), racy->size * sizeof(float));
+  return Status::OK();
 }
 
 Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {

@@ -6,9 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
+#include <cstring>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "base/coding.h"
+#include "model/fault_reducers.h"
+#include "runtime/inprocess_communicator.h"
 
 namespace dgrr::model {
 namespace {
@@ -146,6 +152,76 @@ TEST(TensorFaults, TensorFaultAtFindsAnyKindAtItsStepAndRank) {
   EXPECT_EQ(TensorFaultAt(faults, 2, 1), &faults[1]);
   EXPECT_EQ(TensorFaultAt(faults, 2, 0), nullptr);
   EXPECT_EQ(TensorFaultAt(faults, 3, 0), &faults[2]);
+}
+
+// The data-parallel faults' sums (model/fault_reducers.h) over 2 in-process
+// ranks of 3 examples each, 8 values an example.
+struct FaultReducerRun {
+  static constexpr int kRanks = 2, kPerRank = 3;
+  static constexpr size_t kValues = 8;
+  // example e's value k; in [2, 6): small integers, whose sum is exact in any
+  // order; elsewhere values whose sum depends on the order.
+  static float Value(size_t e, size_t k) {
+    if (k >= 2 && k < 6) return static_cast<float>(e * 10 + k);
+    return std::ldexp(1.0f + 0.001f * static_cast<float>(e), static_cast<int>((e * 7 + k) % 40) - 20);
+  }
+  // Runs `fn(comm, shard)` on every rank; the shards hold the examples'
+  // values and are checked unchanged afterwards.
+  template <typename Fn>
+  void Run(Fn fn) {
+    InProcessGroup group(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<std::vector<float>> buffers(kPerRank, std::vector<float>(kValues));
+        std::vector<float*> shard;
+        for (int i = 0; i < kPerRank; ++i) {
+          for (size_t k = 0; k < kValues; ++k) buffers[i][k] = Value(r * kPerRank + i, k);
+          shard.push_back(buffers[i].data());
+        }
+        fn(*group.ranks[static_cast<size_t>(r)], std::span<float* const>(shard));
+        for (int i = 0; i < kPerRank; ++i) {
+          for (size_t k = 0; k < kValues; ++k) {
+            const float v = Value(r * kPerRank + i, k);
+            EXPECT_EQ(std::memcmp(&buffers[i][k], &v, sizeof v), 0) << "the fault's sum wrote its input";
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+};
+
+TEST(FaultReducers, ReduceOrderSumsEveryExampleInExampleOrderOnEveryRank) {
+  constexpr uint64_t kBatch = FaultReducerRun::kRanks * FaultReducerRun::kPerRank;
+  std::vector<float> want(FaultReducerRun::kValues);
+  for (size_t k = 0; k < want.size(); ++k) {
+    want[k] = FaultReducerRun::Value(0, k);
+    for (uint64_t e = 1; e < kBatch; ++e) want[k] += FaultReducerRun::Value(e, k);
+  }
+  FaultReducerRun().Run([&](Communicator& comm, std::span<float* const> shard) {
+    std::vector<float> out(FaultReducerRun::kValues, std::nanf(""));
+    ASSERT_TRUE(ReduceInExampleOrder(comm, shard, out.size(), kBatch, out.data()).ok());
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)), 0) << "rank " << comm.rank();
+  });
+}
+
+// The race sums the examples' own values (whatever its order, the integers
+// add up exactly), and every rank gets rank 0's sum.
+TEST(FaultReducers, ARaceSumsTheExamplesOwnValuesAndEveryRankGetsRankZerosSum) {
+  constexpr uint64_t kBatch = FaultReducerRun::kRanks * FaultReducerRun::kPerRank;
+  std::vector<std::vector<float>> sums(FaultReducerRun::kRanks);
+  FaultReducerRun().Run([&](Communicator& comm, std::span<float* const> shard) {
+    ASSERT_TRUE(RacyReduceRange(comm, shard, 2, 4, kBatch, 3, &sums[static_cast<size_t>(comm.rank())]).ok());
+  });
+  for (size_t k = 2; k < 6; ++k) {
+    float exact = 0.0f;
+    for (uint64_t e = 0; e < kBatch; ++e) exact += FaultReducerRun::Value(e, k);
+    for (const std::vector<float>& sum : sums) {
+      ASSERT_EQ(sum.size(), 4u);
+      EXPECT_EQ(sum[k - 2], exact) << "value " << k;
+    }
+  }
 }
 
 }  // namespace
