@@ -77,8 +77,9 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(cons
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewestForRank(const std::string& run_dir,
                                                                                    bool fallback, int rank,
-                                                                                   const Agreement& agree) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpointForRank(run_dir, UINT64_MAX, fallback, rank, agree));
+                                                                                   const Agreement& agree,
+                                                                                   uint64_t max_step) {
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpointForRank(run_dir, max_step, fallback, rank, agree));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 

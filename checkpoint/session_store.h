@@ -31,7 +31,8 @@ class Hdf5CheckpointStore final : public CheckpointStore {
   // Each rank reads the manifest, its own shard and, when it restores
   // replicated entries, rank 0's (checkpoint_file.h, ReadCheckpointForRank).
   StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewestForRank(const std::string& run_dir, bool fallback, int rank,
-                                                                const Agreement& agree) override;
+                                                                const Agreement& agree,
+                                                                uint64_t max_step = UINT64_MAX) override;
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRank(const std::string& path, int rank,
                                                           const Agreement& agree) override;
   Status RemoveTemporaries(const std::string& run_dir) override;

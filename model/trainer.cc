@@ -24,6 +24,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/kill_point.h"
+#include "checkpoint/checkpoint_file.h"
 #include "checkpoint/session_store.h"
 #include "model/adamw.h"
 #include "model/audit.h"
@@ -235,6 +236,7 @@ struct Trainer::Impl {
   Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
   Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
   Status Checkpoint(Rank& rank, int64_t step);
+  Status OpenMetricsLog(int64_t first_step);
   void PrepareDumps(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
@@ -517,8 +519,11 @@ Status Trainer::Impl::RunRankBody(Rank& rank) {
   o.seed = t.options_.seed;
   o.threads = t.options_.threads;
   o.mode = t.options_.mode;
-  // The directory was checked and cleared (or the traces cut) up front.
-  o.open_mode = t.options_.resume && t.resume_from_ ? OpenMode::kResume : OpenMode::kOverwrite;
+  // A fresh run's directory was checked and cleared up front; a resume with
+  // checkpoints to resume from is the sessions' to decide (Session::Resume:
+  // the resume point every rank's trace reaches, the cuts, the restore).
+  o.open_mode = t.continue_run_ ? OpenMode::kContinue : OpenMode::kOverwrite;
+  o.resume_fallback = t.options_.fallback;
   o.run_id = rank.run_id;
   o.config_json = t.config_.dump();
   // Checkpoints restore across recording modes and thread counts (bisect
@@ -564,36 +569,28 @@ Status Trainer::Impl::RunSession(Rank& rank) {
       layout, {rank.params.data(), rank.adamw.m().data(), rank.adamw.v().data(), &rank.adamw_t, &rank.cursor},
       *t.plan_, s.state()));
 
-  int64_t first_step = 0;
-  if (t.control_) {
-    // The control's checkpoint (or none: step 0), and verification from it.
-    DGRR_ASSIGN_OR_RETURN(const uint64_t start, s.Resume());
-    first_step = static_cast<int64_t>(start);
-    if (first_step > 0) {
-      rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
-      rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
-    }
-    if (r == 0) t.first_step_ = first_step;
-  } else {
-    // Fresh, or resumed by the trainer (PrepareResume cut the traces and
-    // the session appends): the trace is where the program put it.
-    DGRR_RETURN_IF_ERROR(s.Resume().status());
-  }
-  if (!t.control_ && t.resume_from_) {
-    const LoadedCheckpoint& ckpt = *t.resume_from_;
-    DGRR_RETURN_IF_ERROR(
-        s.RecordEvent(trace::EventKind::kResumed, "from checkpoint of step " + std::to_string(ckpt.step())));
-    // The store's restorer leaves out the skip-restore faults' entries.
-    DGRR_RETURN_IF_ERROR(ckpt.Restore(r, s.state()));
-    for (const auto& name : t.restore_skip_) {
-      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
+  // Like any program: the session restores the state from the checkpoint
+  // it resumes from (a control file's, or for --resume the newest one every
+  // rank's trace reaches, the traces cut back to it and RESUMED recorded),
+  // or returns 0 for a fresh start.
+  DGRR_ASSIGN_OR_RETURN(const uint64_t start, s.Resume());
+  const int64_t first_step = static_cast<int64_t>(start);
+  if (first_step > 0) {
+    if (!t.control_) {
+      // The store's restorer left out the skip-restore faults' entries.
+      for (const auto& name : t.restore_skip_) {
+        DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, "skip-restore:" + name));
+      }
     }
     rank.adamw.set_step(static_cast<int64_t>(rank.adamw_t));
-    first_step = static_cast<int64_t>(ckpt.step()) + 1;
     // Fast-forward (the plan's `cursor`): the data order is a pure function of
     // the step, so the cursor is computed, not replayed step by step.
     rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
   }
+  if (&rank == ranks[0].get()) t.first_step_ = first_step;
+  // Rank 0's metrics log, cut back to the checkpoint resumed from (or
+  // started afresh); a re-execution under a control file keeps none.
+  if (r == 0 && !t.control_) DGRR_RETURN_IF_ERROR(OpenMetricsLog(first_step));
 
   // Declare every per-example boundary before workers start reporting them.
   DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
@@ -772,6 +769,21 @@ Status Trainer::Impl::Checkpoint(Rank& rank, int64_t step) {
   rank.cursor = static_cast<uint64_t>(step + 1) * static_cast<uint64_t>(t.batch_);
   if (rank.r == 0 && metrics) DGRR_RETURN_IF_ERROR(metrics->Sync());
   return rank.session->Checkpoint(static_cast<uint64_t>(step));
+}
+
+// Rank 0's metrics log for a run starting at `first_step`: cut to the steps
+// before it when resumed, else new. A resume that found nothing its traces
+// reach starts over, and the checkpoints it could not use go too (as when
+// it found none: Trainer::PrepareResume).
+Status Trainer::Impl::OpenMetricsLog(int64_t first_step) {
+  const std::string path = MetricsPathFor(t.options_.out_dir);
+  if (first_step > 0) {
+    DGRR_RETURN_IF_ERROR(CutMetricsLog(path, first_step - 1));
+  } else if (t.continue_run_) {
+    DGRR_RETURN_IF_ERROR(t.RemoveCheckpoints());
+  }
+  DGRR_ASSIGN_OR_RETURN(metrics, MetricsLog::Open(path, /*fresh=*/first_step == 0));
+  return Status::OK();
 }
 
 // The boundaries a control file dumps on this rank at `step` (the session
@@ -1289,26 +1301,6 @@ std::string Trainer::StateConfigJson() const {
   return state_config.dump();
 }
 
-// The same digest a Session computes from SessionOptions::state_config_json.
-uint64_t Trainer::StateConfigDigest() const {
-  const std::string canonical = nlohmann::json::parse(StateConfigJson()).dump();
-  return Xxh3(canonical.data(), canonical.size());
-}
-
-// A checkpoint can only restore the run it was written by: same world size,
-// same state-deciding configuration (StateConfigDigest).
-Status Trainer::CheckCheckpointFitsRun(const LoadedCheckpoint& ckpt) const {
-  if (ckpt.world_size() != options_.ranks) {
-    return Status::Corruption(ckpt.path() + ": written by " + std::to_string(ckpt.world_size()) +
-                              " ranks, the run has " + std::to_string(options_.ranks));
-  }
-  if (ckpt.config_digest() != StateConfigDigest()) {
-    return Status::FailedPrecondition(ckpt.path() + ": belongs to a different configuration than " +
-                                      ConfigPathFor(options_.out_dir));
-  }
-  return Status::OK();
-}
-
 namespace {
 
 // model::Rollback (model/rollback.h) of the run `run` resumes, whose config
@@ -1327,8 +1319,10 @@ StatusOr<replay::RollbackResult> FinishRollback(const TrainOptions& run, const r
 
 }  // namespace
 
-// Finishes an interrupted rollback, then finds the checkpoint to resume from
-// and cuts every rank's trace back to it.
+// Finishes an interrupted rollback; then a run with checkpoints is continued
+// by its sessions (Session::Resume with OpenMode::kContinue: the ranks agree
+// on the newest checkpoint every rank's trace reaches, restore it, cut their
+// traces back to it), and one killed before its first checkpoint starts over.
 Status Trainer::PrepareResume() {
   DGRR_ASSIGN_OR_RETURN(std::optional<int64_t> pending, replay::PendingRollback(options_.out_dir));
   if (pending) {
@@ -1346,22 +1340,13 @@ Status Trainer::PrepareResume() {
           "' to see it through)");
     }
   }
-  // The newest good checkpoint every rank's trace still reaches.
-  auto found = directory_->FindResumePoint(*store_, options_.ranks, options_.fallback);
-  if (!found.ok() && found.status().IsNotFound()) {
+  DGRR_ASSIGN_OR_RETURN(const std::vector<uint64_t> steps, checkpoint::ListCheckpointSteps(options_.out_dir));
+  if (steps.empty()) {
     // Killed before the first checkpoint: start over in the same directory.
     options_.force = true;
     return PrepareRunDirectory();
   }
-  if (!found.ok()) return found.status();
-  std::unique_ptr<LoadedCheckpoint> ckpt = std::move(found).value();
-  DGRR_RETURN_IF_ERROR(CheckCheckpointFitsRun(*ckpt));
-  for (int r = 0; r < options_.ranks; ++r) DGRR_RETURN_IF_ERROR(directory_->CutTrace(r, *ckpt));
-  // A writer killed mid-checkpoint leaves only its temporary file; drop it.
-  DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*store_));
-  DGRR_RETURN_IF_ERROR(directory_->CutMetricsLog(ckpt->step()));
-  first_step_ = static_cast<int64_t>(ckpt->step()) + 1;
-  resume_from_ = std::move(ckpt);
+  continue_run_ = true;
   return Status::OK();
 }
 
@@ -1420,11 +1405,7 @@ Status Trainer::PrepareRunDirectory() const {
   for (const std::string& name : names) {
     const std::string path = dir + "/" + name;
     if (name == "ckpt") {
-      DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> files, ListDirectory(path));
-      for (const std::string& file : files) DGRR_RETURN_IF_ERROR(RemoveFile(path + "/" + file));
-      std::error_code ec;
-      std::filesystem::remove(path, ec);  // now empty
-      if (ec) return Status::IOError(path + ": remove directory: " + ec.message());
+      DGRR_RETURN_IF_ERROR(RemoveCheckpoints());
     } else if (IsRunFileName(name) || IsTemporaryName(name)) {
       DGRR_RETURN_IF_ERROR(RemoveFile(path));
     }
@@ -1432,8 +1413,20 @@ Status Trainer::PrepareRunDirectory() const {
   return SyncDirectory(dir);
 }
 
-// The run directory made ready for the run's ranks: locked, cleared or cut
-// back to the checkpoint a resume continues from.
+// The run directory's checkpoints (ckpt/ and everything in it).
+Status Trainer::RemoveCheckpoints() const {
+  const std::string path = options_.out_dir + "/ckpt";
+  if (!IsDirectory(path)) return Status::OK();
+  DGRR_ASSIGN_OR_RETURN(const std::vector<std::string> files, ListDirectory(path));
+  for (const std::string& file : files) DGRR_RETURN_IF_ERROR(RemoveFile(path + "/" + file));
+  std::error_code ec;
+  std::filesystem::remove(path, ec);  // now empty
+  if (ec) return Status::IOError(path + ": remove directory: " + ec.message());
+  return Status::OK();
+}
+
+// The run directory made ready for the run's ranks: locked, and cleared for
+// a fresh run (a resume finishes an interrupted rollback first).
 Status Trainer::PrepareRun() {
   if (control_) return Status::OK();  // the re-executor made the directory; the sessions restore
   DGRR_RETURN_IF_ERROR(LockRunDirectory());
@@ -1460,7 +1453,7 @@ namespace {
 // Rank 0's outcome of preparing the run directory, as the other ranks learn it.
 struct Prepared {
   uint8_t code = 0;               // StatusCode
-  int64_t resume_step = -1;       // the checkpoint a resume continues from; -1: none
+  uint8_t continue_run = 0;       // the sessions resume from a checkpoint (Trainer::PrepareResume)
   char message[1024] = {};
 };
 
@@ -1510,7 +1503,7 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
   if (comm.rank() == 0) {
     const Status s = PrepareRun();
     prepared.code = static_cast<uint8_t>(s.code());
-    prepared.resume_step = resume_from_ ? static_cast<int64_t>(resume_from_->step()) : -1;
+    prepared.continue_run = continue_run_ ? 1 : 0;
     std::snprintf(prepared.message, sizeof(prepared.message), "%s", s.message().c_str());
   }
   DGRR_RETURN_IF_ERROR(comm.Broadcast(&prepared, sizeof(prepared), 0));
@@ -1518,30 +1511,14 @@ Status Trainer::RunAsRank(Communicator& comm, const std::function<void(const Tra
     if (comm.rank() == 0) return StatusWithCode(prepared.code, prepared.message);
     return StatusWithCode(prepared.code, std::string("rank 0: ") + prepared.message);
   }
-  if (comm.rank() != 0) {
-    Status s = Status::OK();
-    if (prepared.resume_step >= 0) {
-      auto ckpt = store_->Load(
-          checkpoint::CheckpointPath(options_.out_dir, static_cast<uint64_t>(prepared.resume_step)));
-      s = ckpt.status();
-      if (s.ok()) s = CheckCheckpointFitsRun(**ckpt);
-      if (s.ok()) {
-        first_step_ = prepared.resume_step + 1;
-        resume_from_ = std::move(ckpt).value();
-      }
-    }
-    if (!s.ok()) {
-      comm.Abort(s);
-      return s;
-    }
-  }
+  continue_run_ = prepared.continue_run != 0;
   Communicator* const mine_only[] = {&comm};
   return RunRanks(mine_only, progress, result);
 }
 
 Status Trainer::RunRanks(std::span<Communicator* const> comms,
                          const std::function<void(const TrainProgress&)>& progress, TrainResult* result) {
-  if (resume_from_) {
+  if (continue_run_) {
     for (const auto& f : options_.faults) {
       if (f.kind == FaultKind::kSkipRestore) restore_skip_.insert(f.at);
     }
@@ -1550,13 +1527,6 @@ Status Trainer::RunRanks(std::span<Communicator* const> comms,
   Impl& impl = *impl_;
   impl.progress_ = progress;
   for (Communicator* comm : comms) impl.ranks.push_back(std::make_unique<Impl::Rank>(impl, *comm));
-  const bool has_rank0 = impl.ranks[0]->r == 0;
-  // Only a recording run keeps a metrics log (rank 0's); a re-execution
-  // under a control file checks or feeds bisect, in scratch space.
-  if (!control_ && has_rank0) {
-    DGRR_ASSIGN_OR_RETURN(impl.metrics,
-                          MetricsLog::Open(MetricsPathFor(options_.out_dir), /*fresh=*/first_step_ == 0));
-  }
   impl.start = impl.step_start = Clock::now();
   std::vector<Status> statuses(impl.ranks.size());
   std::vector<std::thread> threads;

@@ -192,10 +192,10 @@ class Trainer {
   // unless --force (or a fresh start asked by --resume) may replace it.
   Status CheckRunDirectoryFree() const;
   Status PrepareResume();
-  Status CheckCheckpointFitsRun(const LoadedCheckpoint& ckpt) const;
+  // Removes the run's ckpt/ directory with every file in it.
+  Status RemoveCheckpoints() const;
   Status ValidateControlDumps() const;
   std::string StateConfigJson() const;
-  uint64_t StateConfigDigest() const;
 
   TrainOptions options_;
   Preset preset_;
@@ -216,7 +216,9 @@ class Trainer {
   // trainer's layouts (model/train_state.h) and leaves out restore_skip_.
   std::unique_ptr<checkpoint::Hdf5CheckpointStore> store_;
   std::set<std::string> restore_skip_;  // --resume's skip-restore faults
-  std::unique_ptr<LoadedCheckpoint> resume_from_;  // set by PrepareResume
+  // --resume of a run with checkpoints (PrepareResume): the sessions open
+  // with OpenMode::kContinue and Session::Resume finds, restores and cuts.
+  bool continue_run_ = false;
   int64_t first_step_ = 0;
   std::unique_ptr<Impl> impl_;
   // The run directory, locked by LockRunDirectory (or Run) until Run returns;

@@ -103,10 +103,11 @@ class CheckpointStore {
   // back, fail or resume together. The returned checkpoint need only restore
   // `rank`. By default the whole checkpoint, as FindNewest and Load.
   virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewestForRank(const std::string& run_dir, bool fallback,
-                                                                        int rank, const Agreement& agree) {
+                                                                        int rank, const Agreement& agree,
+                                                                        uint64_t max_step = UINT64_MAX) {
     (void)rank;
     (void)agree;
-    return FindNewest(run_dir, fallback);
+    return FindNewest(run_dir, fallback, max_step);
   }
   virtual StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRank(const std::string& path, int rank,
                                                                   const Agreement& agree) {

@@ -14,14 +14,7 @@
 namespace dgrr {
 namespace {
 
-// Where a rank's trace ends, and the EVENT records a checkpoint may point
-// just past (index -> the step they were recorded in).
-struct TraceEnd {
-  uint64_t records = 0;
-  std::map<uint64_t, uint64_t> events;
-};
-
-StatusOr<TraceEnd> ScanTraceEnd(const std::string& path) {
+StatusOr<TraceEnd> ScanTraceEndAt(const std::string& path) {
   DGRR_ASSIGN_OR_RETURN(auto reader, trace::TraceReader::Open(path));
   TraceEnd end;
   trace::Record record;
@@ -35,20 +28,16 @@ StatusOr<TraceEnd> ScanTraceEnd(const std::string& path) {
   return end;
 }
 
-// Why the traces do not reach `ckpt` ("" when they do).
-std::string Unreachable(const LoadedCheckpoint& ckpt, const std::vector<TraceEnd>& ends) {
-  for (size_t r = 0; r < ends.size() && r < static_cast<size_t>(ckpt.world_size()); ++r) {
-    const uint64_t p = ckpt.trace_position(static_cast<int>(r));
-    if (p == 0) continue;  // mode off: nothing recorded
-    auto it = ends[r].events.find(p - 1);
-    if (p <= ends[r].records && it != ends[r].events.end() && it->second == ckpt.step()) continue;
-    return ckpt.path() + " records trace position " + std::to_string(p) + " for rank " + std::to_string(r) +
-           ", which the trace (" + std::to_string(ends[r].records) + " records) does not reach";
-  }
-  return "";
-}
-
 }  // namespace
+
+std::string TraceEnd::Unreachable(const LoadedCheckpoint& ckpt, int rank) const {
+  const uint64_t p = ckpt.trace_position(rank);
+  if (p == 0) return "";  // mode off: nothing recorded
+  auto it = events.find(p - 1);
+  if (p <= records && it != events.end() && it->second == ckpt.step()) return "";
+  return ckpt.path() + " records trace position " + std::to_string(p) + " for rank " + std::to_string(rank) +
+         ", which the trace (" + std::to_string(records) + " records) does not reach";
+}
 
 std::string TracePathFor(const std::string& run_dir, int rank) {
   return run_dir + "/rank" + std::to_string(rank) + ".trace";
@@ -84,23 +73,7 @@ Status RunDirectory::WriteConfig(const std::string& text) const {
 
 bool RunDirectory::HasPendingRollback() const { return PathExists(path_ + "/" + kPendingRollbackFile); }
 
-StatusOr<std::unique_ptr<LoadedCheckpoint>> RunDirectory::FindResumePoint(CheckpointStore& store, int world_size,
-                                                                         bool fallback) const {
-  std::vector<TraceEnd> ends;
-  for (int r = 0; r < world_size; ++r) {
-    DGRR_ASSIGN_OR_RETURN(TraceEnd end, ScanTraceEnd(TracePath(r)));
-    ends.push_back(std::move(end));
-  }
-  uint64_t bound = UINT64_MAX;
-  for (;;) {
-    DGRR_ASSIGN_OR_RETURN(std::unique_ptr<LoadedCheckpoint> ckpt, store.FindNewest(path_, fallback, bound));
-    const std::string why = Unreachable(*ckpt, ends);
-    if (why.empty()) return ckpt;
-    if (!fallback) return Status::Corruption(why + " (pass --fallback to resume from an older checkpoint)");
-    if (ckpt->step() == 0) return Status::NotFound(path_ + ": no checkpoint the traces reach (" + why + ")");
-    bound = ckpt->step() - 1;
-  }
-}
+StatusOr<TraceEnd> RunDirectory::ScanTraceEnd(int rank) const { return ScanTraceEndAt(TracePath(rank)); }
 
 Status RunDirectory::CutTrace(int rank, const LoadedCheckpoint& checkpoint) const {
   DGRR_RETURN_IF_ERROR(trace::TruncateTraceAt(TracePath(rank), checkpoint.trace_position(rank)));

@@ -4,8 +4,10 @@
 //   - the writer lock (base/run_lock.h): one writer per run, taken by Lock();
 //   - the run's files by name (rank<R>.trace, rank<R>.env.json, config.json,
 //     metrics.jsonl, an unfinished rollback's marker) and config.json's I/O;
-//   - the resume point: the newest checkpoint that reads and verifies *and*
-//     that every rank's trace still reaches (FindResumePoint);
+//   - what the resume point must satisfy besides reading and verifying:
+//     every rank's trace still reaches it (ScanTraceEnd, TraceEnd::
+//     Unreachable; each rank checks its own and Session::Resume makes the
+//     ranks agree before any of them cuts);
 //   - cutting the run back to a checkpoint: the traces (CutTrace), what
 //     writers killed mid-write left (RemoveTemporaries) and the metrics log
 //     (CutMetricsLog).
@@ -17,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +39,19 @@ inline constexpr const char* kPendingRollbackFile = "rollback-pending.json";
 std::string TracePathFor(const std::string& run_dir, int rank);
 std::string EnvPathFor(const std::string& run_dir, int rank);
 std::string ConfigPathFor(const std::string& run_dir);
+
+// Where one rank's trace ends, as far as resuming cares: how many records it
+// holds and the EVENT records a checkpoint may point just past (record
+// index -> the step it was recorded in).
+struct TraceEnd {
+  uint64_t records = 0;
+  std::map<uint64_t, uint64_t> events;
+  // "" when this trace, rank `rank`'s, reaches `ckpt`: the position `ckpt`
+  // records for the rank lies within the trace, just past an EVENT of the
+  // checkpoint's step (its CHECKPOINT event, or a rollback's ROLLED_BACK);
+  // a position of 0 (recorded in mode off) is always reached. Else why not.
+  std::string Unreachable(const LoadedCheckpoint& ckpt, int rank) const;
+};
 
 class RunDirectory {
  public:
@@ -69,16 +85,11 @@ class RunDirectory {
   bool HasPendingRollback() const;
 
   // --- Resuming: the resume point and cutting back to it ---
-  // The newest checkpoint in `store` that reads and verifies and that the
-  // traces of ranks 0..world_size-1 still reach: each rank's recorded trace
-  // position lies within its trace, just past an EVENT of the checkpoint's
-  // step (the CHECKPOINT event, or a rollback's ROLLED_BACK event). A trace
-  // cut shorter since (an interrupted rollback, a user's truncation) fails
-  // that. Without `fallback` a damaged or unreachable newest checkpoint is
-  // refused (Corruption); with it, older ones are tried. NotFound: none.
-  // Reads every rank's trace: call it before any rank cuts its own.
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindResumePoint(CheckpointStore& store, int world_size,
-                                                              bool fallback) const;
+  // --- Resuming: the resume point and cutting back to it ---
+  // Reads rank `rank`'s trace to its end (a torn tail ends it; corruption is
+  // an error): where it ends, for TraceEnd::Unreachable. Each rank reads its
+  // own; Session::Resume gathers the verdicts.
+  StatusOr<TraceEnd> ScanTraceEnd(int rank) const;
   // Cuts rank `rank`'s trace to the records before `checkpoint`'s position
   // for it (kill point "resume-cut", N = rank, once cut).
   Status CutTrace(int rank, const LoadedCheckpoint& checkpoint) const;

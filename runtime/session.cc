@@ -129,7 +129,16 @@ struct Session::Impl {
   Status WriteRunFiles();
   // The checkpoint at `path` ("": the run's newest good one), checked to fit
   // this session's world and configuration.
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path);
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path,
+                                                             uint64_t max_step = UINT64_MAX);
+  // Whether this rank decides with others (a communicator of several ranks).
+  bool Collective() const { return options_.world_size > 1 && group_ != nullptr; }
+  // Every rank's verdict on one question about `at`: each passes its own
+  // (`mine`); OK when every rank's is OK, else its own error or one naming
+  // the first rank that failed, `failed` saying what it could not do, with
+  // that rank's code (so that every rank decides alike). Without other
+  // ranks, `mine`. Every rank calls it the same number of times, in order.
+  Status AgreeAcrossRanks(const std::string& at, const Status& mine, const std::string& failed);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
   Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
@@ -865,41 +874,47 @@ StatusOr<uint64_t> Session::Impl::Resume() {
   return start;
 }
 
-StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::Impl::LoadForRestore(const std::string& path) {
+Status Session::Impl::AgreeAcrossRanks(const std::string& at, const Status& mine, const std::string& failed) {
+  if (!Collective()) return mine;
+  const uint8_t code = static_cast<uint8_t>(mine.code());
+  std::vector<uint8_t> all;
+  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, code, &all));
+  if (!mine.ok()) return mine;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] == static_cast<uint8_t>(StatusCode::kOk)) continue;
+    // Its code, so that every rank decides alike (NotFound: start afresh).
+    const std::string msg =
+        at + ": rank " + std::to_string(r) + " " + failed + " (rank " + std::to_string(r) + "'s error says why)";
+    switch (static_cast<StatusCode>(all[r])) {
+      case StatusCode::kNotFound: return Status::NotFound(msg);
+      case StatusCode::kIOError: return Status::IOError(msg);
+      case StatusCode::kInvalidArgument: return Status::InvalidArgument(msg);
+      case StatusCode::kFailedPrecondition: return Status::FailedPrecondition(msg);
+      case StatusCode::kInternal: return Status::Internal(msg);
+      default: return Status::Corruption(msg);
+    }
+  }
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<LoadedCheckpoint>> Session::Impl::LoadForRestore(const std::string& path,
+                                                                          uint64_t max_step) {
   if (options_.checkpoints == nullptr) return NoCheckpointStore();
   std::unique_ptr<LoadedCheckpoint> ckpt;
-  if (options_.world_size > 1 && group_ != nullptr) {
+  if (Collective()) {
     // Each rank reads and verifies its own part; the ranks then agree on
     // every checkpoint tried, so all of them resume, fall back or fail as one.
     CheckpointStore::Agreement agree = [this](const std::string& at, const Status& mine) -> Status {
-      const uint8_t code = static_cast<uint8_t>(mine.code());
-      std::vector<uint8_t> all;
-      DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, code, &all));
-      if (!mine.ok()) return mine;
-      for (size_t r = 0; r < all.size(); ++r) {
-        if (all[r] == static_cast<uint8_t>(StatusCode::kOk)) continue;
-        // Its code, so that every rank decides alike (NotFound: start afresh).
-        const std::string msg = at + ": rank " + std::to_string(r) + " could not read its part of this checkpoint (rank " +
-                                std::to_string(r) + "'s error says why)";
-        switch (static_cast<StatusCode>(all[r])) {
-          case StatusCode::kNotFound: return Status::NotFound(msg);
-          case StatusCode::kIOError: return Status::IOError(msg);
-          case StatusCode::kInvalidArgument: return Status::InvalidArgument(msg);
-          case StatusCode::kFailedPrecondition: return Status::FailedPrecondition(msg);
-          case StatusCode::kInternal: return Status::Internal(msg);
-          default: return Status::Corruption(msg);
-        }
-      }
-      return Status::OK();
+      return AgreeAcrossRanks(at, mine, "could not read its part of this checkpoint");
     };
     if (path.empty()) {
       DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewestForRank(options_.run_dir, options_.resume_fallback,
-                                                                          options_.rank, agree));
+                                                                          options_.rank, agree, max_step));
     } else {
       DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->LoadForRank(path, options_.rank, agree));
     }
   } else if (path.empty()) {
-    DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewest(options_.run_dir, options_.resume_fallback));
+    DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->FindNewest(options_.run_dir, options_.resume_fallback, max_step));
   } else {
     DGRR_ASSIGN_OR_RETURN(ckpt, options_.checkpoints->Load(path));
   }
@@ -933,30 +948,77 @@ StatusOr<uint64_t> Session::Impl::ContinueRun() {
     DGRR_RETURN_IF_ERROR(WriteRunFiles());
     return uint64_t{0};
   };
-  if (!PathExists(trace_path_)) return start_fresh();
-  if (directory_->HasPendingRollback()) {
-    return Status::FailedPrecondition(options_.run_dir +
-                                      " has an unfinished rollback: run the same `dgrr rollback` again to "
-                                      "finish it, then resume");
+  // The ranks of a job decide together, taking the same exchanges in the
+  // same order, so that they all resume from one checkpoint or all start
+  // afresh; nothing in the directory changes before they have agreed.
+  const bool have_trace = PathExists(trace_path_);
+  bool any_trace = have_trace;
+  if (Collective()) {
+    std::vector<uint8_t> all;
+    DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, static_cast<uint8_t>(have_trace ? 1 : 0), &all));
+    any_trace = std::find(all.begin(), all.end(), uint8_t{1}) != all.end();
   }
-  if (options_.checkpoints == nullptr) return NoCheckpointStore();
+  if (!any_trace) return start_fresh();
+  // Before anything is read: no unfinished rollback, somewhere to restore
+  // from, a trace that reads to its end. A rank without a trace (others have
+  // theirs) reaches no checkpoint that recorded something for it.
+  TraceEnd end;
+  Status ready = Status::OK();
+  if (directory_->HasPendingRollback()) {
+    ready = Status::FailedPrecondition(options_.run_dir +
+                                       " has an unfinished rollback: run the same `dgrr rollback` again to "
+                                       "finish it, then resume");
+  } else if (options_.checkpoints == nullptr) {
+    ready = NoCheckpointStore();
+  } else if (have_trace) {
+    StatusOr<TraceEnd> scanned = directory_->ScanTraceEnd(options_.rank);
+    ready = scanned.status();
+    if (ready.ok()) end = std::move(scanned).value();
+  }
+  DGRR_RETURN_IF_ERROR(AgreeAcrossRanks(options_.run_dir, ready, "cannot resume"));
   // Nothing in the directory changes until everything says it is this run:
   // the checkpoint's configuration (or config.json when there is none), then
   // the trace header's rank, world size and seed.
-  auto found = LoadForRestore("");
-  if (found.status().code() == StatusCode::kNotFound) {
+  // The newest checkpoint that reads and verifies (the configuration it was
+  // written by checked) and that every rank's trace still reaches: a trace
+  // cut shorter since (an interrupted rollback, a user's truncation) does
+  // not. Without resume_fallback a damaged or unreachable newest one is
+  // refused; with it older ones are tried.
+  uint64_t max_step = UINT64_MAX;
+  std::unique_ptr<LoadedCheckpoint> found;
+  for (;;) {
+    auto loaded = LoadForRestore("", max_step);
+    if (loaded.status().code() == StatusCode::kNotFound) break;
+    if (!loaded.ok()) return loaded.status();
+    const std::string why = end.Unreachable(**loaded, options_.rank);
+    const Status reached = AgreeAcrossRanks((*loaded)->path(), why.empty() ? Status::OK() : Status::Corruption(why),
+                                            "does not reach it");
+    if (reached.ok()) {
+      found = std::move(loaded).value();
+      break;
+    }
+    if (!options_.resume_fallback) {
+      return Status::Corruption(reached.message() + " (pass --fallback to resume from an older checkpoint)");
+    }
+    if ((*loaded)->step() == 0) break;
+    max_step = (*loaded)->step() - 1;
+  }
+  if (!found) {
     // A run killed before its first checkpoint (or one that never writes
-    // any) starts again from step 0, if it is the same run.
+    // any, or whose traces reach none) starts again from step 0, if it is
+    // the same run.
     DGRR_RETURN_IF_ERROR(CheckConfigIsThisRun());
-    DGRR_RETURN_IF_ERROR(CheckTraceBelongsToThisRun());
+    if (have_trace) DGRR_RETURN_IF_ERROR(CheckTraceBelongsToThisRun());
     return start_fresh();
   }
-  if (!found.ok()) return found.status();
-  DGRR_RETURN_IF_ERROR(CheckTraceBelongsToThisRun());
-  const LoadedCheckpoint& ckpt = **found;
+  const LoadedCheckpoint& ckpt = *found;
+  DGRR_RETURN_IF_ERROR(AgreeAcrossRanks(options_.run_dir,
+                                        have_trace ? CheckTraceBelongsToThisRun() : Status::OK(),
+                                        "holds a trace of another run"));
   // Restoring checks every entry before copying any: a program whose state
-  // does not fit the checkpoint is refused before the trace is cut.
-  DGRR_RETURN_IF_ERROR(RestoreState(ckpt));
+  // does not fit the checkpoint is refused, on every rank, before any trace
+  // is cut.
+  DGRR_RETURN_IF_ERROR(AgreeAcrossRanks(ckpt.path(), RestoreState(ckpt), "could not restore its state from it"));
   if (options_.rank == 0) DGRR_RETURN_IF_ERROR(directory_->RemoveTemporaries(*options_.checkpoints));
   DGRR_RETURN_IF_ERROR(directory_->CutTrace(options_.rank, ckpt));
   options_.open_mode = OpenMode::kResume;

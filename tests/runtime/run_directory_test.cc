@@ -109,7 +109,10 @@ TEST_F(RunDirectoryTest, OneWriterAndNothingCreatedForAMissingRun) {
   EXPECT_EQ(not_a_directory.Lock().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(RunDirectoryTest, ResumePointIsTheNewestEveryTraceReaches) {
+// A checkpoint is a resume point for a rank only when the rank's trace
+// reaches it: the position it records lies within the trace, just past an
+// EVENT of the checkpoint's step.
+TEST_F(RunDirectoryTest, ATraceReachesACheckpointOnlyJustPastItsEvent) {
   fs::create_directories(dir_);
   WriteTrace(0, 4);
   WriteTrace(1, 4);
@@ -117,18 +120,25 @@ TEST_F(RunDirectoryTest, ResumePointIsTheNewestEveryTraceReaches) {
   store.checkpoints[1] = {4, 4};
   store.checkpoints[3] = {8, 8};
   RunDirectory run(dir_);
-  auto point = run.FindResumePoint(store, 2, /*fallback=*/false);
-  ASSERT_TRUE(point.ok()) << point.status().ToString();
-  EXPECT_EQ((*point)->step(), 3u);
+  auto newest = store.FindNewest(dir_, false, UINT64_MAX);
+  ASSERT_TRUE(newest.ok());
+  for (int r = 0; r < 2; ++r) {
+    auto end = run.ScanTraceEnd(r);
+    ASSERT_TRUE(end.ok()) << end.status().ToString();
+    EXPECT_EQ(end->records, 8u);
+    EXPECT_EQ(end->Unreachable(**newest, r), "") << r;
+  }
 
   // Rank 1's trace cut short of step 3's checkpoint (an interrupted rollback).
   ASSERT_TRUE(trace::TruncateTraceAt(TracePathFor(dir_, 1), 6).ok());
-  auto refused = run.FindResumePoint(store, 2, /*fallback=*/false);
-  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(refused.status().message().find("for rank 1"), std::string::npos) << refused.status().ToString();
-  auto older = run.FindResumePoint(store, 2, /*fallback=*/true);
-  ASSERT_TRUE(older.ok()) << older.status().ToString();
-  EXPECT_EQ((*older)->step(), 1u);
+  auto end1 = run.ScanTraceEnd(1);
+  ASSERT_TRUE(end1.ok());
+  const std::string why = end1->Unreachable(**newest, 1);
+  EXPECT_NE(why.find("trace position 8 for rank 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("(6 records) does not reach"), std::string::npos) << why;
+  auto older = store.FindNewest(dir_, false, 2);
+  ASSERT_TRUE(older.ok());
+  EXPECT_EQ(end1->Unreachable(**older, 1), "");
 
   // Cut back to it: each trace ends just past the checkpoint's event.
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(run.CutTrace(r, **older).ok());
@@ -138,10 +148,20 @@ TEST_F(RunDirectoryTest, ResumePointIsTheNewestEveryTraceReaches) {
     EXPECT_EQ(trace->records.size(), 4u);
   }
 
-  // A position that lands on no checkpoint event of the step is no resume point.
+  // A position that lands on no checkpoint event of the step is not reached,
+  // nor is one past the trace's end; position 0 (mode off) always is.
   store.checkpoints.erase(3);
   store.checkpoints[1] = {3, 4};
-  EXPECT_EQ(run.FindResumePoint(store, 2, /*fallback=*/true).status().code(), StatusCode::kNotFound);
+  auto off_event = store.FindNewest(dir_, false, UINT64_MAX);
+  ASSERT_TRUE(off_event.ok());
+  auto end0 = run.ScanTraceEnd(0);
+  ASSERT_TRUE(end0.ok());
+  EXPECT_NE(end0->Unreachable(**off_event, 0), "");
+  EXPECT_EQ(run.ScanTraceEnd(1)->Unreachable(**off_event, 1), "");
+  store.checkpoints[1] = {0, 40};
+  auto positions = store.FindNewest(dir_, false, UINT64_MAX);
+  EXPECT_EQ(end0->Unreachable(**positions, 0), "");
+  EXPECT_NE(run.ScanTraceEnd(1)->Unreachable(**positions, 1), "");
 }
 
 }  // namespace

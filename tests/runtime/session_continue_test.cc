@@ -95,10 +95,14 @@ class MemoryStore final : public CheckpointStore {
     if (it == saved.end()) return Status::NotFound(path);
     return std::unique_ptr<LoadedCheckpoint>(new Loaded(it->second));
   }
-  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool, uint64_t) override {
-    auto it = newest.find(run_dir);
-    if (it == newest.end()) return Status::NotFound("no checkpoint in " + run_dir);
-    return Load(it->second);
+  StatusOr<std::unique_ptr<LoadedCheckpoint>> FindNewest(const std::string& run_dir, bool, uint64_t max_step) override {
+    const Saved* best = nullptr;
+    for (const auto& [path, saved_one] : saved) {
+      if (path.rfind(run_dir + "/ckpt/", 0) != 0 || saved_one.step > max_step) continue;
+      if (best == nullptr || saved_one.step > best->step) best = &saved_one;
+    }
+    if (best == nullptr) return Status::NotFound("no checkpoint in " + run_dir);
+    return Load(best->path);
   }
   Status RemoveTemporaries(const std::string&) override { return Status::OK(); }
   Status WriteTensorDump(const std::string& path, const std::string&, const std::string& boundary,
@@ -130,6 +134,13 @@ class ControlEnv {
 class SessionContinueTest : public test_support::TempDirTest {
  protected:
   std::vector<std::vector<float>> RunTwoRanks(const std::string& dir, int64_t stop_after);
+  // The same, each rank's outcome and start step returned, not expected OK.
+  struct RankOutcome {
+    Status status;
+    uint64_t start = 0;
+    std::vector<float> params;
+  };
+  std::vector<RankOutcome> TryTwoRanks(const std::string& dir, int64_t stop_after, bool fallback);
   SessionOptions Options(const std::string& run_dir, uint64_t steps = 6) {
     SessionOptions o;
     o.run_dir = run_dir;
@@ -231,10 +242,10 @@ TEST_F(SessionContinueTest, AForgottenRestoreChangesTheResumedRun) {
 // Two ranks on threads, each with its own communicator of one in-process
 // world (as rank processes have theirs), run to the end or stopped after
 // `stop_after`. Returns each rank's final parameters.
-std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::string& dir, int64_t stop_after) {
+std::vector<SessionContinueTest::RankOutcome> SessionContinueTest::TryTwoRanks(const std::string& dir,
+                                                                               int64_t stop_after, bool fallback) {
   InProcessWorld world(2);
-  std::vector<std::vector<float>> finals(2);
-  std::vector<Status> statuses(2);
+  std::vector<RankOutcome> outcomes(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -243,14 +254,23 @@ std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::stri
       o.rank = r;
       o.world_size = 2;
       o.communicator = &comm;
-      auto w = Train(o, false, stop_after);
-      statuses[r] = w.status();
-      if (w.ok()) finals[r] = *w;
+      o.resume_fallback = fallback;
+      auto w = Train(o, false, stop_after, &outcomes[r].start);
+      outcomes[r].status = w.status();
+      if (w.ok()) outcomes[r].params = *w;
       if (!w.ok()) world.Abort(w.status());
     });
   }
   for (auto& t : threads) t.join();
-  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+  return outcomes;
+}
+
+std::vector<std::vector<float>> SessionContinueTest::RunTwoRanks(const std::string& dir, int64_t stop_after) {
+  std::vector<std::vector<float>> finals;
+  for (const RankOutcome& o : TryTwoRanks(dir, stop_after, false)) {
+    EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+    finals.push_back(o.params);
+  }
   return finals;
 }
 
@@ -268,6 +288,39 @@ TEST_F(SessionContinueTest, TwoRanksCheckpointByShardsAndResume) {
   EXPECT_GT(store_.saved[ckpt].positions[1], 0u);
   EXPECT_EQ(RunTwoRanks(cut_dir, -1), whole);
   for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Computation(TracePathFor(cut_dir, r)), Computation(TracePathFor(whole_dir, r))) << r;
+  }
+}
+
+// The ranks resume from the newest checkpoint *every* rank's trace reaches,
+// and agree on it before any of them cuts its trace: rank 1's trace cut
+// short of the newest checkpoint (as an interrupted rollback or a user's
+// truncation leaves it) makes both ranks refuse without resume_fallback,
+// naming rank 1 and changing nothing, and both fall back with it.
+TEST_F(SessionContinueTest, TwoRanksResumeOnlyFromACheckpointEveryTraceReaches) {
+  const std::string whole_dir = Path("whole"), cut_dir = Path("cut");
+  const auto whole = RunTwoRanks(whole_dir, -1);
+  RunTwoRanks(cut_dir, 4);  // checkpoints of steps 1, 3 and 4 (the stop's)
+  ASSERT_EQ(store_.saved.count(cut_dir + "/ckpt/4"), 1u);
+  const uint64_t at3 = store_.saved[cut_dir + "/ckpt/3"].positions[1];
+  ASSERT_GT(at3, 0u);
+  ASSERT_TRUE(trace::TruncateTraceAt(TracePathFor(cut_dir, 1), at3).ok());
+  const std::string rank0_before = ReadBytes(TracePathFor(cut_dir, 0));
+  const std::string rank1_before = ReadBytes(TracePathFor(cut_dir, 1));
+
+  for (const RankOutcome& o : TryTwoRanks(cut_dir, -1, /*fallback=*/false)) {
+    EXPECT_EQ(o.status.code(), StatusCode::kCorruption) << o.status.ToString();
+    EXPECT_NE(o.status.message().find("rank 1"), std::string::npos) << o.status.ToString();
+    EXPECT_NE(o.status.message().find("--fallback"), std::string::npos) << o.status.ToString();
+  }
+  EXPECT_EQ(ReadBytes(TracePathFor(cut_dir, 0)), rank0_before) << "rank 0 cut its trace before the ranks agreed";
+  EXPECT_EQ(ReadBytes(TracePathFor(cut_dir, 1)), rank1_before);
+
+  const auto resumed = TryTwoRanks(cut_dir, -1, /*fallback=*/true);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+    EXPECT_EQ(resumed[r].start, 4u) << "rank " << r << " did not resume after step 3's checkpoint";
+    EXPECT_EQ(resumed[r].params, whole[r]) << r;
     EXPECT_EQ(Computation(TracePathFor(cut_dir, r)), Computation(TracePathFor(whole_dir, r))) << r;
   }
 }
