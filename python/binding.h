@@ -45,7 +45,6 @@
 #include "python/torch_access.h"
 #include "runtime/communicator.h"
 #include "runtime/inprocess_communicator.h"
-#include "runtime/rank_group.h"
 #include "runtime/session.h"
 
 namespace py = pybind11;
@@ -277,7 +276,7 @@ class PySession {
   void Released(F&& call);
 
   std::unique_ptr<Session> session_;
-  py::object communicator_;  // the PyCommunicator its RankGroup uses, or None
+  py::object communicator_;  // the PyCommunicator its session exchanges over, or None
   std::vector<TensorView> state_;
   struct RegisteredTensor {
     size_t index;  // into state_

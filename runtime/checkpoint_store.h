@@ -37,8 +37,8 @@ struct CheckpointRequest {
   CheckpointRankState rank;  // the calling rank's state
 };
 
-// What a written shard is, as the committing rank lists it (the ranks
-// exchange these through their RankGroup; nothing else crosses).
+// What a written shard is, as the committing rank lists it (the ranks'
+// sessions exchange these over their communicators; nothing else crosses).
 struct CheckpointShard {
   int rank = 0;
   uint64_t bytes = 0;           // the shard's size

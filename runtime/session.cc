@@ -24,7 +24,7 @@
 #include "runtime/environment.h"
 #include "runtime/host_state_copy.h"
 #include "runtime/json_input.h"
-#include "runtime/rank_group.h"
+#include "runtime/outlier_ranks.h"
 #include "runtime/run_directory.h"
 #include "runtime/session_seams.h"
 #include "runtime/trace_check.h"
@@ -97,7 +97,7 @@ std::string ConfigDifference(const std::string& recorded_path, const std::string
 struct Session::Impl {
   Impl(const SessionOptions& options, const SessionSeams& seams)
       : options_(options), seams_(seams), rng_(options.seed) {
-    if (options.communicator != nullptr) group_ = std::make_unique<CommunicatorRankGroup>(*options.communicator);
+    comm_ = options.communicator;
   }
 
   // --- Session's operations (documented in session.h) ---
@@ -132,7 +132,7 @@ struct Session::Impl {
   StatusOr<std::unique_ptr<LoadedCheckpoint>> LoadForRestore(const std::string& path,
                                                              uint64_t max_step = UINT64_MAX);
   // Whether this rank decides with others (a communicator of several ranks).
-  bool Collective() const { return options_.world_size > 1 && group_ != nullptr; }
+  bool Collective() const { return options_.world_size > 1 && comm_ != nullptr; }
   // Every rank's verdict on one question about `at`: each passes its own
   // (`mine`); OK when every rank's is OK, else its own error or one naming
   // the first rank that failed, `failed` saying what it could not do, with
@@ -204,9 +204,20 @@ struct Session::Impl {
   };
 
   SessionOptions options_;
-  // The session's own cross-rank exchanges over options_.communicator (null
-  // without one): each an all-gather of one small value per rank.
-  std::unique_ptr<CommunicatorRankGroup> group_;
+  // The rank's communicator (SessionOptions::communicator; null without
+  // one), over which the session makes its own few cross-rank exchanges:
+  // the run id, the per-step SDC check, the resume's and a checkpoint's
+  // agreements, each an all-gather of one small value per rank (AllGather).
+  Communicator* comm_ = nullptr;
+  // One trivially copyable value per rank, `all` indexed by rank. Copied as
+  // native bytes: the ranks of one job share an architecture, and the values
+  // are only used within the job, never stored.
+  template <typename T>
+  Status AllGather(const T& mine, std::vector<T>* all) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    all->assign(static_cast<size_t>(comm_->size()), T{});
+    return comm_->AllGather(&mine, sizeof(T), all->data());
+  }
   // The seams; check is also set by a control file that verifies.
   SessionSeams seams_;
   rng::RngStreams rng_;
@@ -437,9 +448,9 @@ Status Session::Impl::OpenTrace() {
     options_.run_id = NewRunId();
     // Ranks that are separate processes each drew their own id: the run's is
     // rank 0's, so that every trace header and checkpoint shard names one run.
-    if (group_ != nullptr && options_.world_size > 1) {
+    if (comm_ != nullptr && options_.world_size > 1) {
       std::vector<RunId> all;
-      DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, options_.run_id, &all));
+      DGRR_RETURN_IF_ERROR(AllGather(options_.run_id, &all));
       options_.run_id = all[0];
     }
   }
@@ -773,12 +784,12 @@ Status Session::Impl::EndStepOnDevice(trace::StepRecord& r) {
   return FinishStep(r.step, params);
 }
 
-bool Session::Impl::ChecksSdc() const { return group_ != nullptr && options_.world_size >= 2; }
+bool Session::Impl::ChecksSdc() const { return comm_ != nullptr && options_.world_size >= 2; }
 
 Status Session::Impl::CheckSdc(uint64_t step, const Fingerprint& mine) {
   if (!ChecksSdc()) return Status::OK();
   std::vector<Fingerprint> all;
-  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, mine, &all));
+  DGRR_RETURN_IF_ERROR(AllGather(mine, &all));
   const std::vector<int> outliers = OutlierRanks(all);
   if (outliers.empty()) return Status::OK();
   // The reference is what the non-outlier ranks agree on.
@@ -878,7 +889,7 @@ Status Session::Impl::AgreeAcrossRanks(const std::string& at, const Status& mine
   if (!Collective()) return mine;
   const uint8_t code = static_cast<uint8_t>(mine.code());
   std::vector<uint8_t> all;
-  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, code, &all));
+  DGRR_RETURN_IF_ERROR(AllGather(code, &all));
   if (!mine.ok()) return mine;
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == static_cast<uint8_t>(StatusCode::kOk)) continue;
@@ -955,7 +966,7 @@ StatusOr<uint64_t> Session::Impl::ContinueRun() {
   bool any_trace = have_trace;
   if (Collective()) {
     std::vector<uint8_t> all;
-    DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, static_cast<uint8_t>(have_trace ? 1 : 0), &all));
+    DGRR_RETURN_IF_ERROR(AllGather(static_cast<uint8_t>(have_trace ? 1 : 0), &all));
     any_trace = std::find(all.begin(), all.end(), uint8_t{1}) != all.end();
   }
   if (!any_trace) return start_fresh();
@@ -1127,7 +1138,7 @@ Status Session::Impl::Checkpoint(uint64_t step) {
   }
   DGRR_RETURN_IF_ERROR(Report(RecordEvent(trace::EventKind::kCheckpoint, "step " + std::to_string(step))));
   DGRR_RETURN_IF_ERROR(Report(Sync()));
-  if (options_.world_size > 1 && group_ == nullptr) {
+  if (options_.world_size > 1 && comm_ == nullptr) {
     return Status::FailedPrecondition("a checkpoint of several ranks needs the session's communicator (SessionOptions::communicator)");
   }
   // State on a device is written from a host copy (a checkpoint waits anyway).
@@ -1163,7 +1174,7 @@ Status Session::Impl::Checkpoint(uint64_t step) {
     // Nobody reports the checkpoint before it is committed.
     const uint8_t committed = written.ok() ? 1 : 0;
     std::vector<uint8_t> all;
-    DGRR_RETURN_IF_ERROR(Report(group_->AllGather(options_.rank, committed, &all)));
+    DGRR_RETURN_IF_ERROR(Report(AllGather(committed, &all)));
     if (written.ok() && all[0] == 0) {
       written = Status::IOError("rank 0 could not commit the checkpoint of step " + std::to_string(step));
     }
@@ -1199,8 +1210,7 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
     uint64_t entries = 0, digest = 0;
   };
   std::vector<Layout> layouts;
-  DGRR_RETURN_IF_ERROR(group_->AllGather(
-      options_.rank, Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
+  DGRR_RETURN_IF_ERROR(AllGather(Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
   for (size_t r = 1; r < layouts.size(); ++r) {
     if (layouts[r].entries != layouts[0].entries || layouts[r].digest != layouts[0].digest) {
       return Status::FailedPrecondition(what + "the replicated state entries (names, dtypes, sizes or shapes) "
@@ -1209,7 +1219,7 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
   }
   std::vector<Fingerprint> all;
   for (const StateEntry* e : replicated) {
-    DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, FingerprintBytes(e->data, e->bytes), &all));
+    DGRR_RETURN_IF_ERROR(AllGather(FingerprintBytes(e->data, e->bytes), &all));
     for (size_t r = 1; r < all.size(); ++r) {
       if (!(all[r] == all[0])) {
         return Status::Divergence(what + "replicated state entry '" + e->name + "' differs between rank 0 and rank " +
@@ -1235,7 +1245,7 @@ Status Session::Impl::ExchangeShards(const StatusOr<CheckpointShard>& mine, std:
   Written w;
   if (mine.ok()) w = {1, *mine};
   std::vector<Written> all;
-  DGRR_RETURN_IF_ERROR(group_->AllGather(options_.rank, w, &all));
+  DGRR_RETURN_IF_ERROR(AllGather(w, &all));
   if (!mine.ok()) return mine.status();
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].ok != 1) {

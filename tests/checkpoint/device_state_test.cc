@@ -22,7 +22,7 @@
 #include "checkpoint/tensor_file.h"
 #include "runtime/control_file.h"
 #include "runtime/control_file_json.h"
-#include "runtime/rank_group.h"
+#include "runtime/inprocess_communicator.h"
 #include "runtime/session.h"
 #include "runtime/session_seams.h"
 #include "tests/support/fake_device.h"

@@ -45,7 +45,7 @@ foreach(f include/dgrr/dgrr.h include/dgrr/runtime/dgrr.h include/dgrr/runtime/s
 endforeach()
 foreach(f trace_format/writer.h trace_format/reader.h checkpoint/hdf5_util.h replay/mapper.h
           replay/reexecute.h runtime/trace_check.h runtime/session_seams.h
-          runtime/run_directory.h runtime/rank_group.h fingerprint/async_fingerprint.h)
+          runtime/run_directory.h runtime/outlier_ranks.h fingerprint/async_fingerprint.h)
   if(EXISTS ${prefix}/include/dgrr/${f})
     message(FATAL_ERROR "install put the internal header ${f} under include/dgrr/")
   endif()

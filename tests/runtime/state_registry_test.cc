@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "runtime/rank_group.h"
+#include "runtime/outlier_ranks.h"
 
 namespace dgrr {
 namespace {
@@ -88,36 +88,12 @@ TEST(StateRegistry, ParametersLiveInOnePlaceAndOtherStateAnywhere) {
   EXPECT_EQ(segments[1].bytes, sizeof b);
 }
 
-TEST(InProcessRankGroup, EveryRankGetsEveryFingerprintEachRound) {
-  constexpr int kRanks = 4, kRounds = 50;
-  InProcessRankGroup group(kRanks);
-  std::vector<std::thread> threads;
-  std::vector<int> bad(kRanks, 0);
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      for (int round = 0; round < kRounds; ++round) {
-        std::vector<Fingerprint> all;
-        Fingerprint mine{static_cast<uint64_t>(round), static_cast<uint64_t>(r)};
-        if (!group.AllGather(r, mine, &all).ok()) ++bad[r];
-        for (int k = 0; k < kRanks; ++k) {
-          if (all[k].xor64 != static_cast<uint64_t>(round) || all[k].xxh3 != static_cast<uint64_t>(k)) {
-            ++bad[r];
-          }
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(bad[r], 0) << "rank " << r;
-  std::vector<Fingerprint> all;
-  EXPECT_TRUE(group.AllGather(9, {}, &all).IsInvalidArgument());
-}
-
-TEST(RankGroup, OutlierIsTheMinority) {
+TEST(OutlierRanks, AreTheMinorityOrThoseDifferingFromRankZero) {
   Fingerprint a{1, 2}, b{3, 4};
   EXPECT_EQ(OutlierRanks({a, a, b, a}), std::vector<int>{2});
   EXPECT_EQ(OutlierRanks({a, b}), std::vector<int>{1}) << "no majority: compare with rank 0";
   EXPECT_TRUE(OutlierRanks({a, a}).empty());
+  EXPECT_TRUE(OutlierRanks({}).empty());
 }
 
 }  // namespace
