@@ -32,6 +32,7 @@
 #include "model/fault_injector.h"
 #include "model/fault_reducers.h"
 #include "model/gpt.h"
+#include "model/neighbour_audit.h"
 #include "model/run_config.h"
 #include "model/numerics.h"
 #include "model/philox_masks.h"
@@ -164,26 +165,6 @@ std::vector<uint8_t> CopyBytes(const void* data, uint64_t bytes) {
   return std::vector<uint8_t>(p, p + bytes);
 }
 
-// A rank's means for the audit (--audit-every), made at its first audited
-// step: the table of what it computed itself, the neighbour's table as
-// received, and a scratch batch, data order and tokens for recomputing the
-// neighbour's examples, so that the recomputation shares nothing with the
-// rank's own step (its gradients, data order, recording and faults).
-struct RankAudit {
-  RankAudit(const GptConfig& model, const ParameterLayout& layout,
-            const std::vector<std::string>& per_example_names, int threads, size_t shard,
-            const rng::RngStreams& rng, uint64_t num_examples, size_t window)
-      : boundaries(per_example_names, layout),
-        batch(model, threads, shard),
-        order(rng, num_examples),
-        tokens(shard * window) {}
-  AuditBoundaries boundaries;
-  AuditTable mine, reported, expected;
-  BatchGradients batch;
-  DataOrder order;
-  std::vector<uint8_t> tokens;
-};
-
 }  // namespace
 
 namespace {
@@ -229,11 +210,6 @@ struct Trainer::Impl {
   Status Step(Rank& rank, int64_t step, bool* stop);
   Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
   Status RecordCollective(Rank& rank, uint64_t first);
-  bool AuditDue(int64_t step) const;
-  void PrepareAudit(Rank& rank);
-  Status Audit(Rank& rank, int64_t step);
-  Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
-  Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
   Status Checkpoint(Rank& rank, int64_t step);
   void PrepareDumps(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
@@ -442,7 +418,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
   // before the workers start (they only look names up), so that a worker
   // keeps the bytes it fingerprints for the session to capture.
   std::set<std::string, std::less<>> dumps_due;
-  std::unique_ptr<RankAudit> audit;  // --audit-every: made at the first audited step
+  std::unique_ptr<NeighbourAudit> audit;  // --audit-every: made at the first audited step
 };
 
 Trainer::Impl::Impl(Trainer& t)
@@ -661,13 +637,16 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   hooks.masks = shared_rng ? static_cast<const DropoutMaskSource*>(&shared) : &masks;
   // An audited step also fingerprints every per-example value this rank
   // computes, whatever the mode records, passing each on unchanged.
-  const bool audit = AuditDue(step);
-  std::optional<AuditTap> tap;
+  const bool audit = NeighbourAudit::Due(t.options_.audit_every, step);
   if (audit) {
-    PrepareAudit(rank);
-    tap.emplace(rank.audit->boundaries, rank.audit->mine, rank.shard_first, hooks.observer, hooks.mutator);
-    hooks.observer = &*tap;
-    hooks.mutator = &*tap;
+    if (!rank.audit) {
+      rank.audit = std::make_unique<NeighbourAudit>(model, layout, t.per_example_names_, t.options_.threads,
+                                                    static_cast<size_t>(shard), static_cast<uint64_t>(t.batch_),
+                                                    rng, *t.data_);
+    }
+    AuditTap& tap = rank.audit->BeginStep(rank.shard_first, hooks.observer, hooks.mutator);
+    hooks.observer = &tap;
+    hooks.mutator = &tap;
   }
   DGRR_RETURN_IF_ERROR(rank.batch.ComputeExamples(rank.params.data(), rank.tokens.data(),
                                                   static_cast<size_t>(shard), rank.shard_first,
@@ -678,7 +657,10 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   DGRR_RETURN_IF_ERROR(RecordExamples(rank, step, batch_first));
   // Before the all-reduce: a rank named here has not yet spread its
   // gradient into anybody's parameters.
-  if (audit) DGRR_RETURN_IF_ERROR(Audit(rank, step));
+  if (audit) {
+    DGRR_RETURN_IF_ERROR(rank.audit->Run(step, rank.comm, rank.params.data(), rank.tokens.data(),
+                                         rank.batch.gradients(), s));
+  }
 
   // All-reduce: the canonical tree over all B examples, whatever R; every
   // example's loss in example order, summed in the tree as well.
@@ -873,116 +855,6 @@ Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
     DGRR_RETURN_IF_ERROR(rank.session->Record(handle, g, {first, static_cast<uint32_t>(t.batch_)}));
   }
   return Status::OK();
-}
-
-// ---------------------------------------------------------------------------
-// The cross-rank audit (--audit-every K; docs/model.md, "The audit").
-// ---------------------------------------------------------------------------
-bool Trainer::Impl::AuditDue(int64_t step) const {
-  return t.options_.audit_every > 0 && step % t.options_.audit_every == 0;
-}
-
-// Sizes this step's tables; the scratch batch is made once, at the first
-// audited step, so that a run without the audit carries none of it.
-void Trainer::Impl::PrepareAudit(Rank& rank) {
-  if (!rank.audit) {
-    rank.audit = std::make_unique<RankAudit>(model, layout, t.per_example_names_, t.options_.threads,
-                                             static_cast<size_t>(shard), rng, t.data_->num_examples(),
-                                             t.data_->window());
-  }
-  RankAudit& a = *rank.audit;
-  for (AuditTable* table : {&a.mine, &a.reported, &a.expected}) {
-    table->Reset(static_cast<size_t>(shard), a.boundaries.size());
-  }
-}
-
-// Rank r sends what it computed to its auditor, rank (r-1) % R, receives
-// the table of rank (r+1) % R, recomputes that rank's examples from the
-// parameters as they were at the step start (the optimizer has not run) and
-// compares. Every rank then learns every auditor's finding, so that all
-// fail together, at the same step, with the same message.
-Status Trainer::Impl::Audit(Rank& rank, int64_t step) {
-  RankAudit& a = *rank.audit;
-  AuditTokensAndGradients(a.boundaries, layout, rank.tokens.data(), t.data_->window(), rank.batch.gradients(),
-                          a.mine);
-  const int world = rank.comm.size();
-  const int auditor = (rank.r + world - 1) % world;
-  const int neighbour = (rank.r + 1) % world;
-  const std::vector<size_t> zero(static_cast<size_t>(world), 0);
-  std::vector<size_t> send_counts = zero, recv_counts = zero;
-  send_counts[static_cast<size_t>(auditor)] = a.mine.bytes();
-  recv_counts[static_cast<size_t>(neighbour)] = a.reported.bytes();
-  DGRR_RETURN_IF_ERROR(rank.comm.AllToAllV(a.mine.entries.data(), send_counts, zero,
-                                           a.reported.entries.data(), recv_counts, zero));
-  DGRR_RETURN_IF_ERROR(RecomputeNeighbour(rank, step, neighbour));
-  return AgreeOnAudit(rank, step, FirstAuditMismatch(a.reported, a.expected));
-}
-
-// The neighbour's examples through the same ComputeExamples path, into the
-// scratch batch: only the audit's tap observes them (nothing is recorded and
-// no fault fires), and the dropout masks come from the per-example Philox
-// streams, as on every rank.
-Status Trainer::Impl::RecomputeNeighbour(Rank& rank, int64_t step, int neighbour) {
-  RankAudit& a = *rank.audit;
-  const size_t window = t.data_->window();
-  const uint64_t first = static_cast<uint64_t>(step) * static_cast<uint64_t>(t.batch_) +
-                         static_cast<uint64_t>(neighbour) * static_cast<uint64_t>(shard);
-  for (int i = 0; i < shard; ++i) {
-    DGRR_ASSIGN_OR_RETURN(uint64_t index, a.order.IndexOf(first + static_cast<uint64_t>(i)));
-    std::memcpy(a.tokens.data() + static_cast<size_t>(i) * window, t.data_->Example(index), window);
-  }
-  PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
-  AuditTap tap(a.boundaries, a.expected, first, nullptr, nullptr);
-  ExampleHooks hooks;
-  hooks.mutator = &tap;  // fingerprints each value after it is computed; changes nothing
-  hooks.masks = &masks;
-  DGRR_RETURN_IF_ERROR(a.batch.ComputeExamples(rank.params.data(), a.tokens.data(), static_cast<size_t>(shard),
-                                               first, hooks));
-  AuditTokensAndGradients(a.boundaries, layout, a.tokens.data(), window, a.batch.gradients(), a.expected);
-  return Status::OK();
-}
-
-// One finding per auditor, as plain bytes for the all-gather.
-struct AuditFinding {
-  uint64_t found = 0;
-  uint64_t example = 0;  // global index
-  uint64_t boundary = 0;
-  uint64_t examples_differing = 0;
-  Fingerprint reported, expected;
-};
-
-Status Trainer::Impl::AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found) {
-  const int world = rank.comm.size();
-  AuditFinding mine;
-  if (found.found) {
-    const uint64_t neighbour_first = static_cast<uint64_t>(step) * static_cast<uint64_t>(t.batch_) +
-                                     static_cast<uint64_t>((rank.r + 1) % world) * static_cast<uint64_t>(shard);
-    mine = {1, neighbour_first + found.example, found.boundary, found.examples_differing, found.reported,
-            found.expected};
-  }
-  std::vector<AuditFinding> all(static_cast<size_t>(world));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&mine, sizeof(mine), all.data()));
-  const AuditBoundaries& boundaries = rank.audit->boundaries;
-  std::string message;
-  for (int auditor = 0; auditor < world; ++auditor) {
-    const AuditFinding& f = all[static_cast<size_t>(auditor)];
-    if (f.found == 0) continue;
-    const int audited = (auditor + 1) % world;
-    const std::string boundary = f.boundary < boundaries.size() ? boundaries.name(f.boundary) : "?";
-    // An EVENT holds 100 bytes: who, which example, where; the fingerprints
-    // are in the error message.
-    const std::string event = "audit rank=" + std::to_string(audited) + " by=" + std::to_string(auditor) +
-                              " example=" + std::to_string(f.example) + " at=" + boundary;
-    DGRR_RETURN_IF_ERROR(rank.session->RecordEvent(trace::EventKind::kSdcMismatch, event));
-    if (!message.empty()) message += "; ";
-    message += "rank " + std::to_string(audited) + " computed example " + std::to_string(f.example) +
-               " differently from rank " + std::to_string(auditor) + "'s recomputation, first at " + boundary +
-               " (xxh3 " + Hex64(f.reported.xxh3) + " vs " + Hex64(f.expected.xxh3) + "; " +
-               std::to_string(f.examples_differing) + " of its " + std::to_string(shard) + " examples differ)";
-  }
-  if (message.empty()) return Status::OK();
-  return Status::Divergence("silent data corruption found by the audit at step " + std::to_string(step) + ": " +
-                            message);
 }
 
 // ---------------------------------------------------------------------------
