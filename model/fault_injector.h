@@ -4,9 +4,10 @@
 // anything reads them); a per-example target is corrupted as the model
 // produces it (AfterBoundary, the TensorMutator the model calls) and its
 // record shows the corrupted copy (Corrupt on the recorder's copy); a
-// per-batch target (a gradient, parameter or AdamW moment) is corrupted by
-// the recorder in the rank's own buffer before it is fingerprinted.
-// Recording itself stays the trainer's: this class only says what to
+// per-batch target (a gradient, parameter or AdamW moment) is corrupted in
+// the rank's own buffer before it is fingerprinted. The recording path
+// applies it through FaultingObserver (model/faulting_observer.h), the
+// decorator around the rank's StepRecorder: this class only says what to
 // corrupt, where, and how the EVENT reads.
 #pragma once
 
@@ -29,6 +30,8 @@ class TensorFaultInjector final : public TensorMutator {
   void Arm(const FaultSpec* f, const FaultTargets& targets, uint64_t seed, uint64_t shard_first,
            std::span<uint8_t> tokens);
 
+  // Whether a fault was armed for this step (at any site).
+  bool armed() const { return flip_ != nullptr; }
   bool FiresAt(FlipSite site) const { return flip_ != nullptr && target_->site == site; }
   bool FiresInOptimizer() const {
     return FiresAt(FlipSite::kGradient) || FiresAt(FlipSite::kParameter) ||

@@ -32,11 +32,14 @@
 #include "model/data_order.h"
 #include "model/fault_injector.h"
 #include "model/fault_reducers.h"
+#include "model/faulting_observer.h"
 #include "model/gpt.h"
+#include "model/neighbour_audit.h"
 #include "model/run_config.h"
 #include "model/numerics.h"
 #include "model/philox_masks.h"
 #include "model/schedule.h"
+#include "model/step_recorder.h"
 #include "model/train_state.h"
 #include "model/train_launch.h"
 #include "model/training_program.h"
@@ -55,50 +58,10 @@
 namespace dgrr::model {
 namespace {
 
-// Looks boundary names up by string_view: the workers ask for every boundary
-// of every example, and must not allocate a std::string each time.
-struct NameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
-};
-
-using trace::Direction;
-using trace::Phase;
 using Clock = std::chrono::steady_clock;
-
-constexpr const char* kTokensBoundary = "data.tokens";
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// The runtime's kind of a boundary's operator (what `trusted` mode may leave
-// out), from the operator the model reports at the boundary. The allowlist
-// applies to the forward pass and the optimizer; backward boundaries are
-// passed on as kOther, so `trusted` records the whole backward pass.
-OpKind RecordedKind(model::Phase phase, Operator op) {
-  if (phase != model::Phase::kForward && phase != model::Phase::kOptimizer) return OpKind::kOther;
-  switch (op) {
-    case Operator::kOther: return OpKind::kOther;
-    case Operator::kMatmul: return OpKind::kMatmul;
-    case Operator::kElementwise: return OpKind::kElementwise;
-    case Operator::kNorm: return OpKind::kNorm;
-    case Operator::kAttention: return OpKind::kAttention;
-    case Operator::kEmbedding: return OpKind::kEmbedding;
-    case Operator::kLoss: return OpKind::kLoss;
-    case Operator::kOptimizer: return OpKind::kOptimizer;
-  }
-  return OpKind::kOther;
-}
-
-trace::Phase TracePhase(model::Phase p) {
-  switch (p) {
-    case model::Phase::kForward: return Phase::kForward;
-    case model::Phase::kBackward: return Phase::kBackward;
-    case model::Phase::kOptimizer: return Phase::kOptimizer;
-    case model::Phase::kData: return Phase::kData;
-  }
-  return Phase::kForward;
 }
 
 // One line naming the ranks whose value differs from rank 0's ("" when all agree).
@@ -148,43 +111,6 @@ class SharedGeneratorMasks final : public DropoutMaskSource {
   mutable rng::PhiloxStream stream_;
 };
 
-// One recorded item of one example, fingerprinted on a worker thread.
-struct Slot {
-  int boundary = -1;  // index into the rank's per-example handles; -1: an event
-  int ndim = 0;
-  int64_t dims[kMaxTensorDims] = {};
-  uint64_t bytes = 0;
-  Fingerprint fp;
-  std::string event;  // payload of a fault-injected EVENT
-  bool captured = false;       // a dump wants this tensor: `bytes_captured` holds it
-  std::vector<uint8_t> bytes_captured;  // exactly the bytes `fp` was computed over
-};
-
-std::vector<uint8_t> CopyBytes(const void* data, uint64_t bytes) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  return std::vector<uint8_t>(p, p + bytes);
-}
-
-// A rank's means for the audit (--audit-every), made at its first audited
-// step: the table of what it computed itself, the neighbour's table as
-// received, and a scratch batch, data order and tokens for recomputing the
-// neighbour's examples, so that the recomputation shares nothing with the
-// rank's own step (its gradients, data order, recording and faults).
-struct RankAudit {
-  RankAudit(const GptConfig& model, const ParameterLayout& layout,
-            const std::vector<std::string>& per_example_names, int threads, size_t shard,
-            const rng::RngStreams& rng, uint64_t num_examples, size_t window)
-      : boundaries(per_example_names, layout),
-        batch(model, threads, shard),
-        order(rng, num_examples),
-        tokens(shard * window) {}
-  AuditBoundaries boundaries;
-  AuditTable mine, reported, expected;
-  BatchGradients batch;
-  DataOrder order;
-  std::vector<uint8_t> tokens;
-};
-
 }  // namespace
 
 namespace {
@@ -228,16 +154,8 @@ struct Trainer::Impl {
   Status AgreeOnRun(Rank& rank);
   Status AllReduceGradients(Rank& rank, int64_t step);
   Status Step(Rank& rank, int64_t step, bool* stop);
-  Status RecordExamples(Rank& rank, int64_t step, uint64_t first);
-  Status RecordCollective(Rank& rank, uint64_t first);
-  bool AuditDue(int64_t step) const;
-  void PrepareAudit(Rank& rank);
-  Status Audit(Rank& rank, int64_t step);
-  Status RecomputeNeighbour(Rank& rank, int64_t step, int neighbour);
-  Status AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found);
   Status Checkpoint(Rank& rank, int64_t step);
   Status OpenMetricsLog(int64_t first_step);
-  void PrepareDumps(Rank& rank, int64_t step);
   const FaultSpec* FaultAt(FaultKind kind, int64_t step, int rank = -1) const;
 
   Trainer& t;
@@ -255,7 +173,7 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsLog> metrics;     // rank 0 appends; null: not written
 };
 
-struct Trainer::Impl::Rank final : public BoundaryObserver {
+struct Trainer::Impl::Rank {
   Rank(Impl& impl, Communicator& comm)
       : impl(impl),
         comm(comm),
@@ -266,8 +184,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
         grad(impl.num_params),
         adamw(impl.layout, AdamWOptions{0.9f, 0.95f, 1e-8f, impl.t.preset_.train.weight_decay}),
         tokens(static_cast<size_t>(impl.shard) * impl.t.data_->window()),
-        slots(static_cast<size_t>(impl.shard)),
-        next_boundary(static_cast<size_t>(impl.shard)) {
+        recorder(comm.rank(), static_cast<size_t>(impl.shard), impl.t.per_example_names_) {
     if (impl.t.device_ != Device::kCpu) {
       // Clipping and AdamW as device kernels too (the launcher was shown
       // to be available in Validate).
@@ -275,137 +192,6 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
       if (launcher.ok()) optimizer_launcher = std::move(*launcher);
       adamw.set_launcher(optimizer_launcher.get());
     }
-  }
-
-  // BoundaryObserver, called by workers (per example) and by the rank thread
-  // (per batch: AdamW). Per-example calls touch only their example's slots.
-  void OnBoundary(std::string_view name, model::Phase phase, Operator op, bool is_output, const float* data,
-                  std::span<const int64_t> dims, uint64_t first_example,
-                  uint32_t example_count) override {
-    if (example_count == 1 && phase != model::Phase::kOptimizer) {
-      const size_t local = first_example - shard_first;
-      const int index = ExampleBoundaryIndex(name, local);
-      if (index < 0) return;  // cannot happen: names learned up front
-      const bool recorded = example_handles[static_cast<size_t>(index)].recorded;
-      const bool target = fault.IsExampleTarget(name, first_example);
-      if (!recorded && !target) return;  // the mode skips it
-      std::vector<Slot>& mine = slots[local];
-      if (target) {
-        Slot event;
-        event.event = fault.FiredText(data);
-        mine.push_back(std::move(event));
-        if (!recorded) return;
-      }
-      Slot s;
-      s.boundary = index;
-      s.ndim = static_cast<int>(dims.size());
-      uint64_t elements = 1;
-      for (size_t i = 0; i < dims.size(); ++i) {
-        s.dims[i] = dims[i];
-        elements *= static_cast<uint64_t>(dims[i]);
-      }
-      s.bytes = elements * sizeof(float);
-      // A dump takes the very bytes fingerprinted here, while the tensor exists.
-      s.captured = dumps_due.find(name) != dumps_due.end();
-      if (target) {
-        // The operator's output is what got corrupted: the record shows the
-        // flipped tensor, and the injector flips the real one for the next ops.
-        std::vector<float> flipped(data, data + elements);
-        fault.Corrupt(flipped.data(), elements);
-        s.fp = FingerprintBytes(flipped.data(), s.bytes);
-        if (s.captured) s.bytes_captured = CopyBytes(flipped.data(), s.bytes);
-      } else {
-        s.fp = FingerprintBytes(data, s.bytes);
-        if (s.captured) s.bytes_captured = CopyBytes(data, s.bytes);
-      }
-      mine.push_back(std::move(s));
-      return;
-    }
-    // Per batch, on the rank thread: intern lazily, record at once.
-    BatchHandles::value_type* it = BatchBoundary(name);
-    if (it == nullptr) {
-      auto h = session->DeclareBoundary(name, TracePhase(phase),
-                                        is_output ? Direction::kOutput : Direction::kInput,
-                                        RecordedKind(phase, op));
-      if (!h.ok()) return session->DeferError(h.status());
-      it = &*batch_handles.emplace(std::string(name), *h).first;
-      batch_order.push_back(it);
-      batch_next = batch_order.size();
-    }
-    FlipBatchTensor(name, data);
-    TensorRef t;
-    t.data = data;
-    t.dtype = DType::kF32;
-    t.ndim = static_cast<int>(dims.size());
-    uint64_t elements = 1;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      t.dims[i] = dims[i];
-      elements *= static_cast<uint64_t>(dims[i]);
-    }
-    t.bytes = elements * sizeof(float);
-    // A control file's dump of this boundary is captured by the session.
-    Status s = session->Record(it->second, t, {first_example, example_count});
-    if (!s.ok()) session->DeferError(s);
-  }
-
-  // An example's boundaries arrive in the order of per_example_names_ (the
-  // model's own order), so comparing with the one expected next spares the
-  // hash lookup on nearly every call; any other order falls back to it.
-  int ExampleBoundaryIndex(std::string_view name, size_t local) {
-    uint32_t& next = next_boundary[local];
-    const std::vector<std::string>& names = impl.t.per_example_names_;
-    int index;
-    if (next < names.size() && names[next] == name) {
-      index = static_cast<int>(next);
-    } else {
-      auto it = example_index.find(name);
-      if (it == example_index.end()) return -1;
-      index = it->second;
-    }
-    next = static_cast<uint32_t>(index) + 1;
-    return index;
-  }
-  // The same for the per-batch boundaries (AdamW's): each step reports them
-  // in the order the first step did, and a lookup in the hash map, whose
-  // nodes the optimizer's pass over the state has evicted, costs a cache miss.
-  using BatchHandles = std::unordered_map<std::string, BoundaryHandle, NameHash, std::equal_to<>>;
-  BatchHandles::value_type* BatchBoundary(std::string_view name) {
-    if (batch_next < batch_order.size() && batch_order[batch_next]->first == name) {
-      return batch_order[batch_next++];
-    }
-    auto it = batch_handles.find(name);
-    if (it == batch_handles.end()) return nullptr;
-    auto at = std::find(batch_order.begin(), batch_order.end(), &*it);
-    batch_next = static_cast<size_t>(at - batch_order.begin()) + 1;
-    return &*it;
-  }
-  // A per-batch bitflip: this rank's own copy of the tensor `name` (at
-  // `seen`, where the recorder is about to read it) is flipped before it is
-  // fingerprinted and before the optimizer or the next step reads it.
-  void FlipBatchTensor(std::string_view name, const float* seen) {
-    const FlipTarget* target = fault.BatchTarget(name);
-    if (target == nullptr) return;
-    const NamedTensor& tensor = impl.layout.tensors()[target->tensor];
-    float* base = nullptr;
-    switch (target->site) {
-      case FlipSite::kCollective:
-      case FlipSite::kGradient: base = grad.data(); break;
-      case FlipSite::kParameter: base = params.data(); break;
-      case FlipSite::kMomentM: base = adamw.m().data(); break;
-      case FlipSite::kMomentV: base = adamw.v().data(); break;
-      case FlipSite::kTokens:
-      case FlipSite::kExample: return;
-    }
-    float* data = base + tensor.offset;
-    if (data != seen) {
-      // The recorder would fingerprint a different buffer than the one flipped.
-      return session->DeferError(Status::Internal("bitflip at " + std::string(name) +
-                                                  ": the boundary does not show this rank's own tensor"));
-    }
-    const std::string fired = fault.FiredText(data);
-    fault.Corrupt(data, tensor.size);
-    Status e = session->RecordEvent(trace::EventKind::kFaultInjected, fired);
-    if (!e.ok()) session->DeferError(e);
   }
 
   Impl& impl;
@@ -419,15 +205,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
   AdamW adamw;
   std::unique_ptr<Launcher> optimizer_launcher;  // --device cuda-sim / cuda
   std::vector<uint8_t> tokens;
-  std::vector<std::vector<Slot>> slots;  // per local example
-  std::vector<uint32_t> next_boundary;   // per local example: see ExampleBoundaryIndex
-  std::unordered_map<std::string, int, NameHash, std::equal_to<>> example_index;
-  std::vector<BoundaryHandle> example_handles;
-  BoundaryHandle tokens_handle;
-  BatchHandles batch_handles;
-  std::vector<BatchHandles::value_type*> batch_order;  // in the order first reported (nodes stay put)
-  size_t batch_next = 0;  // see BatchBoundary; 0 at each step's start
-  std::vector<BoundaryHandle> allreduce_handles;  // per parameter tensor
+  StepRecorder recorder;  // the step's boundaries into the session
   uint64_t shard_first = 0;                       // global example index of the shard's first
   TensorFaultInjector fault;                       // the tensor fault due this step, if any
   uint64_t adamw_t = 0;   // AdamW's step count, as state
@@ -440,11 +218,7 @@ struct Trainer::Impl::Rank final : public BoundaryObserver {
   int64_t stopped_after = -1;
   bool checkpoint_at_stop = false;
   int64_t end_step = 0;  // one past the last step this rank finished
-  // The boundaries a control file dumps on this rank at the current step: set
-  // before the workers start (they only look names up), so that a worker
-  // keeps the bytes it fingerprints for the session to capture.
-  std::set<std::string, std::less<>> dumps_due;
-  std::unique_ptr<RankAudit> audit;  // --audit-every: made at the first audited step
+  std::unique_ptr<NeighbourAudit> audit;  // --audit-every: made at the first audited step
 };
 
 Trainer::Impl::Impl(Trainer& t)
@@ -593,22 +367,7 @@ Status Trainer::Impl::RunSession(Rank& rank) {
   if (r == 0 && !t.control_) DGRR_RETURN_IF_ERROR(OpenMetricsLog(first_step));
 
   // Declare every per-example boundary before workers start reporting them.
-  DGRR_ASSIGN_OR_RETURN(rank.tokens_handle, s.DeclareBoundary(kTokensBoundary, trace::Phase::kData,
-                                                              Direction::kInput, OpKind::kData));
-  for (size_t i = 0; i < t.per_example_names_.size(); ++i) {
-    const std::string& name = t.per_example_names_[i];
-    const auto [phase, op] = t.per_example_ops_[i];
-    DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary(name, TracePhase(phase), Direction::kOutput,
-                                                    RecordedKind(phase, op)));
-    rank.example_index.emplace(name, static_cast<int>(rank.example_handles.size()));
-    rank.example_handles.push_back(h);
-  }
-  for (const auto& tensor : layout.tensors()) {
-    DGRR_ASSIGN_OR_RETURN(auto h, s.DeclareBoundary("allreduce." + GradientName(tensor.name),
-                                                    trace::Phase::kCollective, Direction::kOutput,
-                                                    OpKind::kCollective));
-    rank.allreduce_handles.push_back(h);
-  }
+  DGRR_RETURN_IF_ERROR(rank.recorder.Open(s, t.per_example_ops_, layout));
 
   rank.end_step = first_step;
   for (int64_t step = first_step; step < t.options_.steps; ++step) {
@@ -634,16 +393,21 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   for (int i = 0; i < shard; ++i) {
     DGRR_ASSIGN_OR_RETURN(uint64_t index, rank.data_order->IndexOf(rank.shard_first + i));
     std::memcpy(rank.tokens.data() + i * window, t.data_->Example(index), window);
-    rank.slots[i].clear();
-    rank.next_boundary[i] = 0;
   }
-  rank.batch_next = 0;
+  rank.recorder.BeginStep(step, rank.shard_first);
 
-  PrepareDumps(rank, step);
-
-  // Faults active on this rank at this step (the tokens are in place).
+  // Faults active on this rank at this step (the tokens are in place). A
+  // tensor fault's recording goes through a decorator around the recorder,
+  // installed only at a step where one fires.
   rank.fault.Arm(TensorFaultAt(t.options_.faults, static_cast<uint64_t>(step), rank.r), *t.fault_targets_,
                  t.options_.seed, rank.shard_first, rank.tokens);
+  std::optional<FaultingObserver> faulting;
+  if (rank.fault.armed()) {
+    const RankTensors tensors{rank.grad.data(), rank.params.data(), rank.adamw.m().data(), rank.adamw.v().data()};
+    faulting.emplace(rank.recorder, rank.fault, layout, tensors);
+  }
+  BoundaryObserver* const recording =
+      faulting ? static_cast<BoundaryObserver*>(&*faulting) : static_cast<BoundaryObserver*>(&rank.recorder);
   PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
   SharedGeneratorMasks shared(rng, static_cast<uint64_t>(step));
   const FaultSpec* shared_rng = FaultAt(FaultKind::kSharedRng, step, rank.r);
@@ -652,19 +416,22 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   const bool example_flip = rank.fault.FiresAt(FlipSite::kExample);
   hooks.observer = t.options_.mode == RecordMode::kFull ||
                            t.options_.mode == RecordMode::kTrusted || example_flip
-                       ? static_cast<BoundaryObserver*>(&rank)
+                       ? recording
                        : nullptr;
   hooks.mutator = example_flip ? &rank.fault : nullptr;
   hooks.masks = shared_rng ? static_cast<const DropoutMaskSource*>(&shared) : &masks;
   // An audited step also fingerprints every per-example value this rank
   // computes, whatever the mode records, passing each on unchanged.
-  const bool audit = AuditDue(step);
-  std::optional<AuditTap> tap;
+  const bool audit = NeighbourAudit::Due(t.options_.audit_every, step);
   if (audit) {
-    PrepareAudit(rank);
-    tap.emplace(rank.audit->boundaries, rank.audit->mine, rank.shard_first, hooks.observer, hooks.mutator);
-    hooks.observer = &*tap;
-    hooks.mutator = &*tap;
+    if (!rank.audit) {
+      rank.audit = std::make_unique<NeighbourAudit>(model, layout, t.per_example_names_, t.options_.threads,
+                                                    static_cast<size_t>(shard), static_cast<uint64_t>(t.batch_),
+                                                    rng, *t.data_);
+    }
+    AuditTap& tap = rank.audit->BeginStep(rank.shard_first, hooks.observer, hooks.mutator);
+    hooks.observer = &tap;
+    hooks.mutator = &tap;
   }
   DGRR_RETURN_IF_ERROR(rank.batch.ComputeExamples(rank.params.data(), rank.tokens.data(),
                                                   static_cast<size_t>(shard), rank.shard_first,
@@ -672,10 +439,13 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   if (shared_rng) {
     DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, shared_rng->text));
   }
-  DGRR_RETURN_IF_ERROR(RecordExamples(rank, step, batch_first));
+  DGRR_RETURN_IF_ERROR(rank.recorder.RecordExamples(rank.tokens.data(), window));
   // Before the all-reduce: a rank named here has not yet spread its
   // gradient into anybody's parameters.
-  if (audit) DGRR_RETURN_IF_ERROR(Audit(rank, step));
+  if (audit) {
+    DGRR_RETURN_IF_ERROR(rank.audit->Run(step, rank.comm, rank.params.data(), rank.tokens.data(),
+                                         rank.batch.gradients(), s));
+  }
 
   // All-reduce: the canonical tree over all B examples, whatever R; every
   // example's loss in example order, summed in the tree as well.
@@ -693,7 +463,9 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
       }
     }
   }
-  DGRR_RETURN_IF_ERROR(RecordCollective(rank, batch_first));
+  const uint32_t batch_count = static_cast<uint32_t>(t.batch_);
+  DGRR_RETURN_IF_ERROR(faulting ? faulting->RecordCollective(rank.grad.data(), batch_first, batch_count)
+                                : rank.recorder.RecordCollective(rank.grad.data(), batch_first, batch_count));
 
   const float grad_norm = ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip,
                                                     rank.optimizer_launcher.get());
@@ -701,7 +473,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||
               rank.fault.FiresInOptimizer()
-          ? &rank
+          ? recording
           : nullptr;
   rank.adamw.Step(rank.params.data(), rank.grad.data(), lr, opt_observer,
                   batch_first, static_cast<uint32_t>(B));
@@ -786,53 +558,6 @@ Status Trainer::Impl::OpenMetricsLog(int64_t first_step) {
   return Status::OK();
 }
 
-// The boundaries a control file dumps on this rank at `step` (the session
-// writes the files; the workers keep the bytes of these for it).
-void Trainer::Impl::PrepareDumps(Rank& rank, int64_t step) {
-  rank.dumps_due.clear();
-  const ControlFile* control = rank.session->control();
-  if (control == nullptr) return;
-  for (const ControlDump& d : control->dumps) {
-    if (d.step != static_cast<uint64_t>(step) || (d.rank && *d.rank != rank.r)) continue;
-    rank.dumps_due.insert(d.boundary);
-  }
-}
-
-Status Trainer::Impl::RecordExamples(Rank& rank, int64_t step, uint64_t) {
-  (void)step;
-  Session& s = *rank.session;
-  const size_t window = t.data_->window();
-  for (int i = 0; i < shard; ++i) {
-    const ExampleRange one{rank.shard_first + i, 1};
-    TensorRef tok;
-    tok.data = rank.tokens.data() + i * window;
-    tok.bytes = window;
-    tok.dtype = DType::kU8;
-    tok.ndim = 1;
-    tok.dims[0] = static_cast<int64_t>(window);
-    if (const std::string* fired = rank.fault.TokensFiredAt(one.first)) {
-      DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, *fired));
-    }
-    DGRR_RETURN_IF_ERROR(s.Record(rank.tokens_handle, tok, one));
-    for (Slot& slot : rank.slots[i]) {
-      if (slot.boundary < 0) {
-        DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, slot.event));
-        continue;
-      }
-      TensorRef meta;
-      // The bytes a worker kept for a dump: exactly those it fingerprinted.
-      if (slot.captured) meta.data = slot.bytes_captured.data();
-      meta.bytes = slot.bytes;
-      meta.dtype = DType::kF32;
-      meta.ndim = slot.ndim;
-      std::copy(slot.dims, slot.dims + slot.ndim, meta.dims);
-      const BoundaryHandle& handle = rank.example_handles[static_cast<size_t>(slot.boundary)];
-      DGRR_RETURN_IF_ERROR(s.RecordFingerprint(handle, meta, slot.fp, one));
-    }
-  }
-  return Status::OK();
-}
-
 // rank.grad = the sum of the batch's B per-example gradients, in the
 // canonical tree over all B examples (so independent of R), on every rank.
 // The data-parallel faults replace it, at the step they fire, by sums in
@@ -867,134 +592,6 @@ Status Trainer::Impl::AllReduceGradients(Rank& rank, int64_t step) {
   }
   if (racy != nullptr) std::memcpy(out + racy->offset, raced.data(), racy->size * sizeof(float));
   return Status::OK();
-}
-
-Status Trainer::Impl::RecordCollective(Rank& rank, uint64_t first) {
-  const auto& tensors = layout.tensors();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    TensorRef g;
-    g.data = rank.grad.data() + tensors[i].offset;
-    g.bytes = tensors[i].size * sizeof(float);
-    g.dtype = DType::kF32;
-    g.ndim = static_cast<int>(tensors[i].shape.size());
-    std::copy(tensors[i].shape.begin(), tensors[i].shape.end(), g.dims);
-    const BoundaryHandle& handle = rank.allreduce_handles[i];
-    const std::string name = "allreduce." + GradientName(tensors[i].name);
-    rank.FlipBatchTensor(name, rank.grad.data() + tensors[i].offset);
-    DGRR_RETURN_IF_ERROR(rank.session->deferred_error());
-    DGRR_RETURN_IF_ERROR(rank.session->Record(handle, g, {first, static_cast<uint32_t>(t.batch_)}));
-  }
-  return Status::OK();
-}
-
-// ---------------------------------------------------------------------------
-// The cross-rank audit (--audit-every K; docs/model.md, "The audit").
-// ---------------------------------------------------------------------------
-bool Trainer::Impl::AuditDue(int64_t step) const {
-  return t.options_.audit_every > 0 && step % t.options_.audit_every == 0;
-}
-
-// Sizes this step's tables; the scratch batch is made once, at the first
-// audited step, so that a run without the audit carries none of it.
-void Trainer::Impl::PrepareAudit(Rank& rank) {
-  if (!rank.audit) {
-    rank.audit = std::make_unique<RankAudit>(model, layout, t.per_example_names_, t.options_.threads,
-                                             static_cast<size_t>(shard), rng, t.data_->num_examples(),
-                                             t.data_->window());
-  }
-  RankAudit& a = *rank.audit;
-  for (AuditTable* table : {&a.mine, &a.reported, &a.expected}) {
-    table->Reset(static_cast<size_t>(shard), a.boundaries.size());
-  }
-}
-
-// Rank r sends what it computed to its auditor, rank (r-1) % R, receives
-// the table of rank (r+1) % R, recomputes that rank's examples from the
-// parameters as they were at the step start (the optimizer has not run) and
-// compares. Every rank then learns every auditor's finding, so that all
-// fail together, at the same step, with the same message.
-Status Trainer::Impl::Audit(Rank& rank, int64_t step) {
-  RankAudit& a = *rank.audit;
-  AuditTokensAndGradients(a.boundaries, layout, rank.tokens.data(), t.data_->window(), rank.batch.gradients(),
-                          a.mine);
-  const int world = rank.comm.size();
-  const int auditor = (rank.r + world - 1) % world;
-  const int neighbour = (rank.r + 1) % world;
-  const std::vector<size_t> zero(static_cast<size_t>(world), 0);
-  std::vector<size_t> send_counts = zero, recv_counts = zero;
-  send_counts[static_cast<size_t>(auditor)] = a.mine.bytes();
-  recv_counts[static_cast<size_t>(neighbour)] = a.reported.bytes();
-  DGRR_RETURN_IF_ERROR(rank.comm.AllToAllV(a.mine.entries.data(), send_counts, zero,
-                                           a.reported.entries.data(), recv_counts, zero));
-  DGRR_RETURN_IF_ERROR(RecomputeNeighbour(rank, step, neighbour));
-  return AgreeOnAudit(rank, step, FirstAuditMismatch(a.reported, a.expected));
-}
-
-// The neighbour's examples through the same ComputeExamples path, into the
-// scratch batch: only the audit's tap observes them (nothing is recorded and
-// no fault fires), and the dropout masks come from the per-example Philox
-// streams, as on every rank.
-Status Trainer::Impl::RecomputeNeighbour(Rank& rank, int64_t step, int neighbour) {
-  RankAudit& a = *rank.audit;
-  const size_t window = t.data_->window();
-  const uint64_t first = static_cast<uint64_t>(step) * static_cast<uint64_t>(t.batch_) +
-                         static_cast<uint64_t>(neighbour) * static_cast<uint64_t>(shard);
-  for (int i = 0; i < shard; ++i) {
-    DGRR_ASSIGN_OR_RETURN(uint64_t index, a.order.IndexOf(first + static_cast<uint64_t>(i)));
-    std::memcpy(a.tokens.data() + static_cast<size_t>(i) * window, t.data_->Example(index), window);
-  }
-  PhiloxDropoutMasks masks(rng, static_cast<uint64_t>(step));
-  AuditTap tap(a.boundaries, a.expected, first, nullptr, nullptr);
-  ExampleHooks hooks;
-  hooks.mutator = &tap;  // fingerprints each value after it is computed; changes nothing
-  hooks.masks = &masks;
-  DGRR_RETURN_IF_ERROR(a.batch.ComputeExamples(rank.params.data(), a.tokens.data(), static_cast<size_t>(shard),
-                                               first, hooks));
-  AuditTokensAndGradients(a.boundaries, layout, a.tokens.data(), window, a.batch.gradients(), a.expected);
-  return Status::OK();
-}
-
-// One finding per auditor, as plain bytes for the all-gather.
-struct AuditFinding {
-  uint64_t found = 0;
-  uint64_t example = 0;  // global index
-  uint64_t boundary = 0;
-  uint64_t examples_differing = 0;
-  Fingerprint reported, expected;
-};
-
-Status Trainer::Impl::AgreeOnAudit(Rank& rank, int64_t step, const AuditMismatch& found) {
-  const int world = rank.comm.size();
-  AuditFinding mine;
-  if (found.found) {
-    const uint64_t neighbour_first = static_cast<uint64_t>(step) * static_cast<uint64_t>(t.batch_) +
-                                     static_cast<uint64_t>((rank.r + 1) % world) * static_cast<uint64_t>(shard);
-    mine = {1, neighbour_first + found.example, found.boundary, found.examples_differing, found.reported,
-            found.expected};
-  }
-  std::vector<AuditFinding> all(static_cast<size_t>(world));
-  DGRR_RETURN_IF_ERROR(rank.comm.AllGather(&mine, sizeof(mine), all.data()));
-  const AuditBoundaries& boundaries = rank.audit->boundaries;
-  std::string message;
-  for (int auditor = 0; auditor < world; ++auditor) {
-    const AuditFinding& f = all[static_cast<size_t>(auditor)];
-    if (f.found == 0) continue;
-    const int audited = (auditor + 1) % world;
-    const std::string boundary = f.boundary < boundaries.size() ? boundaries.name(f.boundary) : "?";
-    // An EVENT holds 100 bytes: who, which example, where; the fingerprints
-    // are in the error message.
-    const std::string event = "audit rank=" + std::to_string(audited) + " by=" + std::to_string(auditor) +
-                              " example=" + std::to_string(f.example) + " at=" + boundary;
-    DGRR_RETURN_IF_ERROR(rank.session->RecordEvent(trace::EventKind::kSdcMismatch, event));
-    if (!message.empty()) message += "; ";
-    message += "rank " + std::to_string(audited) + " computed example " + std::to_string(f.example) +
-               " differently from rank " + std::to_string(auditor) + "'s recomputation, first at " + boundary +
-               " (xxh3 " + Hex64(f.reported.xxh3) + " vs " + Hex64(f.expected.xxh3) + "; " +
-               std::to_string(f.examples_differing) + " of its " + std::to_string(shard) + " examples differ)";
-  }
-  if (message.empty()) return Status::OK();
-  return Status::Divergence("silent data corruption found by the audit at step " + std::to_string(step) + ": " +
-                            message);
 }
 
 // ---------------------------------------------------------------------------
@@ -1139,7 +736,7 @@ Status Trainer::Validate() {
     per_example_ops_.emplace_back(b.phase, b.op);
     sizes.emplace_back(b.name, b.elements);
   }
-  fault_targets_ = std::make_shared<const FaultTargets>(kTokensBoundary, data_->window(), sizes,
+  fault_targets_ = std::make_shared<const FaultTargets>(StepRecorder::kTokensBoundary, data_->window(), sizes,
                                                         ParameterLayout(preset_.model));
   const FaultRun run{o.ranks, o.steps, batch_, o.resume};
   std::set<std::pair<uint64_t, int>> flips;  // (step, rank) of each tensor fault
