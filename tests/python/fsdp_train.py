@@ -4,15 +4,17 @@ canonical reduce-scatter (dgrr.fsdp), clipped to a total gradient norm of 0.1
 by dgrr.fsdp.clip_grad_norm_, its shards recorded and checkpointed.
 
     torchrun --nproc-per-node N fsdp_train.py RUN_DIR [--steps S] [--ckpt-every K]
-             [--params-out FILE] [--rs-out FILE] [--flip-rank R]
+             [--params-out FILE] [--rs-out FILE] [--flip-bit MODULE@STEP] [--flip-rank R]
 
 The head has 5 outputs, so over 2 ranks its shards are uneven (3 rows and 2,
 FSDP2 pads the second). --params-out: rank 0 writes the full parameters and
 AdamW state (gathered with DTensor.full_tensor(), which only moves bytes).
 --rs-out: rank 0 writes, for every reduce-scatter of the run, every rank's
 input and output and what gloo's own reduce_scatter_tensor gives for the same
-inputs and op, so the test can redo the sum. DGRR_TEST_KILL_AFTER_STEP=K
-SIGKILLs rank --flip-rank after step K.
+inputs and op, so the test can redo the sum. --flip-bit flips bit 13 of
+MODULE's first output element on rank --flip-rank at STEP (forward only, as
+ddp_train.py does). DGRR_TEST_KILL_AFTER_STEP=K SIGKILLs rank --flip-rank
+after step K.
 """
 
 import argparse
@@ -31,6 +33,7 @@ import dgrr
 import dgrr.distributed
 import dgrr.fsdp
 import dgrr.torch
+from ddp_train import flip_bit_hook
 
 SEED = 4321
 BATCH, DIM_IN, HIDDEN, DIM_OUT = 16, 8, 24, 5
@@ -86,6 +89,7 @@ def main():
     ap.add_argument("run_dir")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--ckpt-every", type=int, default=0)
+    ap.add_argument("--flip-bit", default="", help="MODULE@STEP")
     ap.add_argument("--flip-rank", type=int, default=1)
     ap.add_argument("--params-out", default="")
     ap.add_argument("--rs-out", default="")
@@ -101,6 +105,10 @@ def main():
     for layer in (model.fc1, model.fc2, model.head):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    state = {"step": -1}
+    if args.flip_bit and rank == args.flip_rank:
+        module, at = args.flip_bit.split("@")
+        dict(model.named_modules())[module].register_forward_hook(flip_bit_hook(int(at), state))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     rs_log = []
     if args.rs_out:
@@ -119,6 +127,7 @@ def main():
         start = session.resume()
         for step in range(start, args.steps):
             x, y = batch(step)         # every rank makes the whole batch, uses its part
+            state["step"] = step
             inst.begin_step(step, (step * BATCH + lo, per))
             optimizer.zero_grad()
             loss = loss_fn(model(x[lo:hi]), y[lo:hi])

@@ -11,6 +11,12 @@ root sharded, the head's 5 rows uneven over 2 ranks, 4 steps of AdamW):
   from each rank's checkpoint shard and ends bitwise as the uninterrupted run;
 - the same run directory resumed by one process: refused in one line naming
   both world sizes;
+- `dgrr replay` of steps 2..3 starts the job again under torchrun from step
+  1's checkpoint shards and certifies both ranks' records; `dgrr rollback
+  --step 2` then the same command ends where the uninterrupted run ended
+  (compare certifies all 4 steps); `dgrr bisect` of a run whose rank 1
+  flipped a bit of its head's output at step 2 names step 2, rank 1 and
+  `head.out`;
 - in process (a world of one over gloo): the canonical tree at 3 and 4 ranks
   and every op (all_to_all replaced by a stand-in that hands over chosen
   rows), the shards registered per rank outside the parameter check,
@@ -19,6 +25,7 @@ root sharded, the head's 5 rows uneven over 2 ranks, 4 steps of AdamW):
 
 Every job runs under a timeout (JOB_TIMEOUT), so nothing hangs."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -370,3 +377,53 @@ def test_clip_grad_norm_at_one_rank_is_torchs_up_to_rounding(world_of_one):
     p.grad = torch.ones(2, dtype=torch.float64)
     with pytest.raises(dgrr.InvalidArgumentError, match="float32 CPU"):
         dgrr.fsdp.clip_grad_norm_([p], 1.0)
+
+
+@pytest.fixture(scope="module")
+def replayable(tmp_path_factory):
+    """A 2-process run, checkpoints after steps 1 and 3, writing nothing
+    outside its run directory (a re-execution runs its command line again)."""
+    root = tmp_path_factory.mktemp("fsdp-replay")
+    torchrun_ok(2, root / "run", "--ckpt-every", "2")
+    return root / "run"
+
+
+def cli(*args):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=4 * JOB_TIMEOUT)
+
+
+def test_replay_of_an_fsdp2_job_certifies_both_ranks(replayable):
+    r = cli("replay", replayable, "--from", 2, "--to", 3)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "torch.distributed.run --standalone --nnodes 1 --nproc-per-node 2" in r.stderr, r.stderr
+    assert "replayed steps 2..3" in r.stdout and "from the checkpoint of step 1" in r.stdout, r.stdout
+    assert "4 step ends match the recorded traces" in r.stdout, r.stdout
+
+
+def test_rollback_of_an_fsdp2_job_then_the_same_command_ends_as_the_run(replayable, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(replayable, run)
+    r = cli("rollback", run, "--step", 2)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "re-executed steps 2..2 from the checkpoint of step 1" in r.stdout, r.stdout
+    for k in range(2):
+        assert (run / "ckpt" / f"step-00000002.rank-{k}.h5").exists()
+        assert not (run / "ckpt" / f"step-00000003.rank-{k}.h5").exists()
+    out = torchrun_ok(2, run, "--ckpt-every", "2")
+    assert "rank 0 of 2: started at step 3" in out.stdout and "rank 1 of 2: started at step 3" in out.stdout, \
+        out.stdout
+    c = cli("compare", replayable, run)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "coverage: every boundary compared" in c.stdout
+    assert "certified prefix: 320 pairs, 4 steps" in c.stdout, c.stdout
+
+
+def test_bisect_of_fsdp2_jobs_names_the_flipped_step_and_rank(replayable, tmp_path):
+    torchrun_ok(2, tmp_path / "bad", "--ckpt-every", "2", "--flip-bit", "head@2", "--flip-rank", "1")
+    r = cli("bisect", "--good", replayable, "--bad", tmp_path / "bad", "--json", "--quiet")
+    assert r.returncode == 4, r.stdout + r.stderr
+    result = json.loads(r.stdout)
+    assert result["evidence"]["first_differing_step"] == 2, r.stdout
+    assert result["replay"]["first_step"] == 2 and result["replay"]["from_checkpoint"] == 1, r.stdout
+    first = result["divergence"]["b"]
+    assert (first["step"], first["rank"], first["phase"], first["name"]) == (2, 1, "forward", "head.out"), r.stdout
