@@ -37,6 +37,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <atomic>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -264,6 +266,22 @@ class PySession {
   // slow one; CUDA tensors on their device.
   static TensorView RecordedView(const PyBoundary& boundary, const py::handle& array);
 
+  // Every record of every path (record, record_many, plans, the hook sites)
+  // goes through here, for the neighbour audit's tap (dgrr.torch.
+  // NeighbourAudit, docs/python.md): "keep" records as usual and also keeps
+  // each forward and backward record's (name, examples, fingerprint) in
+  // record order; "divert" records nothing, only fingerprints the forward
+  // and backward records of host tensors and keeps them (an auditor's
+  // recomputation of its neighbour's share must not enter its own trace);
+  // "off" is plain recording. Safe from several threads (a kept list has
+  // its own lock).
+  Status RecordOne(const PyBoundary& boundary, const TensorRef& ref, ExampleRange examples, Fingerprint* out);
+  void SetAuditTap(const std::string& mode);
+  // [(name, first_example, count, xor64, xxh3)] kept since the last call.
+  py::list TakeAudited();
+  // An EVENT record of kind "sdc_mismatch" or "user" (payload at most 100 bytes).
+  void RecordEvent(const std::string& kind, const std::string& payload);
+
  private:
   PyCommunicator* Communicator() {
     return communicator_.is_none() ? nullptr : communicator_.cast<PyCommunicator*>();
@@ -285,6 +303,15 @@ class PySession {
   };
   std::vector<RegisteredTensor> registered_tensors_;  // the torch tensors among state_
   std::vector<std::pair<py::function, py::function>> hooks_;
+  enum class AuditTap { kOff, kKeep, kDivert };
+  std::atomic<AuditTap> tap_{AuditTap::kOff};
+  struct Audited {
+    std::string name;
+    ExampleRange examples;
+    Fingerprint fp;
+  };
+  std::mutex audited_mu_;
+  std::vector<Audited> audited_;
 };
 
 // ---------------------------------------------------------------------------

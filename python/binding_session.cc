@@ -118,8 +118,7 @@ py::object PySession::Record(const PyBoundary& boundary, const py::handle& array
   {
     std::optional<py::gil_scoped_release> release;
     if (view.ref.bytes >= kReleaseGilBytes) release.emplace();
-    status = s.Record(boundary.handle, view.ref, {first_example, count},
-                      want_fingerprint ? &fp : nullptr);
+    status = RecordOne(boundary, view.ref, {first_example, count}, want_fingerprint ? &fp : nullptr);
   }
   Check(status);
   return want_fingerprint ? py::object(FingerprintTuple(fp)) : py::object(py::none());
@@ -132,7 +131,7 @@ void PySession::RecordView(const PyBoundary& boundary, const TensorView& view, u
   {
     std::optional<py::gil_scoped_release> release;
     if (view.ref.bytes >= kReleaseGilBytes) release.emplace();
-    status = s.Record(boundary.handle, view.ref, {first_example, count}, nullptr);
+    status = RecordOne(boundary, view.ref, {first_example, count}, nullptr);
   }
   Check(status);
 }
@@ -167,11 +166,75 @@ void PySession::RecordRefs(const std::vector<std::pair<const PyBoundary*, const 
     std::optional<py::gil_scoped_release> release;
     if (bytes >= kReleaseGilBytes) release.emplace();
     for (const auto& [boundary, ref] : refs) {
-      status = s.Record(boundary->handle, *ref, {first_example, count}, nullptr);
+      status = RecordOne(*boundary, *ref, {first_example, count}, nullptr);
       if (!status.ok()) break;
     }
   }
   Check(status);
+}
+
+Status PySession::RecordOne(const PyBoundary& boundary, const TensorRef& ref, ExampleRange examples,
+                            Fingerprint* out) {
+  const AuditTap tap = tap_.load(std::memory_order_relaxed);
+  if (tap == AuditTap::kOff) return Get().Record(boundary.handle, ref, examples, out);
+  const bool audited =
+      boundary.handle.phase == trace::Phase::kForward || boundary.handle.phase == trace::Phase::kBackward;
+  Fingerprint fp;
+  if (tap == AuditTap::kDivert) {
+    if (!audited) return Status::OK();
+    if (!ref.where.host()) {
+      return Status::FailedPrecondition("dgrr.torch.NeighbourAudit: " + boundary.name +
+                                        " is on a device; the audit recomputes host tensors only");
+    }
+    DGRR_RETURN_IF_ERROR(ref.Validate());
+    fp = FingerprintBytes(ref.data, ref.bytes);  // what Session::Record computes for a host tensor
+  } else {
+    DGRR_RETURN_IF_ERROR(Get().Record(boundary.handle, ref, examples, &fp));
+  }
+  if (out != nullptr) *out = fp;
+  if (audited) {
+    std::lock_guard<std::mutex> lock(audited_mu_);
+    audited_.push_back({boundary.name, examples, fp});
+  }
+  return Status::OK();
+}
+
+void PySession::SetAuditTap(const std::string& mode) {
+  Get();
+  if (mode == "off") {
+    tap_ = AuditTap::kOff;
+  } else if (mode == "keep") {
+    tap_ = AuditTap::kKeep;
+  } else if (mode == "divert") {
+    tap_ = AuditTap::kDivert;
+  } else {
+    ThrowInvalid("audit tap '" + mode + "': expected off, keep or divert");
+  }
+}
+
+py::list PySession::TakeAudited() {
+  std::vector<Audited> taken;
+  {
+    std::lock_guard<std::mutex> lock(audited_mu_);
+    taken.swap(audited_);
+  }
+  py::list out;
+  for (const Audited& a : taken) {
+    out.append(py::make_tuple(a.name, a.examples.first, a.examples.count, a.fp.xor64, a.fp.xxh3));
+  }
+  return out;
+}
+
+void PySession::RecordEvent(const std::string& kind, const std::string& payload) {
+  trace::EventKind k;
+  if (kind == "sdc_mismatch") {
+    k = trace::EventKind::kSdcMismatch;
+  } else if (kind == "user") {
+    k = trace::EventKind::kUser;
+  } else {
+    ThrowInvalid("record_event: kind '" + kind + "': expected sdc_mismatch or user");
+  }
+  Check(Get().RecordEvent(k, payload));
 }
 
 bool PySession::Records(const std::string& phase, const std::string& kind) {
@@ -531,6 +594,14 @@ void BindSession(py::module_& m) {
           },
           py::arg("records"),
           "A RecordPlan of (boundary, tensor) pairs to record again and again, in list order.")
+      .def("record_event", &PySession::RecordEvent, py::arg("kind"), py::arg("payload"),
+           "An EVENT record (kind sdc_mismatch or user; payload at most 100 bytes) at this point "
+           "of the trace.")
+      .def("_audit_tap", &PySession::SetAuditTap, py::arg("mode"),
+           "dgrr.torch.NeighbourAudit's tap: off, keep (record and keep each forward and backward "
+           "record's fingerprint) or divert (keep them, record nothing).")
+      .def("_audit_take", &PySession::TakeAudited,
+           "[(name, first_example, count, xor64, xxh3)] kept by the audit tap since the last call.")
       .def("records", &PySession::Records, py::arg("phase"), py::arg("kind"),
            "Whether this session records boundaries of this phase and kind (its mode decides).")
       .def("register_state", &PySession::RegisterState, py::arg("name"), py::arg("array"),

@@ -439,20 +439,26 @@ class CanonicalReducer:
             inst._gradients_recorded_by_all_reduce = True
 
     # -- the step's batch ----------------------------------------------------
-    def shard(self):
-        """(lo, hi): this rank's examples as offsets into the step's batch.
-        mode "leaf": its leaves' examples; mode "rank": an even split in rank
+    def shard(self, rank=None):
+        """(lo, hi): this rank's examples (or rank `rank`'s: what the
+        neighbour audit recomputes) as offsets into the step's batch. mode
+        "leaf": its leaves' examples; mode "rank": an even split in rank
         order (the batch must divide by the world size)."""
         if self.batch is None:
             raise FailedPreconditionError("dgrr.distributed.CanonicalReducer: no batch= given")
+        r = self.rank if rank is None else int(rank)
+        if not 0 <= r < self.world:
+            raise InvalidArgumentError(f"dgrr.distributed.CanonicalReducer: no rank {r} in a world of {self.world}")
         if self.mode == "leaf":
-            return self.first_leaf * self.leaf_size, self.end_leaf * self.leaf_size
+            first_leaf = self.leaves_total * r // self.world
+            end_leaf = self.leaves_total * (r + 1) // self.world
+            return first_leaf * self.leaf_size, end_leaf * self.leaf_size
         if self.batch % self.world != 0:
             raise InvalidArgumentError(
                 f"dgrr.distributed.CanonicalReducer: a batch of {self.batch} does not split evenly "
                 f"over {self.world} ranks")
         per = self.batch // self.world
-        return self.rank * per, (self.rank + 1) * per
+        return r * per, (r + 1) * per
 
     def begin_step(self, step, examples):
         """Instrumentation.begin_step with this rank's examples (its shard of

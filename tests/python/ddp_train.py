@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--leaf", type=int, default=4)
     ap.add_argument("--flip-bit", default="", help="MODULE@STEP")
     ap.add_argument("--flip-rank", type=int, default=0)
+    ap.add_argument("--audit-every", type=int, default=0,
+                    help="dgrr.torch.NeighbourAudit every K steps (--flip-bit then fires in the rank's own "
+                         "step only, as a transient fault would)")
     ap.add_argument("--fail-at", type=int, default=-1)
     ap.add_argument("--corrupt-at", type=int, default=-1,
                     help="flip a bit of fc1.weight on --flip-rank after this step's update")
@@ -110,8 +113,29 @@ def main():
             reducer.register(ddp)
         loss_fn = torch.nn.MSELoss()
         sum_loss = torch.nn.MSELoss(reduction="sum")
+        audit = dgrr.torch.NeighbourAudit(inst, args.audit_every) if args.audit_every else None
         start = session.resume()
         per = BATCH // world
+
+        def share(module, x, y, r):
+            """Rank r's forward and loss of the step's batch (x, y)."""
+            lo_r, hi_r = reducer.shard(r) if reducer is not None else (r * per, (r + 1) * per)
+            if args.mode == "leaf":
+                out = module(x[lo_r:hi_r])
+                return sum_loss(out, y[lo_r:hi_r]) * (1.0 / (BATCH * out.shape[1]))
+            return loss_fn(module(x[lo_r:hi_r]), y[lo_r:hi_r])
+
+        def recompute(r, step, x, y):
+            """Rank r's share, on this process, for the audit: on the model
+            (its LeafChunked in mode leaf), not DDP, with r's examples."""
+            lo_r, hi_r = reducer.shard(r) if reducer is not None else (r * per, (r + 1) * per)
+            flip_at, state["step"] = state["step"], -1   # the planted fault is this rank's own step's
+            try:
+                with inst.micro_batch(step * BATCH + lo_r, hi_r - lo_r):
+                    share(wrapped, x, y, r).backward()
+            finally:
+                state["step"] = flip_at
+
         for step in range(start, args.steps):
             state["step"] = step
             x, y = batch(step)         # every rank makes the whole batch, uses its part
@@ -128,16 +152,16 @@ def main():
                 inst.begin_step(step, (step * BATCH + lo, per))
             if step == args.fail_at and rank == args.flip_rank:
                 raise RuntimeError(f"planted failure at step {step}")
+            if audit is not None:
+                audit.begin_step(step)
             optimizer.zero_grad()
-            if args.mode == "leaf":
-                # Scaled by the global batch, not the local one: every
-                # example's gradient, and so every backward record, is then
-                # the same whatever the world size (the hook sums, mean=False).
-                out = ddp(x[lo:hi])
-                loss = sum_loss(out, y[lo:hi]) * (1.0 / (BATCH * out.shape[1]))
-            else:
-                loss = loss_fn(ddp(x[lo:hi]), y[lo:hi])
+            # Mode leaf scales by the global batch, not the local one: every
+            # example's gradient, and so every backward record, is then the
+            # same whatever the world size (the hook sums, mean=False).
+            loss = share(ddp, x, y, rank)
             loss.backward()
+            if audit is not None:
+                audit.check(step, lambda r: recompute(r, step, x, y))
             if args.grads_out:
                 flat = torch.cat([g.reshape(-1) for g in local])
                 gathered = [torch.empty_like(flat) for _ in range(world)]

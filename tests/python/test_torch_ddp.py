@@ -15,7 +15,13 @@ steps of Adam, batch 16):
   whose rank 1 is SIGKILLed after step 2, started again with the same
   command, resumes from step 1's checkpoint and ends bitwise as the
   uninterrupted run;
-- in process: bad use raises one dgrr.Error naming it.
+- the neighbour audit (dgrr.torch.NeighbourAudit, every step, 3 processes in
+  mode leaf) changes no bit: the run equals the 1-process one; a bit flipped
+  in rank 1's own forward at step 2 (its output, not its parameters: the
+  reduced gradient then spreads it to every rank alike) is named by rank 0's
+  audit on every rank, in mode rank and leaf, with an EVENT in each trace;
+- in process: bad use raises one dgrr.Error naming it; the audit's
+  comparison names the first differing record.
 
 Every job runs under a timeout (JOB_TIMEOUT), so nothing hangs."""
 
@@ -131,6 +137,33 @@ def test_a_parameter_bit_flipped_on_rank_1_ends_the_job_naming_it(tmp_path):
     assert "aborts the torch.distributed job" in r.stderr
 
 
+def test_the_neighbour_audit_changes_no_bit_at_three_processes(leaf_one, tmp_path):
+    # Leaves [0, 1), [1, 2), [2, 4): each rank recomputes the next one's
+    # shard (rank 2 rank 0's) through the reducer's shard(rank).
+    torchrun_ok(3, tmp_path / "run", "--mode", "leaf", "--ckpt-every", "2", "--audit-every", "1",
+                "--params-out", str(tmp_path / "final.npz"))
+    assert differing(load(leaf_one / "final.npz"), load(tmp_path / "final.npz")) == []
+    c = compare(leaf_one / "run", tmp_path / "run")
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "coverage: every boundary compared" in c.stdout
+
+
+@pytest.mark.parametrize("mode, examples", [("rank", "[40, 48)"), ("leaf", "[40, 44)")])
+def test_the_neighbour_audit_names_a_rank_that_computed_wrong(tmp_path, mode, examples):
+    r = torchrun(2, tmp_path / "run", "--mode", mode, "--audit-every", "2", "--flip-bit", "head@2",
+                 "--flip-rank", "1")
+    assert r.returncode != 0
+    said = (f"silent data corruption found by the audit at step 2: rank 1 computed examples {examples} "
+            "differently from rank 0's recomputation, first at head.out (xxh3 ")
+    for k in range(2):                                  # raised on both ranks, which end the job
+        assert f"dgrr: rank {k} aborts the torch.distributed job: Divergence: rank {k}: uncaught " \
+               f"DivergenceError: {said}" in r.stderr, r.stderr
+    for k in range(2):
+        out = subprocess.run([CLI, "inspect", str(tmp_path / "run" / f"rank{k}.trace")],
+                             capture_output=True, text=True, timeout=60).stdout
+        assert 'sdc_mismatch' in out and 'payload="audit rank=1 by=0 example=40 at=head.out"' in out, out
+
+
 def test_a_rank_that_raises_ends_the_job(tmp_path):
     r = torchrun(2, tmp_path / "run", "--mode", "leaf", "--fail-at", "1", "--flip-rank", "1")
     assert r.returncode != 0
@@ -204,3 +237,36 @@ def test_leaf_chunks_keep_each_chunk_gradient_apart(world_of_one):
         (expected,) = torch.autograd.grad(model(x[2 * c:2 * c + 2]).sum(), [w])
         assert torch.equal(chunked.leaf_grads[w][c], expected)
 
+
+def test_the_neighbour_audit_is_refused_where_it_cannot_compare(world_of_one, tmp_path):
+    model = torch.nn.Linear(3, 2)
+    with dgrr.distributed.open(str(tmp_path / "sdc"), 1, mode="sdc") as session:
+        inst = dgrr.torch.instrument(session, model)
+        with pytest.raises(dgrr.InvalidArgumentError, match="records no forward or backward boundary"):
+            dgrr.torch.NeighbourAudit(inst, 1)
+        inst.remove()
+    with dgrr.distributed.open(str(tmp_path / "full"), 1, mode="full") as session:
+        inst = dgrr.torch.instrument(session, model)
+        with pytest.raises(dgrr.InvalidArgumentError, match="every=0"):
+            dgrr.torch.NeighbourAudit(inst, 0)
+        audit = dgrr.torch.NeighbourAudit(inst, 1)
+        # A world of one has no neighbour: nothing is due, nothing recomputed.
+        assert session.resume() == 0
+        inst.begin_step(0, (0, 4))
+        audit.begin_step(0)
+        model(torch.zeros(4, 3)).sum().backward()
+        assert audit.check(0, lambda r: pytest.fail("recomputed at a world of one")) is False
+        session.end_step(0, 0.0)
+
+
+def test_the_audit_names_the_first_record_that_differs():
+    from dgrr.torch.audit import _first_difference
+    a = [("fc.out", 0, 4, 1, 2), ("fc.grad_in.0", 0, 4, 3, 4)]
+    assert _first_difference(a, list(a)) is None
+    f = _first_difference(a, [a[0], ("fc.grad_in.0", 0, 4, 3, 5)])
+    assert (f["name"], f["first"], f["count"]) == ("fc.grad_in.0", 0, 4)
+    assert f["why"] == "xxh3 0000000000000004 vs 0000000000000005"
+    f = _first_difference(a, [("fc.out", 4, 4, 1, 2), a[1]])
+    assert "record 0 is fc.out of examples [0, 4), the recomputation's fc.out of [4, 8)" in f["why"]
+    f = _first_difference(a[:1], a)
+    assert f["name"] == "fc.grad_in.0" and "the recomputation made 1 more record(s)" in f["why"]

@@ -47,10 +47,12 @@ from . import randomness as _randomness
 from . import data as _data
 from . import recorder as _recorder
 from . import parallel as _parallel
+from . import audit as _audit
 # The public names (and the constants scripts read) re-exported.
 from .controls import (  # noqa: F401
     ORIGIN_DGRR, ORIGIN_ENVIRONMENT, ORIGIN_SESSION, ORIGIN_TORCH_DEFAULT, ORIGIN_USER,
     NondeterminismWarning, current_controls, determinism, deterministic, torch_info)
+from .audit import NeighbourAudit
 from .data import EndlessBatches, PermutationSampler, register_data_loader
 from .encoded import register_encoded_state
 from .generators import register_generators, register_numpy_generator, register_torch_generator
@@ -66,7 +68,7 @@ __all__ = ["instrument", "register_torch_state", "determinism", "deterministic",
            "Dropout", "RandomContext", "random_context", "replace_dropout", "PermutationSampler",
            "NondeterminismWarning", "torch_info", "current_controls", "DataParallel",
            "EndlessBatches", "register_numpy_generator", "register_torch_generator",
-           "register_encoded_state", "register_data_loader"]
+           "register_encoded_state", "register_data_loader", "NeighbourAudit"]
 
 # dgrr.torch was one module until the modules above were split out of it;
 # scripts, tests and benchmarks still use its private names through it
@@ -77,7 +79,7 @@ __all__ = ["instrument", "register_torch_state", "determinism", "deterministic",
 # assignment to dgrr.torch.<name> rebinds it there, where the code that
 # reads it looks, so that the module's state stays single.
 _MODULES = (_support, _controls, _mirrored, _encoded, _generators, _state, _randomness, _data,
-            _recorder, _parallel)
+            _recorder, _parallel, _audit)
 
 
 def _home(name):
