@@ -114,6 +114,7 @@ def main():
         loss_fn = torch.nn.MSELoss()
         sum_loss = torch.nn.MSELoss(reduction="sum")
         audit = dgrr.torch.NeighbourAudit(inst, args.audit_every) if args.audit_every else None
+        audited = 0
         start = session.resume()
         per = BATCH // world
 
@@ -160,8 +161,8 @@ def main():
             # same whatever the world size (the hook sums, mean=False).
             loss = share(ddp, x, y, rank)
             loss.backward()
-            if audit is not None:
-                audit.check(step, lambda r: recompute(r, step, x, y))
+            if audit is not None and audit.check(step, lambda r: recompute(r, step, x, y)):
+                audited += 1
             if args.grads_out:
                 flat = torch.cat([g.reshape(-1) for g in local])
                 gathered = [torch.empty_like(flat) for _ in range(world)]
@@ -188,6 +189,8 @@ def main():
         np.savez(args.params_out, **arrays)
     if rank == 0 and args.grads_out:
         np.save(args.grads_out, np.stack(grads_log))
+    if args.audit_every:
+        print(f"rank {rank} of {world}: audited {audited} steps", flush=True)
     print(f"rank {rank} of {world}: started at step {start}", flush=True)
     dgrr.distributed.shutdown()
 
