@@ -42,6 +42,18 @@ trace::Phase TracePhase(Phase p) {
   return trace::Phase::kForward;
 }
 
+// Copies `dims` into `out` (kMaxTensorDims entries) and `*ndim`; returns the
+// element count.
+uint64_t CopyShape(std::span<const int64_t> dims, int64_t* out, int* ndim) {
+  *ndim = static_cast<int>(dims.size());
+  uint64_t elements = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    out[i] = dims[i];
+    elements *= static_cast<uint64_t>(dims[i]);
+  }
+  return elements;
+}
+
 }  // namespace
 
 StepRecorder::StepRecorder(int rank, size_t shard, const std::vector<std::string>& per_example_names)
@@ -99,12 +111,7 @@ void StepRecorder::OnBoundary(std::string_view name, Phase phase, Operator op, b
     if (!example_handles_[static_cast<size_t>(index)].recorded) return;  // the mode skips it
     Slot s;
     s.boundary = index;
-    s.ndim = static_cast<int>(dims.size());
-    uint64_t elements = 1;
-    for (size_t i = 0; i < dims.size(); ++i) {
-      s.dims[i] = dims[i];
-      elements *= static_cast<uint64_t>(dims[i]);
-    }
+    const uint64_t elements = CopyShape(dims, s.dims, &s.ndim);
     s.bytes = elements * sizeof(float);
     // A dump takes the very bytes fingerprinted here, while the tensor exists.
     s.captured = dumps_due_.find(name) != dumps_due_.end();
@@ -155,12 +162,7 @@ void StepRecorder::RecordBatch(const BoundaryHandle& handle, const float* data, 
   TensorRef t;
   t.data = data;
   t.dtype = DType::kF32;
-  t.ndim = static_cast<int>(dims.size());
-  uint64_t elements = 1;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    t.dims[i] = dims[i];
-    elements *= static_cast<uint64_t>(dims[i]);
-  }
+  const uint64_t elements = CopyShape(dims, t.dims, &t.ndim);
   t.bytes = elements * sizeof(float);
   // A control file's dump of this boundary is captured by the session.
   Status s = session_->Record(handle, t, {first_example, example_count});
