@@ -48,6 +48,14 @@ set(DGRR_TEST_OPTIMIZE "${_dgrr_test_optimize_default}" CACHE STRING
 # compiles with the same flags (GCC then accepts the .gch; CMake's -Winvalid-pch
 # says so when it does not, and the build still works, just slower).
 set(DGRR_TEST_PCH ON CACHE BOOL "Precompile the common test headers")
+# Test sources compiled in batches (CMake's unity build), each batch one
+# translation unit: the test headers and gtest's macros are parsed once a
+# batch instead of once a file (docs/ci.md has what it saves). Test files
+# keep their helpers in anonymous namespaces, so names may not clash within
+# an executable; a file that cannot share is listed in its CMakeLists with
+# SKIP_UNITY_BUILD_INCLUSION.
+set(DGRR_TEST_UNITY ON CACHE BOOL "Compile each test executable's sources in batches")
+set(DGRR_TEST_UNITY_BATCH 8 CACHE STRING "Test sources per unity batch")
 set(DGRR_TEST_PCH_HEADERS
   <gtest/gtest.h> <nlohmann/json.hpp>
   <algorithm> <cmath> <cstdint> <cstring> <filesystem> <fstream> <functional>
@@ -96,6 +104,9 @@ function(dgrr_test name)
   _dgrr_test_common_flags(${name})
   if(TARGET dgrr_test_pch)
     target_precompile_headers(${name} REUSE_FROM dgrr_test_pch)
+  endif()
+  if(DGRR_TEST_UNITY)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${DGRR_TEST_UNITY_BATCH})
   endif()
   target_compile_definitions(${name} PRIVATE
     DGRR_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
