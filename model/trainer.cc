@@ -362,9 +362,15 @@ Status Trainer::Impl::RunSession(Rank& rank) {
     rank.cursor = static_cast<uint64_t>(first_step) * static_cast<uint64_t>(t.batch_);
   }
   if (&rank == ranks[0].get()) t.first_step_ = first_step;
-  // Rank 0's metrics log, cut back to the checkpoint resumed from (or
-  // started afresh); a re-execution under a control file keeps none.
-  if (r == 0 && !t.control_) DGRR_RETURN_IF_ERROR(OpenMetricsLog(first_step));
+  if (r == 0 && !t.control_) {
+    // A resume whose traces reach no checkpoint started over: the
+    // checkpoints it could not use go, as when there were none
+    // (Trainer::PrepareResume).
+    if (first_step == 0 && t.continue_run_) DGRR_RETURN_IF_ERROR(t.RemoveCheckpoints());
+    // Rank 0's metrics log, cut back to the checkpoint resumed from (or
+    // started afresh); a re-execution under a control file keeps none.
+    DGRR_RETURN_IF_ERROR(OpenMetricsLog(first_step));
+  }
 
   // Declare every per-example boundary before workers start reporting them.
   DGRR_RETURN_IF_ERROR(rank.recorder.Open(s, t.per_example_ops_, layout));
@@ -544,16 +550,10 @@ Status Trainer::Impl::Checkpoint(Rank& rank, int64_t step) {
 }
 
 // Rank 0's metrics log for a run starting at `first_step`: cut to the steps
-// before it when resumed, else new. A resume that found nothing its traces
-// reach starts over, and the checkpoints it could not use go too (as when
-// it found none: Trainer::PrepareResume).
+// before it when resumed, else new.
 Status Trainer::Impl::OpenMetricsLog(int64_t first_step) {
   const std::string path = MetricsPathFor(t.options_.out_dir);
-  if (first_step > 0) {
-    DGRR_RETURN_IF_ERROR(CutMetricsLog(path, first_step - 1));
-  } else if (t.continue_run_) {
-    DGRR_RETURN_IF_ERROR(t.RemoveCheckpoints());
-  }
+  if (first_step > 0) DGRR_RETURN_IF_ERROR(CutMetricsLog(path, first_step - 1));
   DGRR_ASSIGN_OR_RETURN(metrics, MetricsLog::Open(path, /*fresh=*/first_step == 0));
   return Status::OK();
 }

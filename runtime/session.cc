@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
 #include <variant>
@@ -971,9 +972,7 @@ StatusOr<uint64_t> Session::Impl::ContinueRun() {
   }
   if (!any_trace) return start_fresh();
   // Before anything is read: no unfinished rollback, somewhere to restore
-  // from, a trace that reads to its end. A rank without a trace (others have
-  // theirs) reaches no checkpoint that recorded something for it.
-  TraceEnd end;
+  // from.
   Status ready = Status::OK();
   if (directory_->HasPendingRollback()) {
     ready = Status::FailedPrecondition(options_.run_dir +
@@ -981,27 +980,31 @@ StatusOr<uint64_t> Session::Impl::ContinueRun() {
                                        "finish it, then resume");
   } else if (options_.checkpoints == nullptr) {
     ready = NoCheckpointStore();
-  } else if (have_trace) {
-    StatusOr<TraceEnd> scanned = directory_->ScanTraceEnd(options_.rank);
-    ready = scanned.status();
-    if (ready.ok()) end = std::move(scanned).value();
   }
   DGRR_RETURN_IF_ERROR(AgreeAcrossRanks(options_.run_dir, ready, "cannot resume"));
-  // Nothing in the directory changes until everything says it is this run:
-  // the checkpoint's configuration (or config.json when there is none), then
-  // the trace header's rank, world size and seed.
+  // Nothing in the directory changes until everything says it is this run.
   // The newest checkpoint that reads and verifies (the configuration it was
   // written by checked) and that every rank's trace still reaches: a trace
   // cut shorter since (an interrupted rollback, a user's truncation) does
   // not. Without resume_fallback a damaged or unreachable newest one is
-  // refused; with it older ones are tried.
+  // refused; with it older ones are tried. The trace is read to its end
+  // once, when there is a checkpoint to reach (a rank without a trace
+  // reaches none that recorded something for it); then the trace header's
+  // rank, world size and seed are checked.
   uint64_t max_step = UINT64_MAX;
   std::unique_ptr<LoadedCheckpoint> found;
+  std::optional<TraceEnd> end;
   for (;;) {
     auto loaded = LoadForRestore("", max_step);
     if (loaded.status().code() == StatusCode::kNotFound) break;
     if (!loaded.ok()) return loaded.status();
-    const std::string why = end.Unreachable(**loaded, options_.rank);
+    if (!end) {
+      StatusOr<TraceEnd> scanned = TraceEnd{};
+      if (have_trace) scanned = directory_->ScanTraceEnd(options_.rank);
+      DGRR_RETURN_IF_ERROR(AgreeAcrossRanks(options_.run_dir, scanned.status(), "cannot read its trace"));
+      end = std::move(scanned).value();
+    }
+    const std::string why = end->Unreachable(**loaded, options_.rank);
     const Status reached = AgreeAcrossRanks((*loaded)->path(), why.empty() ? Status::OK() : Status::Corruption(why),
                                             "does not reach it");
     if (reached.ok()) {

@@ -135,7 +135,6 @@ class NeighbourAudit:
         examples = inst.examples
         for p in params:
             p.grad = None
-        session._audit_take()
         session._audit_tap("divert")
         try:
             recompute(rank)
