@@ -111,7 +111,7 @@ PyBoundary PySession::DeclareBoundary(const std::string& name, const std::string
 
 py::object PySession::Record(const PyBoundary& boundary, const py::handle& array, uint64_t first_example,
                              uint32_t count, bool want_fingerprint) {
-  Session& s = Get();
+  Get();  // refuses a closed session
   TensorView view = RecordedView(boundary, array);
   Fingerprint fp;
   Status status;
@@ -126,7 +126,7 @@ py::object PySession::Record(const PyBoundary& boundary, const py::handle& array
 
 void PySession::RecordView(const PyBoundary& boundary, const TensorView& view, uint64_t first_example,
                            uint32_t count) {
-  Session& s = Get();
+  Get();  // refuses a closed session
   Status status;
   {
     std::optional<py::gil_scoped_release> release;
@@ -158,7 +158,7 @@ std::pair<const PyBoundary*, py::handle> PySession::RecordPair(const py::handle&
 
 void PySession::RecordRefs(const std::vector<std::pair<const PyBoundary*, const TensorRef*>>& refs,
                            uint64_t first_example, uint32_t count) {
-  Session& s = Get();
+  Get();  // refuses a closed session
   uint64_t bytes = 0;
   for (const auto& [boundary, ref] : refs) bytes += ref->bytes;
   Status status;

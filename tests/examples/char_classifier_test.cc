@@ -267,7 +267,9 @@ TEST_F(CharClassifier, RerunningAFinishedRunChangesNoResult) {
   const auto after = Snapshot(dir_ / "run");
   ASSERT_EQ(before.size(), after.size()) << "no file added or removed";
   for (const auto& [name, bytes] : before) {
-    if (name.rfind("ckpt/", 0) == 0) EXPECT_TRUE(after.at(name) == bytes) << name << " rewritten";
+    if (name.rfind("ckpt/", 0) == 0) {
+      EXPECT_TRUE(after.at(name) == bytes) << name << " rewritten";
+    }
   }
 }
 
