@@ -78,7 +78,8 @@ StatusOr<CheckpointHeader> DecodeHeader(const std::string& path, const uint8_t* 
   if (header_hash != Xxh3(block, kOffHeaderHash)) return bad(kOffHeaderHash, "header hash mismatch");
   CheckpointHeader h;
   h.format_version = DecodeFixed32(p + kOffVersion);
-  if (h.format_version != kCheckpointFormatVersion && h.format_version != kSingleFileFormatVersion) {
+  if (h.format_version != kCheckpointFormatVersion && h.format_version != kRankZeroReplicatedFormatVersion &&
+      h.format_version != kSingleFileFormatVersion) {
     return bad(kOffVersion, "unsupported format version " + std::to_string(h.format_version));
   }
   if (DecodeFixed32(p + kOffHeaderBytes) != kHeaderBytes ||
@@ -131,7 +132,7 @@ uint64_t DigestOfItems(std::vector<DigestItem> items) {
 }
 
 DigestItem ItemOf(const SavedEntry& e) {
-  return {&e.name, e.dtype, &e.shape, e.data.size(), e.xxh3};
+  return {&e.name, e.dtype, &e.shape, e.size(), e.xxh3};
 }
 
 // ---------------------------------------------------------------------------
@@ -193,9 +194,11 @@ std::vector<hsize_t> ChooseChunk(const std::vector<hsize_t>& dims, size_t elemen
   return chunk;
 }
 
+// `known_xxh3`: the bytes' XXH3-64 when the caller has it (not hashed again).
 StatusOr<DatasetPlan> PlanDataset(std::string group, const std::string& name, DType dtype,
                                   StateRole role, const std::vector<int64_t>& shape,
-                                  const void* data, uint64_t bytes, uint64_t chunk_bytes) {
+                                  const void* data, uint64_t bytes, uint64_t chunk_bytes,
+                                  const uint64_t* known_xxh3 = nullptr) {
   DGRR_RETURN_IF_ERROR(ValidateName(name));
   DatasetPlan plan;
   plan.group = std::move(group);
@@ -227,7 +230,7 @@ StatusOr<DatasetPlan> PlanDataset(std::string group, const std::string& name, DT
     }
     plan.dims = {static_cast<hsize_t>(bytes / plan.element_size)};
   }
-  plan.xxh3 = Xxh3(data, bytes);
+  plan.xxh3 = known_xxh3 != nullptr ? *known_xxh3 : Xxh3(data, bytes);
   if (bytes > 0) plan.chunk = ChooseChunk(plan.dims, plan.element_size, chunk_bytes);
   return plan;
 }
@@ -549,27 +552,54 @@ Status StampHeader(const std::string& tmp_path, uint32_t version, uint64_t step,
                                         std::string_view(reinterpret_cast<const char*>(block), sizeof block));
 }
 
-// One rank's datasets for its shard: its own entries, and on rank 0 the
-// replicated ones (the ranks have shown by digests that theirs agree). The
-// rank digest covers every entry the rank restores, as in v1.
+// One rank's datasets for its shard: its own entries and its share of the
+// replicated ones (the ranks have shown by digests that theirs agree; v2:
+// rank 0 holds them all). The rank digest covers every entry the rank
+// restores, as in v1. `replicated_held` receives how many replicated entries
+// the shard holds.
 Status PlanShard(const CheckpointMeta& meta, const RankSnapshot& r, const CheckpointWriteOptions& options,
-                 std::vector<DatasetPlan>& datasets, RankPlan& plan) {
+                 std::vector<DatasetPlan>& datasets, RankPlan& plan, uint64_t& replicated_held) {
   if (meta.world_size < 1 || static_cast<uint64_t>(meta.world_size) > kMaxWorldSize || r.rank < 0 ||
       r.rank >= meta.world_size || r.state == nullptr) {
     return Status::InvalidArgument("checkpoint shard: rank " + std::to_string(r.rank) + " of world_size " +
                                    std::to_string(meta.world_size) + (r.state == nullptr ? " without state" : ""));
   }
+  // Which replicated entries this shard holds: the same on every rank, since
+  // the ranks agree on the replicated entries' names and sizes.
+  std::vector<const StateEntry*> replicated;
+  for (const StateEntry& e : r.state->entries()) {
+    if (e.restore == RestorePolicy::kCheckpoint && e.replicated) replicated.push_back(&e);
+  }
+  std::sort(replicated.begin(), replicated.end(),
+            [](const StateEntry* a, const StateEntry* b) { return a->name < b->name; });
+  std::vector<int> owners(replicated.size(), 0);
+  if (options.format_version >= kCheckpointFormatVersion) {
+    std::vector<uint64_t> sizes;
+    for (const StateEntry* e : replicated) sizes.push_back(e->bytes);
+    owners = ReplicatedShareOwners(sizes, meta.world_size, options.replicated_share_min_bytes);
+  }
+  std::set<const StateEntry*> held;
+  for (size_t i = 0; i < replicated.size(); ++i) {
+    if (owners[i] == r.rank) held.insert(replicated[i]);
+  }
+  replicated_held = held.size();
+  auto known = [&](const StateEntry& e) -> const uint64_t* {
+    if (r.known_xxh3 == nullptr) return nullptr;
+    auto it = r.known_xxh3->find(e.name);
+    return it == r.known_xxh3->end() ? nullptr : &it->second;
+  };
   std::vector<DigestItem> items;
   for (const StateEntry& e : r.state->entries()) {
     if (e.restore != RestorePolicy::kCheckpoint) continue;
-    if (e.replicated && r.rank != 0) {
+    if (e.replicated && held.count(&e) == 0) {
       DGRR_RETURN_IF_ERROR(ValidateName(e.name));
-      items.push_back({&e.name, e.dtype, &e.shape, e.bytes, Xxh3(e.data, e.bytes)});
+      const uint64_t* hash = known(e);
+      items.push_back({&e.name, e.dtype, &e.shape, e.bytes, hash != nullptr ? *hash : Xxh3(e.data, e.bytes)});
       continue;
     }
     const std::string group = e.replicated ? "/replicated" : "/ranks/" + std::to_string(r.rank);
     DGRR_ASSIGN_OR_RETURN(DatasetPlan dataset, PlanDataset(group, e.name, e.dtype, e.role, e.shape, e.data,
-                                                           e.bytes, options.chunk_bytes));
+                                                           e.bytes, options.chunk_bytes, known(e)));
     items.push_back({&e.name, e.dtype, &e.shape, e.bytes, dataset.xxh3});
     datasets.push_back(std::move(dataset));
   }
@@ -577,14 +607,22 @@ Status PlanShard(const CheckpointMeta& meta, const RankSnapshot& r, const Checkp
   return Status::OK();
 }
 
+Status CheckShardedVersion(uint32_t version) {
+  if (version != kCheckpointFormatVersion && version != kRankZeroReplicatedFormatVersion) {
+    return Status::InvalidArgument("checkpoint: cannot write sharded format version " + std::to_string(version) +
+                                   " (2 or 3)");
+  }
+  return Status::OK();
+}
+
 Status WriteManifestHdf5(const std::string& tmp_path, const std::string& path, const CheckpointMeta& meta,
-                         uint64_t state_digest, const std::vector<ShardRecord>& shards,
+                         uint32_t version, uint64_t state_digest, const std::vector<ShardRecord>& shards,
                          const std::vector<DatasetPlan>& datasets, const std::vector<ChunkJob>& chunks, int level) {
   DGRR_RETURN_IF_ERROR(InitHdf5());
   auto lock = LockHdf5();
   DGRR_ASSIGN_OR_RETURN(H5Handle file, CreateHdf5File(tmp_path, kCheckpointUserBlockBytes));
   const hid_t f = file.get();
-  DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kFormatName, kCheckpointFormatVersion, meta, state_digest));
+  DGRR_RETURN_IF_ERROR(WriteRootAttributes(f, kFormatName, version, meta, state_digest));
   H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl.get(), false);
   for (const char* g : {"/meta", "/shards"}) {
@@ -601,6 +639,10 @@ Status WriteManifestHdf5(const std::string& tmp_path, const std::string& path, c
     DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "xxh3", shard.payload_xxh3, g));
     DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "trace_position", shard.trace_position, g));
     DGRR_RETURN_IF_ERROR(WriteU64Attribute(h, "state_digest", shard.state_digest, g));
+    if (version >= kCheckpointFormatVersion) {
+      DGRR_RETURN_IF_ERROR(
+          WriteU64Attribute(h, "replicated", static_cast<uint64_t>(shard.replicated_entries), g));
+    }
   }
   std::vector<H5Handle> handles(datasets.size());
   for (size_t d = 0; d < datasets.size(); ++d) {
@@ -620,6 +662,93 @@ Status WriteManifestHdf5(const std::string& tmp_path, const std::string& path, c
 // ---------------------------------------------------------------------------
 // Reading.
 // ---------------------------------------------------------------------------
+struct FileIdentity {
+  dev_t device;
+  ino_t inode;
+  off_t size;
+  struct timespec modified;
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && size == o.size &&
+           modified.tv_sec == o.modified.tv_sec && modified.tv_nsec == o.modified.tv_nsec;
+  }
+};
+
+FileIdentity IdentityOf(const struct stat& st) {
+  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+}
+
+// Verifies the header and the hash of every byte after it, streaming the file
+// through a small buffer (big fresh buffers cost page faults), and returns the
+// identity of the file it verified.
+StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader& header) {
+  DGRR_ASSIGN_OR_RETURN(const int fd, OpenRegularFileDescriptor(path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("stat", path, err);
+  }
+  // The header first (a file shorter than it is refused by DecodeHeader).
+  uint8_t block[kCheckpointUserBlockBytes];
+  ssize_t got;
+  do {
+    got = ::pread(fd, block, sizeof block, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("read", path, err);
+  }
+  StatusOr<CheckpointHeader> decoded =
+      DecodeHeader(path, block, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size));
+  if (!decoded.ok()) {
+    ::close(fd);
+    return decoded.status();
+  }
+  header = *decoded;
+  uint64_t offset = kCheckpointUserBlockBytes;
+  StatusOr<uint64_t> payload_hash = HashFileFrom(fd, path, kCheckpointUserBlockBytes, &offset);
+  ::close(fd);
+  if (!payload_hash.ok()) return payload_hash.status();
+  if (offset != header.file_length) {
+    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": file changed length while read");
+  }
+  if (*payload_hash != header.payload_xxh3) {
+    return Status::Corruption(path + ": offset " + std::to_string(kCheckpointUserBlockBytes) +
+                              ": hash of bytes 512.." + std::to_string(offset) +
+                              " does not match the header (file damaged)");
+  }
+  return IdentityOf(st);
+}
+
+
+StatusOr<H5Handle> OpenVerifiedHdf5(const std::string& path) {
+  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
+  return file;
+}
+
+Status CheckUnchanged(const std::string& path, const FileIdentity& verified) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !(IdentityOf(st) == verified)) {
+    return Status::IOError(path + ": the file was replaced or modified while it was read");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// Where a deferred entry's bytes are (checkpoint_file.h).
+struct EntrySource {
+  std::string path;     // the shard, verified whole
+  std::string dataset;  // "/replicated/<name>" or "/ranks/<r>/<name>"
+  FileIdentity verified;
+};
+
+namespace {
+
 std::optional<StateRole> ParseRole(const std::string& name) {
   for (StateRole role : {StateRole::kParameter, StateRole::kOptimizer, StateRole::kCounter,
                          StateRole::kCursor, StateRole::kRng, StateRole::kOther}) {
@@ -658,7 +787,12 @@ enum class DirectRead { kDone, kNotApplicable, kFailed };
 // at least once more. The bytes are the same as H5Dread's: every chunk is
 // either raw (filter mask bit 0) or one zstd frame of exactly the chunk's
 // size. kNotApplicable for any other layout or filter, left to H5Dread.
-DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size_t element_size, uint8_t* out) {
+// When the chunks are runs of whole rows (so they land in memory order),
+// each run is fed to `hash` (XXH3-64 streaming, seed 0) as soon as it has
+// landed, while it is still in cache, and `*hashed` is set.
+DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size_t element_size, uint8_t* out,
+                              XXH3_state_t* hash, bool* hashed) {
+  *hashed = false;
   H5Handle dcpl(H5Dget_create_plist(dset));
   if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return DirectRead::kNotApplicable;
   if (H5Pget_nfilters(dcpl.get()) != 1) return DirectRead::kNotApplicable;
@@ -724,6 +858,10 @@ DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size
         }
       }
     }
+    if (trailing_whole) {
+      const hsize_t rows = std::min(chunk[0], dims[0] - offset[0]);
+      XXH3_64bits_update(hash, out + offset[0] * row_bytes, rows * row_bytes);
+    }
     more = false;
     for (size_t k = dims.size(); k-- > 0;) {  // odometer over the chunk grid
       offset[k] += chunk[k];
@@ -734,11 +872,39 @@ DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size
       offset[k] = 0;
     }
   }
+  *hashed = trailing_whole;
   return DirectRead::kDone;
 }
 
+// The bytes of an open dataset (dataspace `dims`) into `out`, checked
+// against `xxh3`; errors say `what` (file and dataset).
+Status ReadDatasetBytes(hid_t dset, const std::string& what, const std::vector<hsize_t>& dims, DType dtype,
+                        uint8_t* out, uint64_t bytes, uint64_t xxh3) {
+  bool hashed = false;
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash(XXH3_createState(), XXH3_freeState);
+  if (hash == nullptr) return Status::Internal("out of memory for a hash state");
+  XXH3_64bits_reset(hash.get());
+  if (bytes > 0) {
+    const DirectRead direct = ReadChunksDirectly(dset, dims, StoredElementSize(dtype), out, hash.get(), &hashed);
+    if (direct == DirectRead::kFailed ||
+        (direct == DirectRead::kNotApplicable &&
+         H5Dread(dset, Hdf5TypeFor(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)) {
+      return Status::Corruption(what + ": data cannot be read or decompressed");
+    }
+    if (direct != DirectRead::kDone) hashed = false;
+  }
+  const uint64_t actual = hashed ? XXH3_64bits_digest(hash.get()) : Xxh3(out, bytes);
+  if (actual != xxh3) {
+    return Status::Corruption(what + ": content hash mismatch (stored " + Hex64(xxh3) + ", computed " +
+                              Hex64(actual) + ")");
+  }
+  return Status::OK();
+}
+
+// One dataset: its attributes checked, and its bytes read and checked, or,
+// with `defer` (the identity of the verified file), left in the file.
 StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const std::string& group,
-                                 const std::string& name) {
+                                 const std::string& name, const FileIdentity* defer = nullptr) {
   const std::string what = file_path + ": dataset " + group + "/" + name;
   auto bad = [&](const std::string& why) { return Status::Corruption(what + ": " + why); };
   H5Handle dset(H5Dopen2(file, (group + "/" + name).c_str(), H5P_DEFAULT));
@@ -769,30 +935,24 @@ StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const
   if (elements * StoredElementSize(e.dtype) != bytes) return bad("dataspace does not match 'bytes'");
   if (has_shape > 1 || (!has_shape && ndims != 1)) return bad("bad 'has_shape'");
   if (has_shape) e.shape.assign(dims.begin(), dims.end());
+  if (defer != nullptr) {
+    e.deferred = std::make_shared<const EntrySource>(EntrySource{file_path, group + "/" + name, *defer});
+    e.deferred_bytes = bytes;
+    return e;
+  }
   e.data.resize(bytes);
-  if (bytes > 0) {
-    const DirectRead direct = ReadChunksDirectly(dset.get(), dims, StoredElementSize(e.dtype), e.data.data());
-    if (direct == DirectRead::kFailed ||
-        (direct == DirectRead::kNotApplicable &&
-         H5Dread(dset.get(), Hdf5TypeFor(e.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, e.data.data()) < 0)) {
-      return bad("data cannot be read or decompressed");
-    }
-  }
-  const uint64_t actual = Xxh3(e.data.data(), e.data.size());
-  if (actual != e.xxh3) {
-    return bad("content hash mismatch (stored " + Hex64(e.xxh3) + ", computed " + Hex64(actual) + ")");
-  }
+  DGRR_RETURN_IF_ERROR(ReadDatasetBytes(dset.get(), what, dims, e.dtype, e.data.data(), bytes, e.xxh3));
   return e;
 }
 
 StatusOr<std::vector<SavedEntry>> ReadGroup(hid_t file, const std::string& file_path,
-                                            const std::string& group) {
+                                            const std::string& group, const FileIdentity* defer = nullptr) {
   H5Handle g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
   if (!g.valid()) return Status::Corruption(file_path + ": group " + group + " is missing");
   DGRR_ASSIGN_OR_RETURN(std::vector<std::string> names, ListGroup(g.get(), file_path + ": group " + group));
   std::vector<SavedEntry> entries;
   for (const std::string& name : names) {
-    DGRR_ASSIGN_OR_RETURN(SavedEntry e, ReadDataset(file, file_path, group, name));
+    DGRR_ASSIGN_OR_RETURN(SavedEntry e, ReadDataset(file, file_path, group, name, defer));
     entries.push_back(std::move(e));
   }
   return entries;
@@ -827,7 +987,8 @@ Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& for
 // `digest_matches`, when given, receives whether the digest matched instead
 // of a mismatch being an error.
 StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
-                                  const std::vector<SavedEntry>* replicated, bool* digest_matches = nullptr) {
+                                  const std::vector<SavedEntry>* replicated, bool* digest_matches = nullptr,
+                                  const FileIdentity* defer = nullptr) {
   const std::string g = "/ranks/" + std::to_string(r);
   const std::string what = path + ": " + g;
   H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
@@ -836,7 +997,7 @@ StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
   rank.rank = r;
   DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
   DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
-  DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g));
+  DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g, defer));
   if (replicated == nullptr) return rank;
   std::vector<DigestItem> items;
   for (const SavedEntry& e : *replicated) items.push_back(ItemOf(e));
@@ -929,6 +1090,21 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
   });
 }
 
+std::vector<int> ReplicatedShareOwners(const std::vector<uint64_t>& bytes, int world_size, uint64_t min_share) {
+  std::vector<int> owners(bytes.size(), 0);
+  if (world_size <= 1) return owners;
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  const uint64_t world = static_cast<uint64_t>(world_size);
+  const uint64_t share = std::max<uint64_t>({(total + world - 1) / world, min_share, 1});
+  uint64_t start = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    owners[i] = static_cast<int>(std::min<uint64_t>(world - 1, start / share));
+    start += bytes[i];
+  }
+  return owners;
+}
+
 std::string ShardPath(const std::string& manifest_path, int rank) {
   std::string stem = manifest_path;
   if (stem.size() >= 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
@@ -937,9 +1113,11 @@ std::string ShardPath(const std::string& manifest_path, int rank) {
 
 StatusOr<ShardRecord> WriteCheckpointShard(const std::string& path, const CheckpointMeta& meta,
                                            const RankSnapshot& rank, const CheckpointWriteOptions& options) {
+  DGRR_RETURN_IF_ERROR(CheckShardedVersion(options.format_version));
   std::vector<DatasetPlan> datasets;
   RankPlan plan;
-  DGRR_RETURN_IF_ERROR(PlanShard(meta, rank, options, datasets, plan));
+  uint64_t replicated_held = 0;
+  DGRR_RETURN_IF_ERROR(PlanShard(meta, rank, options, datasets, plan, replicated_held));
   std::vector<ChunkJob> chunks = ListChunks(datasets);
   CompressAll(datasets, options.zstd_level, options.threads, chunks);
   DGRR_RETURN_IF_ERROR(CreateDirectories(DirName(path)));
@@ -947,14 +1125,15 @@ StatusOr<ShardRecord> WriteCheckpointShard(const std::string& path, const Checkp
   record.rank = rank.rank;
   record.trace_position = rank.trace_position;
   record.state_digest = plan.state_digest;
-  const FileKind kind{kShardFormatName, kCheckpointFormatVersion, rank.rank};
+  record.replicated_entries = static_cast<int64_t>(replicated_held);
+  const FileKind kind{kShardFormatName, options.format_version, rank.rank};
   DGRR_RETURN_IF_ERROR(CommitFileAtomically(ShardPath(path, rank.rank), [&](const std::string& tmp) -> Status {
     if (Status s = WriteHdf5File(tmp, kind, meta, plan.state_digest, {plan}, datasets, chunks, options.zstd_level);
         !s.ok()) {
       return NamingFile(s, tmp);
     }
     if (options.fault_hook) DGRR_RETURN_IF_ERROR(options.fault_hook("before-header"));
-    return StampHeader(tmp, kCheckpointFormatVersion, meta.step, plan.state_digest, &record.bytes,
+    return StampHeader(tmp, options.format_version, meta.step, plan.state_digest, &record.bytes,
                        &record.payload_xxh3);
   }));
   return record;
@@ -962,12 +1141,17 @@ StatusOr<ShardRecord> WriteCheckpointShard(const std::string& path, const Checkp
 
 Status CommitCheckpoint(const std::string& path, const CheckpointMeta& meta, std::vector<ShardRecord> shards,
                         const CheckpointWriteOptions& options) {
+  DGRR_RETURN_IF_ERROR(CheckShardedVersion(options.format_version));
   std::sort(shards.begin(), shards.end(), [](const ShardRecord& a, const ShardRecord& b) { return a.rank < b.rank; });
   bool ranks_ok = meta.world_size >= 1 && shards.size() == static_cast<size_t>(meta.world_size);
-  for (size_t r = 0; ranks_ok && r < shards.size(); ++r) ranks_ok = shards[r].rank == static_cast<int>(r);
+  for (size_t r = 0; ranks_ok && r < shards.size(); ++r) {
+    ranks_ok = shards[r].rank == static_cast<int>(r) &&
+               (options.format_version < kCheckpointFormatVersion || shards[r].replicated_entries >= 0);
+  }
   if (!ranks_ok) {
     return Status::InvalidArgument("checkpoint manifest: world_size " + std::to_string(meta.world_size) + " but " +
-                                   std::to_string(shards.size()) + " shards (ranks 0..world_size-1, each once)");
+                                   std::to_string(shards.size()) +
+                                   " shards (ranks 0..world_size-1, each once, with their replicated entry counts)");
   }
   std::vector<uint64_t> digests;
   for (const ShardRecord& shard : shards) digests.push_back(shard.state_digest);
@@ -980,11 +1164,12 @@ Status CommitCheckpoint(const std::string& path, const CheckpointMeta& meta, std
   std::vector<ChunkJob> chunks = ListChunks(datasets);
   CompressAll(datasets, options.zstd_level, 1, chunks);
   return CommitFileAtomically(path, [&](const std::string& tmp) -> Status {
-    if (Status s = WriteManifestHdf5(tmp, path, meta, state_digest, shards, datasets, chunks, options.zstd_level);
+    if (Status s = WriteManifestHdf5(tmp, path, meta, options.format_version, state_digest, shards, datasets,
+                                     chunks, options.zstd_level);
         !s.ok()) {
       return NamingFile(s, tmp);
     }
-    return StampHeader(tmp, kCheckpointFormatVersion, meta.step, state_digest);
+    return StampHeader(tmp, options.format_version, meta.step, state_digest);
   });
 }
 
@@ -1045,82 +1230,6 @@ StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
 
 namespace {
 
-struct FileIdentity {
-  dev_t device;
-  ino_t inode;
-  off_t size;
-  struct timespec modified;
-  bool operator==(const FileIdentity& o) const {
-    return device == o.device && inode == o.inode && size == o.size &&
-           modified.tv_sec == o.modified.tv_sec && modified.tv_nsec == o.modified.tv_nsec;
-  }
-};
-
-FileIdentity IdentityOf(const struct stat& st) {
-  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim};
-}
-
-// Verifies the header and the hash of every byte after it, streaming the file
-// through a small buffer (big fresh buffers cost page faults), and returns the
-// identity of the file it verified.
-StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader& header) {
-  DGRR_ASSIGN_OR_RETURN(const int fd, OpenRegularFileDescriptor(path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("stat", path, err);
-  }
-  // The header first (a file shorter than it is refused by DecodeHeader).
-  uint8_t block[kCheckpointUserBlockBytes];
-  ssize_t got;
-  do {
-    got = ::pread(fd, block, sizeof block, 0);
-  } while (got < 0 && errno == EINTR);
-  if (got < 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("read", path, err);
-  }
-  StatusOr<CheckpointHeader> decoded =
-      DecodeHeader(path, block, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size));
-  if (!decoded.ok()) {
-    ::close(fd);
-    return decoded.status();
-  }
-  header = *decoded;
-  uint64_t offset = kCheckpointUserBlockBytes;
-  StatusOr<uint64_t> payload_hash = HashFileFrom(fd, path, kCheckpointUserBlockBytes, &offset);
-  ::close(fd);
-  if (!payload_hash.ok()) return payload_hash.status();
-  if (offset != header.file_length) {
-    return Status::Corruption(path + ": offset " + std::to_string(offset) + ": file changed length while read");
-  }
-  if (*payload_hash != header.payload_xxh3) {
-    return Status::Corruption(path + ": offset " + std::to_string(kCheckpointUserBlockBytes) +
-                              ": hash of bytes 512.." + std::to_string(offset) +
-                              " does not match the header (file damaged)");
-  }
-  return IdentityOf(st);
-}
-
-
-StatusOr<H5Handle> OpenVerifiedHdf5(const std::string& path) {
-  H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (H5Pset_fapl_sec2(fapl.get()) < 0) return Status::Internal("HDF5: sec2 driver rejected");
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  if (!file.valid()) return Status::Corruption(path + ": offset 512: HDF5 cannot open the file");
-  return file;
-}
-
-Status CheckUnchanged(const std::string& path, const FileIdentity& verified) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !(IdentityOf(st) == verified)) {
-    return Status::IOError(path + ": the file was replaced or modified while it was read");
-  }
-  return Status::OK();
-}
-
 Status ReadPlanJson(hid_t f, const std::string& path, Checkpoint& out) {
   DGRR_ASSIGN_OR_RETURN(std::vector<SavedEntry> meta, ReadGroup(f, path, "/meta"));
   if (meta.size() != 1 || meta[0].name != "plan_json") {
@@ -1141,11 +1250,12 @@ Status ReadSingleFileBody(hid_t f, const std::string& path, Checkpoint& out) {
   return ReadPlanJson(f, path, out);
 }
 
-// v2 manifest: /meta/plan_json and /shards/<r> listing each rank's shard.
-StatusOr<std::vector<ShardRecord>> ReadManifestBody(hid_t f, const std::string& path, Checkpoint& out) {
+// v2/v3 manifest: /meta/plan_json and /shards/<r> listing each rank's shard.
+StatusOr<std::vector<ShardRecord>> ReadManifestBody(hid_t f, const std::string& path, uint64_t version,
+                                                    Checkpoint& out) {
   DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
   if (top != std::vector<std::string>{"meta", "shards"}) {
-    return Status::Corruption(path + ": /: expected exactly the groups meta, shards (a v2 manifest)");
+    return Status::Corruption(path + ": /: expected exactly the groups meta, shards (a manifest)");
   }
   DGRR_RETURN_IF_ERROR(ReadPlanJson(f, path, out));
   H5Handle shards_group(H5Gopen2(f, "/shards", H5P_DEFAULT));
@@ -1172,21 +1282,26 @@ StatusOr<std::vector<ShardRecord>> ReadManifestBody(hid_t f, const std::string& 
     DGRR_ASSIGN_OR_RETURN(shard.payload_xxh3, ReadU64Attribute(group.get(), "xxh3", what));
     DGRR_ASSIGN_OR_RETURN(shard.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
     DGRR_ASSIGN_OR_RETURN(shard.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
+    if (version >= kCheckpointFormatVersion) {
+      DGRR_ASSIGN_OR_RETURN(uint64_t held, ReadU64Attribute(group.get(), "replicated", what));
+      if (held > (uint64_t{1} << 32)) {
+        return Status::Corruption(what + ": implausible replicated entry count " + std::to_string(held));
+      }
+      shard.replicated_entries = static_cast<int64_t>(held);
+    }
     shards.push_back(shard);
   }
   return shards;
 }
 
-// One shard, checked against what the manifest lists for it.
-// A shard's root attributes: format 'dgrr checkpoint shard', version 2, and
-// its rank.
-Status ReadShardRoot(hid_t f, const std::string& path, SavedShard& out) {
+// A shard's root attributes: format 'dgrr checkpoint shard', version 2 or 3
+// (`version`), and its rank.
+Status ReadShardRoot(hid_t f, const std::string& path, SavedShard& out, uint64_t& version) {
   Checkpoint root;
-  uint64_t version = 0;
   DGRR_RETURN_IF_ERROR(ReadRoot(f, path, root, version, kShardFormatName));
   DGRR_ASSIGN_OR_RETURN(uint64_t rank_attr, ReadU64Attribute(f, "rank", path + ": /"));
-  if (version != kCheckpointFormatVersion) {
-    return Status::Corruption(path + ": /: format_version " + std::to_string(version) + " in a shard (must be 2)");
+  if (version != kCheckpointFormatVersion && version != kRankZeroReplicatedFormatVersion) {
+    return Status::Corruption(path + ": /: format_version " + std::to_string(version) + " in a shard (must be 2 or 3)");
   }
   if (rank_attr >= static_cast<uint64_t>(root.meta.world_size)) {
     return Status::Corruption(path + ": /: rank " + std::to_string(rank_attr) + " outside world_size " +
@@ -1200,19 +1315,19 @@ Status ReadShardRoot(hid_t f, const std::string& path, SavedShard& out) {
   return Status::OK();
 }
 
-// A shard's groups: exactly /ranks/<rank> and /replicated (entries on rank 0's
-// shard only). The rank's digest covers the replicated entries: rank 0's
-// own, or `rank0_replicated` for another rank's (null: not checked).
-Status ReadShardGroups(hid_t f, const std::string& path, const std::vector<SavedEntry>* rank0_replicated,
-                       SavedShard& out, bool* digest_matches = nullptr) {
+// A shard's groups: exactly /ranks/<rank> and /replicated (v2: entries on
+// rank 0's shard only). The rank's digest is not checked here: it covers the
+// replicated entries, which may lie in other shards (CheckRankDigest).
+Status ReadShardGroups(hid_t f, const std::string& path, uint64_t version, SavedShard& out,
+                       const FileIdentity* defer = nullptr) {
   const int r = out.rank;
   DGRR_ASSIGN_OR_RETURN(std::vector<std::string> top, ListGroup(f, path + ": /"));
   if (top != std::vector<std::string>{"ranks", "replicated"}) {
     return Status::Corruption(path + ": /: expected exactly the groups ranks, replicated (a shard)");
   }
-  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(f, path, "/replicated"));
-  if (r != 0 && !out.replicated.empty()) {
-    return Status::Corruption(path + ": /replicated: only rank 0's shard holds replicated state");
+  DGRR_ASSIGN_OR_RETURN(out.replicated, ReadGroup(f, path, "/replicated", defer));
+  if (version == kRankZeroReplicatedFormatVersion && r != 0 && !out.replicated.empty()) {
+    return Status::Corruption(path + ": /replicated: in format version 2 only rank 0's shard holds replicated state");
   }
   H5Handle ranks_group(H5Gopen2(f, "/ranks", H5P_DEFAULT));
   if (!ranks_group.valid()) return Status::Corruption(path + ": group /ranks is missing");
@@ -1220,15 +1335,44 @@ Status ReadShardGroups(hid_t f, const std::string& path, const std::vector<Saved
   if (members != std::vector<std::string>{std::to_string(r)}) {
     return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
   }
-  DGRR_ASSIGN_OR_RETURN(out.own,
-                        ReadRankGroup(f, path, r, r == 0 ? &out.replicated : rank0_replicated, digest_matches));
+  DGRR_ASSIGN_OR_RETURN(out.own, ReadRankGroup(f, path, r, nullptr, nullptr, defer));
   return Status::OK();
 }
 
-// `digest_matches`: as ReadRankGroup's (for a rank other than 0 read without
-// rank 0's replicated entries, which its digest may cover).
-StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& listed, Checkpoint& out,
-                              bool* digest_matches = nullptr) {
+bool DigestCovers(const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
+  std::vector<DigestItem> items;
+  for (const SavedEntry& e : replicated) items.push_back(ItemOf(e));
+  for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
+  return DigestOfItems(std::move(items)) == rank.state_digest;
+}
+
+// Rank r's digest (in its shard at `path`) against every replicated entry and its own.
+Status CheckRankDigest(const std::string& path, const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
+  if (DigestCovers(rank, replicated)) return Status::OK();
+  return Status::Corruption(path + ": /ranks/" + std::to_string(rank.rank) +
+                            ": state_digest does not match the saved entries");
+}
+
+// Adds the replicated entries one shard holds to those read so far (kept in
+// name order); a name two shards hold is refused.
+Status MergeReplicated(const std::string& path, std::vector<SavedEntry> from, std::vector<SavedEntry>& into) {
+  for (SavedEntry& e : from) {
+    for (const SavedEntry& had : into) {
+      if (had.name == e.name) {
+        return Status::Corruption(path + ": /replicated/" + e.name + ": another shard holds it too");
+      }
+    }
+    into.push_back(std::move(e));
+  }
+  std::sort(into.begin(), into.end(), [](const SavedEntry& a, const SavedEntry& b) { return a.name < b.name; });
+  return Status::OK();
+}
+
+// One shard, checked against what the manifest (format `version`) lists for
+// it; its rank's digest is left to the caller, who gathers the replicated
+// entries it covers.
+StatusOr<SavedShard> ReadListedShard(const std::string& manifest, const ShardRecord& listed, uint64_t version,
+                                     const Checkpoint& out, EntryData data) {
   const int r = listed.rank;
   const std::string path = ShardPath(manifest, r);
   if (!PathExists(path)) {
@@ -1240,8 +1384,9 @@ StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& li
   auto bad = [&](uint64_t offset, const std::string& why) {
     return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
   };
-  if (header.format_version != kCheckpointFormatVersion) {
-    return bad(kOffVersion, "a shard must be format version 2, is " + std::to_string(header.format_version));
+  if (header.format_version != version) {
+    return bad(kOffVersion, "a shard of a format version " + std::to_string(version) + " manifest must be version " +
+                                std::to_string(version) + ", is " + std::to_string(header.format_version));
   }
   if (header.file_length != listed.bytes) {
     return bad(kOffFileLength, "shard is " + std::to_string(header.file_length) + " bytes, the manifest " +
@@ -1259,31 +1404,43 @@ StatusOr<SavedRank> ReadShard(const std::string& manifest, const ShardRecord& li
     auto lock = LockHdf5();
     DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
     const hid_t f = file.get();
-    DGRR_RETURN_IF_ERROR(ReadShardRoot(f, path, shard));
-    if (shard.meta.step != out.meta.step || shard.meta.config_digest != out.meta.config_digest ||
-        shard.meta.run_id_hex != out.meta.run_id_hex || shard.meta.world_size != out.meta.world_size ||
-        shard.rank != r || shard.state_digest != listed.state_digest) {
+    uint64_t shard_version = 0;
+    DGRR_RETURN_IF_ERROR(ReadShardRoot(f, path, shard, shard_version));
+    if (shard_version != version || shard.meta.step != out.meta.step ||
+        shard.meta.config_digest != out.meta.config_digest || shard.meta.run_id_hex != out.meta.run_id_hex ||
+        shard.meta.world_size != out.meta.world_size || shard.rank != r ||
+        shard.state_digest != listed.state_digest) {
       return Status::Corruption(path + ": /: format_version, step, config_digest, run_id, world_size, rank or "
                                        "state_digest disagree with the manifest " + manifest);
     }
-    DGRR_RETURN_IF_ERROR(ReadShardGroups(f, path, r == 0 ? nullptr : &out.replicated, shard, digest_matches));
+    DGRR_RETURN_IF_ERROR(
+        ReadShardGroups(f, path, version, shard, data == EntryData::kDeferred ? &verified : nullptr));
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
-  if (r == 0) out.replicated = std::move(shard.replicated);
-  SavedRank rank = std::move(shard.own);
-  if (rank.trace_position != listed.trace_position || rank.state_digest != listed.state_digest) {
+  if (listed.replicated_entries >= 0 &&
+      shard.replicated.size() != static_cast<uint64_t>(listed.replicated_entries)) {
+    return Status::Corruption(path + ": /replicated: holds " + std::to_string(shard.replicated.size()) +
+                              " entries, the manifest " + manifest + " lists " +
+                              std::to_string(listed.replicated_entries));
+  }
+  if (shard.own.trace_position != listed.trace_position || shard.own.state_digest != listed.state_digest) {
     return Status::Corruption(path + ": /ranks/" + std::to_string(r) +
                               ": trace_position or state_digest disagree with the manifest " + manifest);
   }
-  return rank;
+  return shard;
 }
 
-Status ReadShards(const std::string& manifest, const std::vector<ShardRecord>& shards, Checkpoint& out) {
-  std::vector<uint64_t> digests;
+Status ReadShards(const std::string& manifest, const std::vector<ShardRecord>& shards, uint64_t version,
+                  Checkpoint& out, EntryData data) {
   for (const ShardRecord& listed : shards) {
-    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadShard(manifest, listed, out));
+    DGRR_ASSIGN_OR_RETURN(SavedShard shard, ReadListedShard(manifest, listed, version, out, data));
+    DGRR_RETURN_IF_ERROR(MergeReplicated(shard.path, std::move(shard.replicated), out.replicated));
+    out.ranks.push_back(std::move(shard.own));
+  }
+  std::vector<uint64_t> digests;
+  for (const SavedRank& rank : out.ranks) {
+    DGRR_RETURN_IF_ERROR(CheckRankDigest(ShardPath(manifest, rank.rank), rank, out.replicated));
     digests.push_back(rank.state_digest);
-    out.ranks.push_back(std::move(rank));
   }
   if (CombineStateDigests(digests) != out.state_digest) {
     return Status::Corruption(manifest + ": /: state_digest does not match the shards' digests");
@@ -1315,7 +1472,7 @@ StatusOr<Checkpoint> ReadTopFile(const std::string& path, uint32_t& top_version,
     if (format_version == kSingleFileFormatVersion) {
       DGRR_RETURN_IF_ERROR(ReadSingleFileBody(file.get(), path, out));
     } else {
-      DGRR_ASSIGN_OR_RETURN(shards, ReadManifestBody(file.get(), path, out));
+      DGRR_ASSIGN_OR_RETURN(shards, ReadManifestBody(file.get(), path, format_version, out));
     }
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
@@ -1325,15 +1482,17 @@ StatusOr<Checkpoint> ReadTopFile(const std::string& path, uint32_t& top_version,
 
 }  // namespace
 
-StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, EntryData data) {
   uint32_t format_version = 0;
   std::vector<ShardRecord> shards;
   DGRR_ASSIGN_OR_RETURN(Checkpoint out, ReadTopFile(path, format_version, shards));
-  if (format_version == kCheckpointFormatVersion) DGRR_RETURN_IF_ERROR(ReadShards(path, shards, out));
+  if (format_version != kSingleFileFormatVersion) {
+    DGRR_RETURN_IF_ERROR(ReadShards(path, shards, format_version, out, data));
+  }
   return out;
 }
 
-StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank) {
+StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank, EntryData data) {
   uint32_t format_version = 0;
   std::vector<ShardRecord> shards;
   DGRR_ASSIGN_OR_RETURN(Checkpoint out, ReadTopFile(path, format_version, shards));
@@ -1341,7 +1500,7 @@ StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank) {
     return Status::InvalidArgument(path + ": no rank " + std::to_string(rank) + " (world_size " +
                                    std::to_string(out.meta.world_size) + ")");
   }
-  if (format_version != kCheckpointFormatVersion) return out;  // v1: one file, read whole
+  if (format_version == kSingleFileFormatVersion) return out;  // v1: one file, read whole
   // The manifest's own records must make its overall digest (ReadShards
   // checks the same against the shards' digests, which equal the records).
   std::vector<uint64_t> digests;
@@ -1357,50 +1516,93 @@ StatusOr<Checkpoint> ReadCheckpointForRank(const std::string& path, int rank) {
     return Status::Corruption(path + ": /: state_digest does not match the shards' digests");
   }
   out.loaded_rank = rank;
-  if (rank == 0) {
-    DGRR_ASSIGN_OR_RETURN(out.ranks[0], ReadShard(path, shards[0], out));
-    return out;
-  }
-  // Rank r's digest covers the replicated entries, which rank 0's shard
-  // holds: when its own entries alone make its digest there are none, and
-  // rank 0's shard is not needed.
-  bool alone = false;
-  DGRR_ASSIGN_OR_RETURN(SavedRank own, ReadShard(path, shards[rank], out, &alone));
-  if (!alone) {
-    DGRR_RETURN_IF_ERROR(ReadShard(path, shards[0], out).status());  // fills out.replicated
-    std::vector<DigestItem> items;
-    for (const SavedEntry& e : out.replicated) items.push_back(ItemOf(e));
-    for (const SavedEntry& e : own.entries) items.push_back(ItemOf(e));
-    if (DigestOfItems(items) != own.state_digest) {
-      return Status::Corruption(ShardPath(path, rank) + ": /ranks/" + std::to_string(rank) +
-                                ": state_digest does not match the saved entries");
+  DGRR_ASSIGN_OR_RETURN(SavedShard own, ReadListedShard(path, shards[rank], format_version, out, data));
+  DGRR_RETURN_IF_ERROR(MergeReplicated(own.path, std::move(own.replicated), out.replicated));
+  // Rank r's digest covers every replicated entry: read the other shards
+  // that hold some (v3: the manifest says which; v2: rank 0's, unless the
+  // rank's own entries alone make its digest, when there are none).
+  std::vector<int> holders;
+  if (format_version >= kCheckpointFormatVersion) {
+    for (const ShardRecord& listed : shards) {
+      if (listed.rank != rank && listed.replicated_entries > 0) holders.push_back(listed.rank);
     }
+  } else if (rank != 0 && !DigestCovers(own.own, {})) {
+    holders.push_back(0);
   }
-  out.ranks[rank] = std::move(own);
+  for (int holder : holders) {
+    DGRR_ASSIGN_OR_RETURN(SavedShard other, ReadListedShard(path, shards[holder], format_version, out, data));
+    DGRR_RETURN_IF_ERROR(MergeReplicated(other.path, std::move(other.replicated), out.replicated));
+  }
+  DGRR_RETURN_IF_ERROR(CheckRankDigest(ShardPath(path, rank), own.own, out.replicated));
+  out.ranks[rank] = std::move(own.own);
   return out;
 }
 
 StatusOr<SavedShard> ReadCheckpointShard(const std::string& path) {
   CheckpointHeader header;
   DGRR_ASSIGN_OR_RETURN(FileIdentity verified, VerifyWholeFile(path, header));
-  if (header.format_version != kCheckpointFormatVersion) {
+  if (header.format_version != kCheckpointFormatVersion &&
+      header.format_version != kRankZeroReplicatedFormatVersion) {
     return Status::Corruption(path + ": offset " + std::to_string(kOffVersion) +
-                              ": a shard must be format version 2, is " + std::to_string(header.format_version));
+                              ": a shard must be format version 2 or 3, is " + std::to_string(header.format_version));
   }
   DGRR_RETURN_IF_ERROR(InitHdf5());
   SavedShard shard;
   {
     auto lock = LockHdf5();
     DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
-    DGRR_RETURN_IF_ERROR(ReadShardRoot(file.get(), path, shard));
-    if (shard.meta.step != header.step || shard.state_digest != header.state_digest) {
-      return Status::Corruption(path + ": /: step or state_digest disagree with the header");
+    uint64_t version = 0;
+    DGRR_RETURN_IF_ERROR(ReadShardRoot(file.get(), path, shard, version));
+    if (version != header.format_version || shard.meta.step != header.step ||
+        shard.state_digest != header.state_digest) {
+      return Status::Corruption(path + ": /: format_version, step or state_digest disagree with the header");
     }
-    DGRR_RETURN_IF_ERROR(ReadShardGroups(file.get(), path, nullptr, shard));
+    DGRR_RETURN_IF_ERROR(ReadShardGroups(file.get(), path, version, shard));
+    // The rank's digest can be checked alone only where this shard holds
+    // every replicated entry: rank 0 of a v2 checkpoint, or a single rank.
+    if ((version == kRankZeroReplicatedFormatVersion && shard.rank == 0) || shard.meta.world_size == 1) {
+      DGRR_RETURN_IF_ERROR(CheckRankDigest(path, shard.own, shard.replicated));
+    }
   }
   DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
   return shard;
 }
+
+namespace {
+
+// Reads deferred entries of the shard at `path` straight into their
+// registered buffers, each checked against its hash; the file must still be
+// the one verified when it was listed.
+Status ReadDeferredInto(const std::string& path,
+                        const std::vector<std::pair<const StateEntry*, const SavedEntry*>>& reads) {
+  const FileIdentity& verified = reads.front().second->deferred->verified;
+  DGRR_RETURN_IF_ERROR(CheckUnchanged(path, verified));
+  DGRR_RETURN_IF_ERROR(InitHdf5());
+  {
+    auto lock = LockHdf5();
+    DGRR_ASSIGN_OR_RETURN(H5Handle file, OpenVerifiedHdf5(path));
+    for (const auto& [entry, saved] : reads) {
+      const std::string what = path + ": dataset " + saved->deferred->dataset;
+      H5Handle dset(H5Dopen2(file.get(), saved->deferred->dataset.c_str(), H5P_DEFAULT));
+      if (!dset.valid()) return Status::Corruption(what + ": not a readable dataset");
+      H5Handle space(H5Dget_space(dset.get()));
+      const int ndims = H5Sget_simple_extent_ndims(space.get());
+      if (ndims < 1 || ndims > kMaxDims) return Status::Corruption(what + ": unexpected dataspace rank");
+      std::vector<hsize_t> dims(ndims);
+      H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+      uint64_t elements = 1;
+      for (hsize_t d : dims) elements *= d;
+      if (elements * StoredElementSize(saved->dtype) != entry->bytes) {
+        return Status::Corruption(what + ": dataspace does not match 'bytes'");
+      }
+      DGRR_RETURN_IF_ERROR(ReadDatasetBytes(dset.get(), what, dims, saved->dtype,
+                                            static_cast<uint8_t*>(entry->data), entry->bytes, saved->xxh3));
+    }
+  }
+  return CheckUnchanged(path, verified);
+}
+
+}  // namespace
 
 Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
                    const std::set<std::string>& skip) {
@@ -1423,11 +1625,11 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
     if (saved == nullptr) {
       return Status::FailedPrecondition(where + "state entry '" + e.name + "' is not in the checkpoint");
     }
-    if (saved->replicated != e.replicated || saved->dtype != e.dtype || saved->data.size() != e.bytes ||
+    if (saved->replicated != e.replicated || saved->dtype != e.dtype || saved->size() != e.bytes ||
         (saved->shape != e.shape)) {
       return Status::FailedPrecondition(
           where + "state entry '" + e.name + "' does not match the checkpoint (saved " +
-          std::string(DTypeName(saved->dtype)) + ", " + std::to_string(saved->data.size()) + " bytes" +
+          std::string(DTypeName(saved->dtype)) + ", " + std::to_string(saved->size()) + " bytes" +
           (saved->replicated ? ", replicated" : "") + "; registered " + std::string(DTypeName(e.dtype)) +
           ", " + std::to_string(e.bytes) + " bytes" + (e.replicated ? ", replicated" : "") + ")");
     }
@@ -1444,9 +1646,16 @@ Status RestoreRank(const Checkpoint& checkpoint, int rank, StateRegistry& into,
   };
   DGRR_RETURN_IF_ERROR(check_unclaimed(checkpoint.replicated));
   DGRR_RETURN_IF_ERROR(check_unclaimed(checkpoint.ranks[rank].entries));
+  // Deferred entries are read from their files, one file at a time.
+  std::map<std::string, std::vector<std::pair<const StateEntry*, const SavedEntry*>>> by_file;
   for (const auto& [entry, saved] : copies) {
-    if (entry->bytes > 0) std::memcpy(entry->data, saved->data.data(), entry->bytes);
+    if (saved->deferred) {
+      by_file[saved->deferred->path].emplace_back(entry, saved);
+    } else if (entry->bytes > 0) {
+      std::memcpy(entry->data, saved->data.data(), entry->bytes);
+    }
   }
+  for (const auto& [path, reads] : by_file) DGRR_RETURN_IF_ERROR(ReadDeferredInto(path, reads));
   return Status::OK();
 }
 
@@ -1523,14 +1732,15 @@ StatusOr<Checkpoint> FindNewestGood(const std::string& run_dir, uint64_t max_ste
 }  // namespace
 
 StatusOr<Checkpoint> FindNewestGoodCheckpoint(const std::string& run_dir, uint64_t max_step,
-                                              bool fallback, std::vector<std::string>* skipped) {
-  return FindNewestGood(run_dir, max_step, fallback, skipped, ReadCheckpoint);
+                                              bool fallback, std::vector<std::string>* skipped, EntryData data) {
+  return FindNewestGood(run_dir, max_step, fallback, skipped,
+                        [data](const std::string& path) { return ReadCheckpoint(path, data); });
 }
 
 StatusOr<Checkpoint> FindNewestGoodCheckpointForRank(const std::string& run_dir, uint64_t max_step, bool fallback,
-                                                     int rank, const CheckpointAgreement& agree) {
+                                                     int rank, const CheckpointAgreement& agree, EntryData data) {
   return FindNewestGood(run_dir, max_step, fallback, nullptr, [&](const std::string& path) -> StatusOr<Checkpoint> {
-    StatusOr<Checkpoint> mine = ReadCheckpointForRank(path, rank);
+    StatusOr<Checkpoint> mine = ReadCheckpointForRank(path, rank, data);
     DGRR_RETURN_IF_ERROR(agree(path, mine.status()));
     return mine;
   });

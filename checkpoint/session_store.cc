@@ -52,26 +52,27 @@ StatusOr<CheckpointShard> Hdf5CheckpointStore::WriteShard(const CheckpointReques
   };
   DGRR_ASSIGN_OR_RETURN(ShardRecord shard,
                         WriteCheckpointShard(CheckpointPath(request.run_dir, request.step), MetaOf(request),
-                                             {r.rank, r.state, r.trace_position}, write));
-  return CheckpointShard{shard.rank, shard.bytes, shard.payload_xxh3, shard.trace_position, shard.state_digest};
+                                             {r.rank, r.state, r.trace_position, r.known_xxh3}, write));
+  return CheckpointShard{shard.rank,         shard.bytes,        shard.payload_xxh3,
+                         shard.trace_position, shard.state_digest, shard.replicated_entries};
 }
 
 Status Hdf5CheckpointStore::Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) {
   std::vector<ShardRecord> records;
   for (const CheckpointShard& s : shards) {
-    records.push_back({s.rank, s.bytes, s.payload_xxh3, s.trace_position, s.state_digest});
+    records.push_back({s.rank, s.bytes, s.payload_xxh3, s.trace_position, s.state_digest, s.replicated_entries});
   }
   return CommitCheckpoint(CheckpointPath(request.run_dir, request.step), MetaOf(request), std::move(records));
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std::string& path) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(path));
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(path, EntryMode()));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewest(const std::string& run_dir,
                                                                             bool fallback, uint64_t max_step) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, max_step, fallback));
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpoint(run_dir, max_step, fallback, nullptr, EntryMode()));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
@@ -79,13 +80,14 @@ StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::FindNewestForRa
                                                                                    bool fallback, int rank,
                                                                                    const Agreement& agree,
                                                                                    uint64_t max_step) {
-  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt, FindNewestGoodCheckpointForRank(run_dir, max_step, fallback, rank, agree));
+  DGRR_ASSIGN_OR_RETURN(Checkpoint ckpt,
+                        FindNewestGoodCheckpointForRank(run_dir, max_step, fallback, rank, agree, EntryMode()));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt), restorer_));
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::LoadForRank(const std::string& path, int rank,
                                                                              const Agreement& agree) {
-  StatusOr<Checkpoint> ckpt = ReadCheckpointForRank(path, rank);
+  StatusOr<Checkpoint> ckpt = ReadCheckpointForRank(path, rank, EntryMode());
   DGRR_RETURN_IF_ERROR(agree(path, ckpt.status()));
   return std::unique_ptr<LoadedCheckpoint>(new LoadedHdf5Checkpoint(std::move(ckpt).value(), restorer_));
 }

@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "checkpoint/checkpoint_file.h"
 #include "runtime/checkpoint_store.h"
 
 namespace dgrr::checkpoint {
@@ -40,6 +41,12 @@ class Hdf5CheckpointStore final : public CheckpointStore {
                          uint64_t step, int rank, const std::vector<CapturedTensor>& tensors) override;
 
  private:
+  // Restoring entry for entry, the loaded checkpoint's bytes stay in their
+  // verified shards until Restore reads them straight into the registered
+  // buffers (checkpoint_file.h, EntryData); a program's own restorer gets
+  // them in memory.
+  EntryData EntryMode() const { return restorer_ ? EntryData::kRead : EntryData::kDeferred; }
+
   StateRestorer restorer_;  // empty: RestoreRank
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ struct CheckpointRankState {
   int rank = 0;
   const StateRegistry* state = nullptr;
   uint64_t trace_position = 0;  // index of the rank's next trace record
+  // XXH3-64 (seed 0) of the entries the session has just hashed, by name
+  // (its replicated ones, fingerprinted to compare them across ranks), so a
+  // store need not hash them again. Null: none.
+  const std::map<std::string, uint64_t>* known_xxh3 = nullptr;
 };
 
 // One rank's part of the checkpoint of a step: every rank asks its store to
@@ -45,6 +50,9 @@ struct CheckpointShard {
   uint64_t payload_xxh3 = 0;    // its content hash
   uint64_t trace_position = 0;  // index of the rank's next trace record
   uint64_t state_digest = 0;    // digest of the state the rank restores
+  // How many replicated entries the shard holds (a store spreads them over
+  // the ranks' shards; its commit lists where); -1 when the store does not say.
+  int64_t replicated_entries = -1;
 };
 
 // A checkpoint read back and verified, ready to restore from.

@@ -142,7 +142,8 @@ struct Session::Impl {
   Status AgreeAcrossRanks(const std::string& at, const Status& mine, const std::string& failed);
   StatusOr<uint64_t> ResumeUnderControl();
   StatusOr<uint64_t> ContinueRun();
-  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state);
+  Status CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state,
+                                    std::map<std::string, uint64_t>* xxh3_of);
   // ckpt's state for this rank into the registered buffers (device ones
   // through a host copy).
   Status RestoreState(const LoadedCheckpoint& ckpt);
@@ -1156,7 +1157,8 @@ Status Session::Impl::Checkpoint(uint64_t step) {
   // Every rank writes its own shard from its own memory, whether the ranks
   // are threads or processes; only digests and shard records cross between
   // them, and rank 0 commits once every shard is durable.
-  DGRR_RETURN_IF_ERROR(Report(CheckReplicatedStateAgrees(step, *state)));
+  std::map<std::string, uint64_t> replicated_xxh3;  // hashed once, for the check and the shard
+  DGRR_RETURN_IF_ERROR(Report(CheckReplicatedStateAgrees(step, *state, &replicated_xxh3)));
   CheckpointRequest request;
   request.run_dir = options_.run_dir;
   request.step = step;
@@ -1164,7 +1166,7 @@ Status Session::Impl::Checkpoint(uint64_t step) {
   request.run_id_hex = RunIdHex(options_.run_id);
   request.world_size = options_.world_size;
   request.plan_json = options_.plan_json;
-  request.rank = {options_.rank, state, trace_position()};
+  request.rank = {options_.rank, state, trace_position(), &replicated_xxh3};
   StatusOr<CheckpointShard> shard = options_.checkpoints->WriteShard(request);
   if (shard.ok()) KillPoint("ckpt-shard", static_cast<int64_t>(step), options_.rank);
   std::vector<CheckpointShard> shards;
@@ -1188,10 +1190,13 @@ Status Session::Impl::Checkpoint(uint64_t step) {
 }
 
 // The replicated entries (restored from checkpoints) must be the same on
-// every rank, since only rank 0's shard holds them: first their names, types
-// and shapes, then each one's content fingerprint, all over the communicator. Every
-// rank sees the same fingerprints, so all of them fail or go on together.
-Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state) {
+// every rank, since each is written once, by one rank: first their names,
+// types and shapes, then each one's content fingerprint, all over the
+// communicator. Every rank sees the same fingerprints, so all of them fail or
+// go on together. `xxh3_of` receives each entry's XXH3-64 (the shard writer's
+// dataset hash, not computed twice).
+Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegistry& state,
+                                                 std::map<std::string, uint64_t>* xxh3_of) {
   if (options_.world_size <= 1) return Status::OK();
   std::vector<const StateEntry*> replicated;
   for (const StateEntry& e : state.entries()) {
@@ -1208,29 +1213,42 @@ Status Session::Impl::CheckReplicatedStateAgrees(uint64_t step, const StateRegis
     PutFixed32(&layout, static_cast<uint32_t>(e->shape.size()));
     for (int64_t d : e->shape) PutFixed64(&layout, static_cast<uint64_t>(d));
   }
+  // Each entry's fingerprint, and one of them all: one round trip when the
+  // ranks agree, one per entry only to name the first that differs.
+  std::vector<Fingerprint> contents;
+  for (const StateEntry* e : replicated) {
+    contents.push_back(FingerprintBytes(e->data, e->bytes));
+    (*xxh3_of)[e->name] = contents.back().xxh3;
+  }
+  const Fingerprint all_contents = FingerprintBytes(contents.data(), contents.size() * sizeof(Fingerprint));
   const std::string what = "checkpoint of step " + std::to_string(step) + " not written: ";
   struct Layout {
     uint64_t entries = 0, digest = 0;
+    Fingerprint contents;
   };
   std::vector<Layout> layouts;
-  DGRR_RETURN_IF_ERROR(AllGather(Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3}, &layouts));
+  DGRR_RETURN_IF_ERROR(AllGather(
+      Layout{replicated.size(), FingerprintBytes(layout.data(), layout.size()).xxh3, all_contents}, &layouts));
+  bool same_contents = true;
   for (size_t r = 1; r < layouts.size(); ++r) {
     if (layouts[r].entries != layouts[0].entries || layouts[r].digest != layouts[0].digest) {
       return Status::FailedPrecondition(what + "the replicated state entries (names, dtypes, sizes or shapes) "
                                         "differ between rank 0 and rank " + std::to_string(r));
     }
+    same_contents = same_contents && layouts[r].contents == layouts[0].contents;
   }
+  if (same_contents) return Status::OK();
   std::vector<Fingerprint> all;
-  for (const StateEntry* e : replicated) {
-    DGRR_RETURN_IF_ERROR(AllGather(FingerprintBytes(e->data, e->bytes), &all));
+  for (size_t i = 0; i < replicated.size(); ++i) {
+    DGRR_RETURN_IF_ERROR(AllGather(contents[i], &all));
     for (size_t r = 1; r < all.size(); ++r) {
       if (!(all[r] == all[0])) {
-        return Status::Divergence(what + "replicated state entry '" + e->name + "' differs between rank 0 and rank " +
-                                  std::to_string(r));
+        return Status::Divergence(what + "replicated state entry '" + replicated[i]->name +
+                                  "' differs between rank 0 and rank " + std::to_string(r));
       }
     }
   }
-  return Status::OK();
+  return Status::Internal(what + "the replicated entries' fingerprints differ between ranks, but no entry's does");
 }
 
 // Every rank's shard record, in rank order, over the communicator (one round

@@ -1,6 +1,7 @@
-// Checkpoint format v2: per-rank shards committed by a manifest. A step
-// exists only with its manifest; a damaged, missing or foreign shard is
-// refused naming its file; uncommitted shards are garbage.
+// Checkpoint formats v2 and v3: per-rank shards committed by a manifest. A
+// step exists only with its manifest; a damaged, missing or foreign shard is
+// refused naming its file; uncommitted shards are garbage; v3 spreads the
+// replicated entries over the shards and v2 (all in rank 0's) still reads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -54,18 +55,30 @@ class CheckpointShards : public ::testing::Test {
     return meta;
   }
   // Both shards, as two rank processes would write them, then the manifest.
-  std::vector<ShardRecord> WriteShards(uint64_t step) {
+  std::vector<ShardRecord> WriteShards(uint64_t step, const CheckpointWriteOptions& options = {},
+                                      const CheckpointWriteOptions* rank1_options = nullptr) {
     std::vector<ShardRecord> shards;
     for (int r = 0; r < 2; ++r) {
       auto shard = WriteCheckpointShard(CheckpointPath(dir_, step), Meta(step),
-                                        {r, &ranks_[r]->registry, 10u * (r + 1)});
+                                        {r, &ranks_[r]->registry, 10u * (r + 1)},
+                                        r == 1 && rank1_options != nullptr ? *rank1_options : options);
       EXPECT_TRUE(shard.ok()) << shard.status().ToString();
       if (shard.ok()) shards.push_back(*shard);
     }
     return shards;
   }
-  void Commit(uint64_t step, std::vector<ShardRecord> shards) {
-    ASSERT_TRUE(CommitCheckpoint(CheckpointPath(dir_, step), Meta(step), std::move(shards)).ok());
+  void Commit(uint64_t step, std::vector<ShardRecord> shards, const CheckpointWriteOptions& options = {}) {
+    ASSERT_TRUE(CommitCheckpoint(CheckpointPath(dir_, step), Meta(step), std::move(shards), options).ok());
+  }
+  // The replicated entries each rank's shard holds, read alone.
+  std::vector<size_t> HeldPerShard(uint64_t step) const {
+    std::vector<size_t> held;
+    for (int r = 0; r < 2; ++r) {
+      auto shard = ReadCheckpointShard(ShardPath(CheckpointPath(dir_, step), r));
+      EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+      held.push_back(shard.ok() ? shard->replicated.size() : 999);
+    }
+    return held;
   }
   static void FlipByte(const std::string& path, std::streamoff offset) {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -248,6 +261,150 @@ TEST_F(CheckpointShards, WithoutReplicatedStateARankNeverReadsAnotherRanksShard)
     EXPECT_NE(strict.status().message().find("checkpoint of step 6 (pass --fallback"), std::string::npos)
         << strict.status().ToString();
   }
+}
+
+TEST(ReplicatedShares, EntriesGoToTheRankWhereTheirFirstByteFalls) {
+  // 4 entries of 10 bytes over 2 ranks: share 20, starts 0 10 20 30.
+  EXPECT_EQ(ReplicatedShareOwners({10, 10, 10, 10}, 2, 1), (std::vector<int>{0, 0, 1, 1}));
+  // A big entry first pushes the rest to later ranks; the last rank takes the tail.
+  EXPECT_EQ(ReplicatedShareOwners({30, 5, 5}, 2, 1), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(ReplicatedShareOwners({10, 10, 10, 10, 10}, 4, 1), (std::vector<int>{0, 0, 1, 2, 3}));
+  // Less than the minimum share stays whole on rank 0; one rank holds all.
+  EXPECT_EQ(ReplicatedShareOwners({10, 10, 10, 10}, 2, 100), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(ReplicatedShareOwners({10, 10}, 1, 1), (std::vector<int>{0, 0}));
+  EXPECT_EQ(ReplicatedShareOwners({0, 0, 7}, 3, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_TRUE(ReplicatedShareOwners({}, 2, 1).empty());
+}
+
+// v3: with shares small enough, each shard holds part of the replicated
+// state; every reader gathers it, with the digest of the same state written
+// as v1 or v2, and a rank needs every shard that holds some.
+TEST_F(CheckpointShards, ReplicatedEntriesSpreadOverTheShardsReadBackWhole) {
+  CheckpointWriteOptions spread;
+  spread.replicated_share_min_bytes = 1;
+  // By name: a.bias (12,000 bytes), opt.step (8), weights (12,000); share
+  // 12,004: weights starts at 12,008, on rank 1.
+  std::vector<float> more(3000, 1.5f);
+  for (auto& r : ranks_) {
+    ASSERT_TRUE(r->registry.Register({"a.bias", more.data(), more.size() * 4, DType::kF32, {3000},
+                                      StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
+  }
+  Commit(6, WriteShards(6, spread));
+  EXPECT_EQ(HeldPerShard(6), (std::vector<size_t>{2, 1})) << "a.bias and opt.step on rank 0, weights on rank 1";
+  auto ckpt = ReadCheckpoint(CheckpointPath(dir_, 6));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_EQ(ckpt->replicated.size(), 3u);
+  EXPECT_EQ(ckpt->replicated[0].name, "a.bias");
+  EXPECT_EQ(ckpt->replicated[2].name, "weights");
+  // The same state as v1 and as v2: the same overall digest.
+  const std::string v1 = dir_ + "/v1.h5";
+  ASSERT_TRUE(WriteCheckpoint(v1, Meta(6), {{0, &ranks_[0]->registry, 10}, {1, &ranks_[1]->registry, 20}}).ok());
+  EXPECT_EQ(ReadCheckpoint(v1)->state_digest, ckpt->state_digest);
+  CheckpointWriteOptions v2;
+  v2.format_version = 2;
+  v2.replicated_share_min_bytes = 1;
+  Commit(8, WriteShards(8, v2), v2);
+  EXPECT_EQ(HeldPerShard(8), (std::vector<size_t>{3, 0})) << "v2 keeps them all in rank 0's shard";
+  EXPECT_EQ(ReadCheckpointHeader(CheckpointPath(dir_, 8))->format_version, 2u);
+  auto older = ReadCheckpoint(CheckpointPath(dir_, 8));
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_EQ(older->state_digest, ckpt->state_digest);
+  EXPECT_EQ(older->replicated.size(), 3u);
+  for (uint64_t step : {6u, 8u}) {
+    for (int r = 0; r < 2; ++r) {
+      auto mine = ReadCheckpointForRank(CheckpointPath(dir_, step), r);
+      ASSERT_TRUE(mine.ok()) << step << " rank " << r << ": " << mine.status().ToString();
+      EXPECT_EQ(mine->replicated.size(), 3u) << step << " rank " << r;
+      Rank fresh(r);
+      std::vector<float> bias(3000, 0.0f);
+      ASSERT_TRUE(fresh.registry.Register({"a.bias", bias.data(), bias.size() * 4, DType::kF32, {3000},
+                                           StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
+      fresh.cursor = 0;
+      fresh.weights.assign(fresh.weights.size(), 0.0f);
+      ASSERT_TRUE(RestoreRank(*mine, r, fresh.registry).ok());
+      EXPECT_EQ(fresh.cursor, 100u + r);
+      EXPECT_EQ(fresh.weights, ranks_[r]->weights);
+      EXPECT_EQ(bias, more);
+    }
+  }
+  // Rank 0 of v3 needs rank 1's shard (it holds weights) and names it when damaged.
+  const std::string shard1 = ShardPath(CheckpointPath(dir_, 6), 1);
+  FlipByte(shard1, static_cast<std::streamoff>(fs::file_size(shard1) - 10));
+  auto damaged = ReadCheckpointForRank(CheckpointPath(dir_, 6), 0);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find(shard1 + ": offset 512"), std::string::npos)
+      << damaged.status().ToString();
+}
+
+// Deferred reading: the shards are verified whole when read, the bytes go
+// straight from them into the registered buffers at restore; a shard
+// replaced in between is refused, naming it.
+TEST_F(CheckpointShards, DeferredEntriesAreReadStraightIntoTheRegisteredBuffers) {
+  CheckpointWriteOptions spread;
+  spread.replicated_share_min_bytes = 1;
+  Commit(4, WriteShards(4, spread));
+  for (int r = 0; r < 2; ++r) {
+    auto read = r == 0 ? ReadCheckpoint(CheckpointPath(dir_, 4), EntryData::kDeferred)
+                       : ReadCheckpointForRank(CheckpointPath(dir_, 4), r, EntryData::kDeferred);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    const SavedEntry* weights = read->Find(r, "weights");
+    ASSERT_NE(weights, nullptr);
+    EXPECT_TRUE(weights->data.empty() && weights->deferred != nullptr);
+    EXPECT_EQ(weights->size(), 12000u);
+    EXPECT_EQ(read->state_digest, ReadCheckpoint(CheckpointPath(dir_, 4))->state_digest);
+    Rank fresh(r);
+    fresh.cursor = 0;
+    fresh.step = 0;
+    fresh.weights.assign(fresh.weights.size(), 0.0f);
+    ASSERT_TRUE(RestoreRank(*read, r, fresh.registry).ok());
+    EXPECT_EQ(fresh.cursor, 100u + r);
+    EXPECT_EQ(fresh.step, 9u);
+    EXPECT_EQ(fresh.weights, ranks_[r]->weights);
+  }
+  // Rank 1's shard replaced after it was verified: the restore refuses it.
+  auto read = ReadCheckpointForRank(CheckpointPath(dir_, 4), 1, EntryData::kDeferred);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ranks_[1]->cursor = 555;
+  ASSERT_TRUE(WriteCheckpointShard(CheckpointPath(dir_, 4), Meta(4), {1, &ranks_[1]->registry, 20}, spread).ok());
+  Rank fresh(1);
+  const Status restored = RestoreRank(*read, 1, fresh.registry);
+  ASSERT_FALSE(restored.ok());
+  EXPECT_NE(restored.message().find(ShardPath(CheckpointPath(dir_, 4), 1) + ": the file was replaced or modified"),
+            std::string::npos)
+      << restored.ToString();
+}
+
+// Shards that disagree on who holds what (written with other share sizes):
+// an entry held twice, or by nobody, is refused naming the shard.
+TEST_F(CheckpointShards, ReplicatedEntriesHeldTwiceOrByNoShardAreRefused) {
+  std::vector<float> more(3000, 1.5f);
+  for (auto& r : ranks_) {
+    ASSERT_TRUE(r->registry.Register({"a.bias", more.data(), more.size() * 4, DType::kF32, {3000},
+                                      StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
+  }
+  CheckpointWriteOptions spread, whole;
+  spread.replicated_share_min_bytes = 1;  // rank 0: a.bias, opt.step; rank 1: weights
+  Commit(4, WriteShards(4, whole, &spread));  // rank 0 holds all three, rank 1 weights again
+  auto twice = ReadCheckpoint(CheckpointPath(dir_, 4));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(twice.status().IsCorruption());
+  EXPECT_NE(twice.status().message().find(ShardPath(CheckpointPath(dir_, 4), 1) +
+                                          ": /replicated/weights: another shard holds it too"),
+            std::string::npos)
+      << twice.status().ToString();
+  Commit(6, WriteShards(6, spread, &whole));  // rank 0: a.bias, opt.step; rank 1 none: weights lost
+  auto lost = ReadCheckpoint(CheckpointPath(dir_, 6));
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.status().message().find(ShardPath(CheckpointPath(dir_, 6), 0) +
+                                         ": /ranks/0: state_digest does not match the saved entries"),
+            std::string::npos)
+      << lost.status().ToString();
+  EXPECT_FALSE(ReadCheckpointForRank(CheckpointPath(dir_, 6), 1).ok());
+  CheckpointWriteOptions bad;
+  bad.format_version = 4;
+  EXPECT_TRUE(WriteCheckpointShard(CheckpointPath(dir_, 8), Meta(8), {0, &ranks_[0]->registry, 1}, bad)
+                  .status()
+                  .IsInvalidArgument());
 }
 
 }  // namespace
