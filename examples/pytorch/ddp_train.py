@@ -66,7 +66,7 @@ def main():
               "seed": args.seed}
     with dgrr.distributed.open(args.run_dir, args.seed, checkpoint_every=20,     # dgrr
                                total_steps=args.steps, config=config, program_info=info) as session:
-        dgrr.torch.register_torch_state(session, model, optimizer)              # dgrr
+        dgrr.torch.register_torch_state(session, model, optimizer, replicated=True)  # dgrr
         inst = dgrr.torch.instrument(session, model, optimizer)                 # dgrr
         leaf = args.mode == "leaf"
         wrapped = dgrr.distributed.LeafChunked(model, args.leaf) if leaf else model   # dgrr

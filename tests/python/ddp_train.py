@@ -101,7 +101,8 @@ def main():
     with dgrr.distributed.open(args.run_dir, SEED, checkpoint_every=args.ckpt_every,
                                total_steps=args.steps, config=config, program_info=info) as session:
         comm = dgrr.distributed.communicator()
-        dgrr.torch.register_torch_state(session, model, optimizer)
+        # Under the hook every rank holds the same model and optimizer state.
+        dgrr.torch.register_torch_state(session, model, optimizer, replicated=args.mode != "ddp")
         inst = dgrr.torch.instrument(session, model, optimizer)
         wrapped = dgrr.distributed.LeafChunked(model, args.leaf) if args.mode == "leaf" else model
         ddp = torch.nn.parallel.DistributedDataParallel(wrapped)

@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -89,10 +90,18 @@ def test_leaf_mode_is_bitwise_the_same_for_1_2_3_and_4_processes(leaf_one, tmp_p
         for k in range(3):
             assert f"rank {k} of 3: audited 4 steps" in r.stdout, r.stdout
     assert differing(load(leaf_one / "final.npz"), load(tmp_path / "final.npz")) == []
-    # One trace per rank in the one run directory, and each rank's checkpoint shard.
+    # One trace per rank in the one run directory, and each rank's checkpoint
+    # shard; the model and optimizer, registered replicated, written once
+    # (this small state whole in rank 0's shard: checkpoint-format.md §9).
+    replicated = set()
     for k in range(processes):
         assert (tmp_path / "run" / f"rank{k}.trace").exists()
-        assert (tmp_path / "run" / "ckpt" / f"step-00000003.rank-{k}.h5").exists()
+        with h5py.File(tmp_path / "run" / "ckpt" / f"step-00000003.rank-{k}.h5", "r") as f:
+            held = set(f["replicated"].keys())
+            own = set(f[f"ranks/{k}"].keys())
+        replicated |= held
+        assert len(held) == (24 if k == 0 else 0), (k, held)
+        assert not own & replicated and any(n.startswith("optimizer.param_groups.") for n in own), (k, own)
     c = compare(leaf_one / "run", tmp_path / "run")
     assert c.returncode == 0, c.stdout + c.stderr
     assert "compared as logical runs" in c.stdout

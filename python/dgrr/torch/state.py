@@ -187,7 +187,7 @@ def _sharded(model, what):
 
 
 def register_torch_state(session, model, optimizer=None, scheduler=None, sampler=None,
-                         generators=True, prefix=""):
+                         generators=True, prefix="", replicated=False):
     """Registers a torch run's state with the session, so its checkpoints
     hold it and a resume restores it bitwise. Call it before session.resume().
 
@@ -205,27 +205,41 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
                                        the global generators (generators=True, or
                                        some of ("torch", "python", "numpy"))
 
+    replicated=True says that the model's parameters and buffers and the
+    optimizer's state tensors are the same on every rank, as under DDP: they
+    are registered replicated, so every checkpoint first compares them
+    across the ranks (a difference stops it on every rank, naming the entry
+    and the rank) and then writes each once, the ranks' shards sharing them
+    (docs/checkpoint-format.md, v3), and a resume reads them back on every
+    rank. A world of one rank is the same either way; a run must resume
+    with the same choice it was checkpointed with.
+
     The tensors must stay the same objects in the same memory (no
     `p.data = ...`, model.to() or .double(), no load_state_dict after this):
     end_step, checkpoint and resume refuse a registered tensor whose memory
     changed, by name."""
+    if replicated not in (True, False):
+        raise TypeError(f"dgrr.torch.register_torch_state: replicated must be True or False, not {replicated!r}")
     if _sharded(model, "register_torch_state"):     # FSDP2: each rank's shards
+        if replicated:
+            raise ValueError("dgrr.torch.register_torch_state: replicated=True with FSDP2 (fully_shard) "
+                             "parameters: each rank holds its own shards; register them without it")
         from .. import fsdp
         return fsdp.register_torch_state(session, model, optimizer, scheduler, sampler,
                                          generators, prefix)
     for name, p in _named_parameters(model):
-        session.register_state(f"{prefix}model.{name}", p, "parameter")
+        session.register_state(f"{prefix}model.{name}", p, "parameter", replicated)
     for name, b in model.named_buffers():
         if b is not None:
-            session.register_state(f"{prefix}model.{_plain_name(name)}", b, "other")
+            session.register_state(f"{prefix}model.{_plain_name(name)}", b, "other", replicated)
     if optimizer is not None:
         if _sgd_with_momentum(optimizer):
-            _MomentumBuffers(session, model, optimizer, prefix)
+            _MomentumBuffers(session, model, optimizer, prefix, replicated)
         else:
             materialize_optimizer_state(optimizer)
         for pname, key, tensor in _optimizer_tensors(model, optimizer):
             role = "counter" if key == "step" else "optimizer"
-            session.register_state(f"{prefix}optimizer.{pname}.{key}", tensor, role)
+            session.register_state(f"{prefix}optimizer.{pname}.{key}", tensor, role, replicated)
         _MirroredState(session, f"{prefix}optimizer.param_groups", "counter",
                        lambda: [{k: v for k, v in g.items() if k != "params"}
                                 for g in optimizer.param_groups],
@@ -255,7 +269,7 @@ class _MomentumBuffers:
     itself, which it then updates in place; a resume hands SGD the restored
     tensors (and takes away the buffers of parameters that had none)."""
 
-    def __init__(self, session, model, optimizer, prefix):
+    def __init__(self, session, model, optimizer, prefix, replicated=False):
         names = _parameter_names(model)
         self.optimizer = optimizer
         self.params = [p for group in optimizer.param_groups if group.get("momentum", 0) != 0
@@ -265,10 +279,11 @@ class _MomentumBuffers:
             buffer = _torch.zeros_like(p, memory_format=_torch.contiguous_format).detach()
             name = names.get(id(p), f"param{i}")
             session.register_state(f"{prefix}optimizer.{name}.momentum_buffer",
-                                   self._registered(buffer), "optimizer")
+                                   self._registered(buffer), "optimizer", replicated)
             self.buffers.append(buffer)
         self.present = _torch.zeros(len(self.params), dtype=_torch.int8)
-        session.register_state(f"{prefix}optimizer.momentum_buffer_present", self.present, "optimizer")
+        session.register_state(f"{prefix}optimizer.momentum_buffer_present", self.present, "optimizer",
+                               replicated)
         session.add_state_hooks(self.capture, self.restore)
 
     @staticmethod
