@@ -3,7 +3,7 @@
 torch.distributed.checkpoint (DCP) save/load.
 
     python3 bench/python/checkpoint_vs_dcp.py BUILD_DIR [--processes 2]
-        [--width 1024] [--layers 4] [--rounds 7] [--dir DIR]
+        [--width 1024] [--layers 4] [--rounds 7] [--dir DIR] [--per-rank]
 
 Starts one torchrun job (gloo on 127.0.0.1, --standalone). Every process
 holds the same model (an MLP of --layers Linear(width, width) layers with a
@@ -13,9 +13,11 @@ round, in an order alternating from round to round, a barrier between:
 
   dgrr  write: session.checkpoint(step) of a session opened over
         dgrr.distributed.communicator() with the model and optimizer
-        registered (dgrr.torch.register_torch_state); each rank writes its
-        shard (its whole state: dgrr keeps every rank's state, replicated
-        or not), fsync'd, and rank 0 the manifest.
+        registered (dgrr.torch.register_torch_state, replicated=True as a
+        DDP script registers them, or not with --per-rank); the ranks
+        compare the replicated tensors' fingerprints, each writes its shard
+        (its share of the replicated tensors, checkpoint format v3; with
+        --per-rank its whole state), fsync'd, and rank 0 the manifest.
         restore: a new session on the run directory (resume=True) with the
         state registered and session.resume(), which verifies the
         checkpoint's digests and copies it into the model and optimizer.
@@ -94,7 +96,7 @@ def child(args):
     def dgrr_round(r):
         run = str(root / f"dgrr-{r}")
         with dgrr.distributed.open(run, 1, mode="off") as s:
-            dgrr.torch.register_torch_state(s, model, opt)
+            dgrr.torch.register_torch_state(s, model, opt, replicated=not args.per_rank)
             s.resume()
             s.begin_step(0)
             s.end_step(0, 0.0)
@@ -103,7 +105,7 @@ def child(args):
 
         def restore():
             with dgrr.distributed.open(run, 1, mode="off") as s:
-                dgrr.torch.register_torch_state(s, model, opt)
+                dgrr.torch.register_torch_state(s, model, opt, replicated=not args.per_rank)
                 if s.resume() != 1:
                     raise SystemExit("checkpoint_vs_dcp: dgrr did not resume after step 0")
         rd = timed(restore)
@@ -141,7 +143,8 @@ def child(args):
             return (f"{statistics.median(xs) * 1e3:7.1f} ms (range {min(xs) * 1e3:.1f}-"
                     f"{max(xs) * 1e3:.1f})")
         print(f"state: {nbytes / 2**20:.1f} MiB per rank ({len(tensors)} tensors: parameters and "
-              f"AdamW moments), {world} processes, {args.rounds} rounds")
+              f"AdamW moments), {world} processes, {args.rounds} rounds, dgrr's registered "
+              f"{'per rank' if args.per_rank else 'replicated'}")
         for i, what in enumerate(("write", "restore")):
             for side in ("dgrr", "dcp"):
                 print(f"  {what:7s} {side:4s} {ms([x[i] for x in results[side]])}")
@@ -159,6 +162,8 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--dir", default="")
+    ap.add_argument("--per-rank", action="store_true",
+                    help="register dgrr's state per rank (each shard holds its rank's whole state)")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     if args.child:
@@ -172,7 +177,7 @@ def main():
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(args.processes), os.path.abspath(__file__), "--child",
                "--width", str(args.width), "--layers", str(args.layers), "--rounds", str(args.rounds),
-               "--dir", args.dir or tmp]
+               "--dir", args.dir or tmp] + (["--per-rank"] if args.per_rank else [])
         sys.exit(subprocess.run(cmd, env=env).returncode)
 
 

@@ -260,6 +260,9 @@ class LeafChunked(_torch.nn.Module):
     collective). Each chunk sees the parameters through views of its own, and
     their gradient hooks keep each chunk's parameter gradient apart for
     CanonicalReducer's "leaf" mode. The backward is one call, as without it.
+    A batch of exactly one leaf (leaf_size = the rank's local batch, the
+    cheapest invariant choice) runs the module as it is: its parameter
+    gradient is then the leaf's, and the reducer takes it from DDP's bucket.
 
     `module`'s outputs must be tensors (or tuples/lists of tensors) with the
     examples along dimension 0. Wrap the whole model (the loss may stay
@@ -276,6 +279,7 @@ class LeafChunked(_torch.nn.Module):
         self.leaf_size = leaf_size
         self.leaf_grads = {}          # parameter -> (chunks, *shape) float32, this forward's
         self.chunks = 0
+        self.whole = False            # this forward ran one leaf, unchunked
         self._inst = None             # an Instrumentation whose example ranges follow the chunks
         self._first_example = 0
 
@@ -297,6 +301,13 @@ class LeafChunked(_torch.nn.Module):
                 f"leaves of {self.leaf_size} (every tensor argument needs the batch along dimension 0)")
         chunks = rows // self.leaf_size
         self.chunks = chunks
+        self.whole = chunks == 1
+        if self.whole:
+            # One leaf: the same kernels on the same rows as a chunk would
+            # run (the tests compare this with chunked runs bit for bit).
+            # The records' example range stays the batch's: the leaf's.
+            self.leaf_grads = {}
+            return self.module(*args, **kwargs)
         grad = _torch.is_grad_enabled()
         params = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
         if grad:
@@ -507,7 +518,8 @@ class CanonicalReducer:
         if offset != n:
             raise InvalidArgumentError(
                 f"dgrr.distributed: a DDP bucket of {n} values holds parameters of {offset}")
-        if self.mode == "rank":
+        if self.mode == "rank" or (self.end_leaf - self.first_leaf == 1 and self.chunked.whole):
+            # One leaf on this rank, run unchunked: its gradient is the bucket.
             leaves = buf.detach().reshape(1, n)
         else:
             local = self.end_leaf - self.first_leaf
