@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint_file.h"
 #include "fuzz/restamp.h"
@@ -33,6 +34,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t r = 0; r < ckpt->ranks.size(); ++r) {
       for (const auto& e : ckpt->replicated) (void)ckpt->Find(static_cast<int>(r), e.name);
     }
+  }
+  // Deferred, as a session's restore reads it: the bytes go straight into
+  // buffers of the sizes the metadata gives (RestoreRank reads each dataset
+  // again from the file).
+  auto deferred = dgrr::checkpoint::ReadCheckpoint(path, dgrr::checkpoint::EntryData::kDeferred);
+  if (deferred.ok() && !deferred->ranks.empty()) {
+    std::vector<std::vector<uint8_t>> buffers;  // reserved: registered pointers stay valid
+    buffers.reserve(deferred->replicated.size() + deferred->ranks[0].entries.size());
+    dgrr::StateRegistry registry;
+    auto add = [&](const dgrr::checkpoint::SavedEntry& e) {
+      if (e.size() > (uint64_t{64} << 20)) return false;
+      buffers.emplace_back(e.size());
+      return registry
+          .Register({e.name, buffers.back().data(), e.size(), e.dtype, e.shape, e.role,
+                     dgrr::RestorePolicy::kCheckpoint, e.replicated})
+          .ok();
+    };
+    bool fits = true;
+    for (const auto& e : deferred->replicated) fits = fits && add(e);
+    for (const auto& e : deferred->ranks[0].entries) fits = fits && add(e);
+    if (fits) (void)dgrr::checkpoint::RestoreRank(*deferred, 0, registry);
   }
   // The same bytes as one shard read alone (dgrr diff-tensor on a shard).
   const std::string shard = dgrr::fuzz::WriteScratchFile("step-00000001.rank-0.h5", bytes);
