@@ -313,6 +313,11 @@ def test_hsdp_and_a_moved_shard_are_refused_in_one_line(world_of_one, tmp_path):
     model = sharded_mlp()
     optimizer = torch.optim.AdamW(model.parameters())
     with dgrr.distributed.open(str(tmp_path / "moved"), 1) as session:
+        with pytest.raises(dgrr.InvalidArgumentError, match=r"replicated=True with FSDP2 \(fully_shard\) "
+                                                            r"parameters: each rank holds its own shards"):
+            dgrr.torch.register_torch_state(session, model, optimizer, replicated=True)
+        with pytest.raises(dgrr.InvalidArgumentError, match=r"replicated must be True or False, not 'yes'"):
+            dgrr.torch.register_torch_state(session, model, optimizer, replicated="yes")
         dgrr.torch.register_torch_state(session, model, optimizer, generators=False)
         session.resume()
         session.begin_step(0)

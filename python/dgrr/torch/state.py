@@ -218,12 +218,14 @@ def register_torch_state(session, model, optimizer=None, scheduler=None, sampler
     `p.data = ...`, model.to() or .double(), no load_state_dict after this):
     end_step, checkpoint and resume refuse a registered tensor whose memory
     changed, by name."""
-    if replicated not in (True, False):
-        raise TypeError(f"dgrr.torch.register_torch_state: replicated must be True or False, not {replicated!r}")
+    if not isinstance(replicated, bool):
+        raise InvalidArgumentError(
+            f"dgrr.torch.register_torch_state: replicated must be True or False, not {replicated!r}")
     if _sharded(model, "register_torch_state"):     # FSDP2: each rank's shards
         if replicated:
-            raise ValueError("dgrr.torch.register_torch_state: replicated=True with FSDP2 (fully_shard) "
-                             "parameters: each rank holds its own shards; register them without it")
+            raise InvalidArgumentError(
+                "dgrr.torch.register_torch_state: replicated=True with FSDP2 (fully_shard) "
+                "parameters: each rank holds its own shards; register them without it")
         from .. import fsdp
         return fsdp.register_torch_state(session, model, optimizer, scheduler, sampler,
                                          generators, prefix)
