@@ -682,25 +682,11 @@ FileIdentity IdentityOf(const struct stat& st) {
 // identity of the file it verified.
 StatusOr<FileIdentity> VerifyWholeFile(const std::string& path, CheckpointHeader& header) {
   DGRR_ASSIGN_OR_RETURN(const int fd, OpenRegularFileDescriptor(path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("stat", path, err);
-  }
   // The header first (a file shorter than it is refused by DecodeHeader).
+  struct stat st;
   uint8_t block[kCheckpointUserBlockBytes];
-  ssize_t got;
-  do {
-    got = ::pread(fd, block, sizeof block, 0);
-  } while (got < 0 && errno == EINTR);
-  if (got < 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("read", path, err);
-  }
-  StatusOr<CheckpointHeader> decoded =
-      DecodeHeader(path, block, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size));
+  DGRR_ASSIGN_OR_RETURN(const size_t got, StatAndReadStart(fd, path, &st, block, sizeof block));
+  StatusOr<CheckpointHeader> decoded = DecodeHeader(path, block, got, static_cast<uint64_t>(st.st_size));
   if (!decoded.ok()) {
     ::close(fd);
     return decoded.status();

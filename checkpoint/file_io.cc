@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -25,6 +27,21 @@ const bool kNoHdf5ExitHandler = [] {
 }();
 
 }  // namespace
+
+StatusOr<size_t> StatAndReadStart(int fd, const std::string& path, struct stat* st, uint8_t* block, size_t n) {
+  const char* call = "stat";
+  ssize_t got = 0;
+  if (::fstat(fd, st) == 0) {
+    call = "read";
+    do {
+      got = ::pread(fd, block, n, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got >= 0) return static_cast<size_t>(got);
+  }
+  const int err = errno;
+  ::close(fd);
+  return Status::FromErrno(call, path, err);  // an I/O problem, not a damaged file
+}
 
 Status Hdf5WriteFailure(const std::string& file, const std::string& what) {
   const int saved_errno = errno;

@@ -3,6 +3,8 @@
 // libhdf5 write failure into one line that names the file and the cause.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -27,6 +29,12 @@ Status Hdf5WriteFailure(const std::string& file, const std::string& what);
 // carry checksums on their metadata so that damage there is refused by
 // libhdf5 rather than misread. Call with the HDF5 lock held.
 StatusOr<H5Handle> CreateHdf5File(const std::string& path, uint64_t userblock_bytes);
+
+// The start of a file dgrr wrote, for checking its header: fstat of the
+// open `fd` into `*st` and up to `n` bytes from offset 0 into `block` (an
+// interrupted read retried); returns how many bytes were read. On failure
+// `fd` is closed and the IOError names the call and `path`.
+StatusOr<size_t> StatAndReadStart(int fd, const std::string& path, struct stat* st, uint8_t* block, size_t n);
 
 // `status` with `file` named once: prefixed with it unless its message
 // already starts with it (Hdf5WriteFailure's do).

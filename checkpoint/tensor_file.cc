@@ -63,25 +63,11 @@ Status VerifyWholeFile(const std::string& path) {
     return Status::Corruption(path + ": offset " + std::to_string(offset) + ": " + why);
   };
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("stat", path, err);  // an I/O problem, not a damaged file
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint8_t block[kUserBlockBytes];
-  ssize_t n;
-  do {
-    n = ::pread(fd, block, sizeof block, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("read", path, err);
-  }
-  if (n < static_cast<ssize_t>(sizeof block)) {
-    return bad(std::max<ssize_t>(n, 0), "file is " + std::to_string(size) +
-                                            " bytes, shorter than the 512-byte dump header (truncated)");
+  DGRR_ASSIGN_OR_RETURN(const size_t n, StatAndReadStart(fd, path, &st, block, sizeof block));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (n < sizeof block) {
+    return bad(n, "file is " + std::to_string(size) + " bytes, shorter than the 512-byte dump header (truncated)");
   }
   if (std::memcmp(block, kMagic, sizeof kMagic) != 0) return bad(0, "bad magic: not a dgrr tensor dump");
   if (DecodeFixed64(block + kOffHeaderHash) != XXH3_64bits(block, kOffHeaderHash)) {

@@ -90,8 +90,26 @@ class CheckpointShards : public ::testing::Test {
     f.write(&c, 1);
   }
 
+  // Flips a byte of `damaged`'s shard of `step`; `reader`, which needs that
+  // shard, refuses the checkpoint naming it.
+  void ExpectReaderNamesDamagedShard(uint64_t step, int damaged, int reader) {
+    const std::string shard = ShardPath(CheckpointPath(dir_, step), damaged);
+    FlipByte(shard, static_cast<std::streamoff>(fs::file_size(shard) - 10));
+    auto read = ReadCheckpointForRank(CheckpointPath(dir_, step), reader);
+    ASSERT_FALSE(read.ok());
+    EXPECT_NE(read.status().message().find(shard + ": offset 512"), std::string::npos) << read.status().ToString();
+  }
+  // A third replicated entry on every rank, "a.bias" (12,000 bytes).
+  void AddReplicatedBias() {
+    for (auto& r : ranks_) {
+      ASSERT_TRUE(r->registry.Register({"a.bias", bias_.data(), bias_.size() * 4, DType::kF32, {3000},
+                                        StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
+    }
+  }
+
   std::string dir_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<float> bias_ = std::vector<float>(3000, 1.5f);
 };
 
 TEST_F(CheckpointShards, ShardsAndManifestReadBackAsOneCheckpointWithTheV1Digest) {
@@ -203,12 +221,7 @@ TEST_F(CheckpointShards, ARankReadsItsOwnShardAndRankZerosOnlyForReplicatedState
   EXPECT_EQ(fresh.weights, ranks_[1]->weights);
   EXPECT_TRUE(RestoreRank(*one, 0, fresh.registry).IsInvalidArgument()) << "rank 0's part was not read";
   // Rank 0's shard damaged: rank 1 needs it (replicated state) and says so.
-  const std::string shard0 = ShardPath(CheckpointPath(dir_, 4), 0);
-  FlipByte(shard0, static_cast<std::streamoff>(fs::file_size(shard0) - 10));
-  auto damaged = ReadCheckpointForRank(CheckpointPath(dir_, 4), 1);
-  ASSERT_FALSE(damaged.ok());
-  EXPECT_NE(damaged.status().message().find(shard0 + ": offset 512"), std::string::npos)
-      << damaged.status().ToString();
+  ExpectReaderNamesDamagedShard(4, 0, 1);
 }
 
 TEST_F(CheckpointShards, WithoutReplicatedStateARankNeverReadsAnotherRanksShard) {
@@ -284,11 +297,7 @@ TEST_F(CheckpointShards, ReplicatedEntriesSpreadOverTheShardsReadBackWhole) {
   spread.replicated_share_min_bytes = 1;
   // By name: a.bias (12,000 bytes), opt.step (8), weights (12,000); share
   // 12,004: weights starts at 12,008, on rank 1.
-  std::vector<float> more(3000, 1.5f);
-  for (auto& r : ranks_) {
-    ASSERT_TRUE(r->registry.Register({"a.bias", more.data(), more.size() * 4, DType::kF32, {3000},
-                                      StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
-  }
+  AddReplicatedBias();
   Commit(6, WriteShards(6, spread));
   EXPECT_EQ(HeldPerShard(6), (std::vector<size_t>{2, 1})) << "a.bias and opt.step on rank 0, weights on rank 1";
   auto ckpt = ReadCheckpoint(CheckpointPath(dir_, 6));
@@ -324,16 +333,11 @@ TEST_F(CheckpointShards, ReplicatedEntriesSpreadOverTheShardsReadBackWhole) {
       ASSERT_TRUE(RestoreRank(*mine, r, fresh.registry).ok());
       EXPECT_EQ(fresh.cursor, 100u + r);
       EXPECT_EQ(fresh.weights, ranks_[r]->weights);
-      EXPECT_EQ(bias, more);
+      EXPECT_EQ(bias, bias_);
     }
   }
   // Rank 0 of v3 needs rank 1's shard (it holds weights) and names it when damaged.
-  const std::string shard1 = ShardPath(CheckpointPath(dir_, 6), 1);
-  FlipByte(shard1, static_cast<std::streamoff>(fs::file_size(shard1) - 10));
-  auto damaged = ReadCheckpointForRank(CheckpointPath(dir_, 6), 0);
-  ASSERT_FALSE(damaged.ok());
-  EXPECT_NE(damaged.status().message().find(shard1 + ": offset 512"), std::string::npos)
-      << damaged.status().ToString();
+  ExpectReaderNamesDamagedShard(6, 1, 0);
 }
 
 // Deferred reading: the shards are verified whole when read, the bytes go
@@ -377,11 +381,7 @@ TEST_F(CheckpointShards, DeferredEntriesAreReadStraightIntoTheRegisteredBuffers)
 // Shards that disagree on who holds what (written with other share sizes):
 // an entry held twice, or by nobody, is refused naming the shard.
 TEST_F(CheckpointShards, ReplicatedEntriesHeldTwiceOrByNoShardAreRefused) {
-  std::vector<float> more(3000, 1.5f);
-  for (auto& r : ranks_) {
-    ASSERT_TRUE(r->registry.Register({"a.bias", more.data(), more.size() * 4, DType::kF32, {3000},
-                                      StateRole::kParameter, RestorePolicy::kCheckpoint, true}).ok());
-  }
+  AddReplicatedBias();
   CheckpointWriteOptions spread, whole;
   spread.replicated_share_min_bytes = 1;  // rank 0: a.bias, opt.step; rank 1: weights
   Commit(4, WriteShards(4, whole, &spread));  // rank 0 holds all three, rank 1 weights again
