@@ -90,6 +90,11 @@ struct ProgramRun {
   std::optional<uint64_t> stop_after;  // the run ends there, as if killed (no checkpoint)
   bool under_control = false;          // started by dgrr with a control file (set DGRR_CONTROL)
   bool fallback = false;               // resume past a damaged newest checkpoint
+  // A replicated host table of 5 MiB besides ("a.table", first by name; role
+  // other, since the parameters live in one place):
+  // the replicated state is then spread over both shards (format v3: the
+  // table in rank 0's, every later entry in rank 1's).
+  bool big = false;
 };
 
 struct RankOutcome {
@@ -153,6 +158,12 @@ Status RunRank(const ProgramRun& run, int rank, Communicator* comm, RankOutcome*
                                            StateRole::kRng, RestorePolicy::kCheckpoint, false, generator.where()}));
   DGRR_RETURN_IF_ERROR(s.state().Register(
       {"step", &counter, sizeof counter, DType::kU64, {1}, StateRole::kCounter, RestorePolicy::kCheckpoint, true}));
+  std::vector<float> table = run.big ? Ramp(5 << 18, 2.0f, 0.25f) : std::vector<float>();
+  if (run.big) {
+    DGRR_RETURN_IF_ERROR(s.state().Register({"a.table", table.data(), table.size() * sizeof(float), DType::kF32,
+                                             {static_cast<int64_t>(table.size())}, StateRole::kOther,
+                                             RestorePolicy::kCheckpoint, true}));
+  }
   DGRR_ASSIGN_OR_RETURN(BoundaryHandle forward,
                         s.DeclareBoundary("fc.out", Phase::kForward, Direction::kOutput, OpKind::kMatmul));
   DGRR_ASSIGN_OR_RETURN(BoundaryHandle gradient,
@@ -187,6 +198,7 @@ Status RunRank(const ProgramRun& run, int rank, Communicator* comm, RankOutcome*
       moments[k].Store(m);
     }
     if (run.flip_after == step && rank == 1) params[1].FlipBit(13, 5);
+    if (run.big) table[step * 4099 % table.size()] += 1.0f;
     counter = step + 1;
     // Odd steps: everything in flight so far has completed on the device.
     if (device && step % 2 == 1) device->CompleteAll();
@@ -204,6 +216,7 @@ Status RunRank(const ProgramRun& run, int rank, Communicator* comm, RankOutcome*
   }
   out->sdc = s.sdc_mismatches();
   for (Buffer& p : params) out->final_parameters.push_back(p.Load());
+  if (run.big) out->final_parameters.push_back(table);
   if (device) {
     out->segment_fingerprints = device->segment_fingerprints;
     out->waits_outside_checkpoints = device->waits - checkpoint_waits;
@@ -380,6 +393,51 @@ TEST_F(DeviceStateTest, ADamagedShardOfOneRankStopsOrMovesEveryRanksResume) {
     ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
     EXPECT_EQ(resumed[r].start, 3u) << "rank " << r << " fell back to the checkpoint of step 2";
     EXPECT_EQ(resumed[r].final_parameters, w[r].final_parameters);
+  }
+}
+
+// Format v3: with 5 MiB of replicated state, rank 0's shard holds the table
+// and rank 1's every later replicated entry; each resuming rank reads both
+// (the device's state restored through a host copy), bitwise, and a damaged
+// shard 0 stops rank 1's resume too, naming it.
+TEST_F(DeviceStateTest, ReplicatedStateSpreadOverBothShardsResumesBitwise) {
+  ProgramRun whole = Make("whole", true), cut = Make("cut", true);
+  whole.big = cut.big = true;
+  cut.stop_after = 3;
+  const std::vector<RankOutcome> w = RunAllRanks(whole), first = RunAllRanks(cut);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(w[r].status.ok()) << w[r].status.ToString();
+    ASSERT_TRUE(first[r].status.ok()) << first[r].status.ToString();
+  }
+  const std::string manifest = checkpoint::CheckpointPath(cut.dir, 2);
+  for (int r = 0; r < 2; ++r) {
+    auto shard = checkpoint::ReadCheckpointShard(checkpoint::ShardPath(manifest, r));
+    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    ASSERT_FALSE(shard->replicated.empty()) << "rank " << r << "'s shard holds part of the replicated state";
+    EXPECT_EQ(shard->replicated.front().name == "a.table", r == 0);
+  }
+  cut.stop_after.reset();
+  const std::vector<RankOutcome> resumed = RunAllRanks(cut);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+    EXPECT_EQ(resumed[r].start, 3u);
+    EXPECT_EQ(resumed[r].final_parameters, w[r].final_parameters) << "rank " << r;
+    EXPECT_EQ(Computation(cut, r), Computation(whole, r)) << "rank " << r;
+  }
+  // Shard 0 of the newest checkpoint (step 5) damaged: rank 1 needs it for the table.
+  const std::string shard0 = checkpoint::ShardPath(checkpoint::CheckpointPath(cut.dir, 5), 0);
+  {
+    auto bytes = ReadFileToString(shard0);
+    ASSERT_TRUE(bytes.ok());
+    std::string damaged = *bytes;
+    damaged[damaged.size() - 10] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomically(shard0, damaged).ok());
+  }
+  const std::vector<RankOutcome> refused = RunAllRanks(cut);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(refused[r].status.ok()) << "rank " << r;
+    EXPECT_TRUE(refused[r].status.IsCorruption()) << refused[r].status.ToString();
+    EXPECT_NE(refused[r].status.message().find(shard0), std::string::npos) << refused[r].status.ToString();
   }
 }
 
