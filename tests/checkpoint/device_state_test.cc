@@ -267,6 +267,14 @@ class DeviceStateTest : public test_support::TempDirTest {
     }
     return out;
   }
+  // A shard damaged in place (its payload hash no longer matches).
+  static void FlipAByteNearTheEnd(const std::string& path) {
+    auto bytes = ReadFileToString(path);
+    ASSERT_TRUE(bytes.ok());
+    std::string damaged = *bytes;
+    damaged[damaged.size() - 10] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomically(path, damaged).ok());
+  }
   ProgramRun Make(const std::string& name, bool device) {
     ProgramRun run;
     run.dir = Path(name);
@@ -371,13 +379,7 @@ TEST_F(DeviceStateTest, ADamagedShardOfOneRankStopsOrMovesEveryRanksResume) {
   const std::vector<RankOutcome> w = RunAllRanks(whole), first = RunAllRanks(run);  // checkpoints of 2 and 5
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(w[r].status.ok() && first[r].status.ok());
   const std::string shard = checkpoint::ShardPath(checkpoint::CheckpointPath(run.dir, 5), 1);
-  {
-    auto bytes = ReadFileToString(shard);
-    ASSERT_TRUE(bytes.ok());
-    std::string damaged = *bytes;
-    damaged[damaged.size() - 10] ^= 0x10;
-    ASSERT_TRUE(WriteFileAtomically(shard, damaged).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipAByteNearTheEnd(shard));
   const std::vector<RankOutcome> refused = RunAllRanks(run);
   ASSERT_FALSE(refused[1].status.ok());
   EXPECT_TRUE(refused[1].status.IsCorruption()) << refused[1].status.ToString();
@@ -426,13 +428,7 @@ TEST_F(DeviceStateTest, ReplicatedStateSpreadOverBothShardsResumesBitwise) {
   }
   // Shard 0 of the newest checkpoint (step 5) damaged: rank 1 needs it for the table.
   const std::string shard0 = checkpoint::ShardPath(checkpoint::CheckpointPath(cut.dir, 5), 0);
-  {
-    auto bytes = ReadFileToString(shard0);
-    ASSERT_TRUE(bytes.ok());
-    std::string damaged = *bytes;
-    damaged[damaged.size() - 10] ^= 0x10;
-    ASSERT_TRUE(WriteFileAtomically(shard0, damaged).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipAByteNearTheEnd(shard0));
   const std::vector<RankOutcome> refused = RunAllRanks(cut);
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(refused[r].status.ok()) << "rank " << r;
