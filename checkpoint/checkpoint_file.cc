@@ -1342,11 +1342,11 @@ Status CheckRankDigest(const std::string& path, const SavedRank& rank, const std
 // Adds the replicated entries one shard holds to those read so far (kept in
 // name order); a name two shards hold is refused.
 Status MergeReplicated(const std::string& path, std::vector<SavedEntry> from, std::vector<SavedEntry>& into) {
+  std::set<std::string> had;
+  for (const SavedEntry& e : into) had.insert(e.name);
   for (SavedEntry& e : from) {
-    for (const SavedEntry& had : into) {
-      if (had.name == e.name) {
-        return Status::Corruption(path + ": /replicated/" + e.name + ": another shard holds it too");
-      }
+    if (!had.insert(e.name).second) {
+      return Status::Corruption(path + ": /replicated/" + e.name + ": another shard holds it too");
     }
     into.push_back(std::move(e));
   }
