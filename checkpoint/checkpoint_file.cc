@@ -135,6 +135,21 @@ DigestItem ItemOf(const SavedEntry& e) {
   return {&e.name, e.dtype, &e.shape, e.size(), e.xxh3};
 }
 
+// Whether a rank's digest covers the replicated entries and its own.
+bool DigestCovers(const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
+  std::vector<DigestItem> items;
+  for (const SavedEntry& e : replicated) items.push_back(ItemOf(e));
+  for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
+  return DigestOfItems(std::move(items)) == rank.state_digest;
+}
+
+// Rank r's digest (in its shard at `path`) against every replicated entry and its own.
+Status CheckRankDigest(const std::string& path, const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
+  if (DigestCovers(rank, replicated)) return Status::OK();
+  return Status::Corruption(path + ": /ranks/" + std::to_string(rank.rank) +
+                            ": state_digest does not match the saved entries");
+}
+
 // ---------------------------------------------------------------------------
 // Writing: plan the datasets, compress their chunks in parallel, build the
 // HDF5 file, stamp the header, commit atomically.
@@ -862,6 +877,21 @@ DirectRead ReadChunksDirectly(hid_t dset, const std::vector<hsize_t>& dims, size
   return DirectRead::kDone;
 }
 
+// The dataspace of an open dataset: 1 to 32 dimensions whose elements of
+// `element_size` bytes make `bytes`.
+StatusOr<std::vector<hsize_t>> DatasetDims(hid_t dset, const std::string& what, size_t element_size,
+                                           uint64_t bytes) {
+  H5Handle space(H5Dget_space(dset));
+  const int ndims = H5Sget_simple_extent_ndims(space.get());
+  if (ndims < 1 || ndims > kMaxDims) return Status::Corruption(what + ": unexpected dataspace rank");
+  std::vector<hsize_t> dims(ndims);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  uint64_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  if (elements * element_size != bytes) return Status::Corruption(what + ": dataspace does not match 'bytes'");
+  return dims;
+}
+
 // The bytes of an open dataset (dataspace `dims`) into `out`, checked
 // against `xxh3`; errors say `what` (file and dataset).
 Status ReadDatasetBytes(hid_t dset, const std::string& what, const std::vector<hsize_t>& dims, DType dtype,
@@ -911,15 +941,8 @@ StatusOr<SavedEntry> ReadDataset(hid_t file, const std::string& file_path, const
   e.role = *role;
   H5Handle type(H5Dget_type(dset.get()));
   if (H5Tequal(type.get(), Hdf5TypeFor(e.dtype)) <= 0) return bad("stored type does not match dtype " + dtype_name);
-  H5Handle space(H5Dget_space(dset.get()));
-  const int ndims = H5Sget_simple_extent_ndims(space.get());
-  if (ndims < 1 || ndims > kMaxDims) return bad("unexpected dataspace rank");
-  std::vector<hsize_t> dims(ndims);
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  uint64_t elements = 1;
-  for (hsize_t d : dims) elements *= d;
-  if (elements * StoredElementSize(e.dtype) != bytes) return bad("dataspace does not match 'bytes'");
-  if (has_shape > 1 || (!has_shape && ndims != 1)) return bad("bad 'has_shape'");
+  DGRR_ASSIGN_OR_RETURN(std::vector<hsize_t> dims, DatasetDims(dset.get(), what, StoredElementSize(e.dtype), bytes));
+  if (has_shape > 1 || (!has_shape && dims.size() != 1)) return bad("bad 'has_shape'");
   if (has_shape) e.shape.assign(dims.begin(), dims.end());
   if (defer != nullptr) {
     e.deferred = std::make_shared<const EntrySource>(EntrySource{file_path, group + "/" + name, *defer});
@@ -967,14 +990,10 @@ Status ReadRoot(hid_t f, const std::string& path, Checkpoint& out, uint64_t& for
   return Status::OK();
 }
 
-// /ranks/<r> of a v1 file or of rank r's v2 shard, its digest checked
-// against its entries and the replicated ones (not checked when `replicated`
-// is null: a shard of rank r > 0 read alone has not got them).
-// `digest_matches`, when given, receives whether the digest matched instead
-// of a mismatch being an error.
-StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
-                                  const std::vector<SavedEntry>* replicated, bool* digest_matches = nullptr,
-                                  const FileIdentity* defer = nullptr) {
+// /ranks/<r> of a v1 file or of rank r's shard: its trace position, digest
+// and own entries (the digest is checked by the caller, who holds the
+// replicated entries it covers: CheckRankDigest).
+StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r, const FileIdentity* defer = nullptr) {
   const std::string g = "/ranks/" + std::to_string(r);
   const std::string what = path + ": " + g;
   H5Handle group(H5Gopen2(f, g.c_str(), H5P_DEFAULT));
@@ -984,16 +1003,6 @@ StatusOr<SavedRank> ReadRankGroup(hid_t f, const std::string& path, int r,
   DGRR_ASSIGN_OR_RETURN(rank.trace_position, ReadU64Attribute(group.get(), "trace_position", what));
   DGRR_ASSIGN_OR_RETURN(rank.state_digest, ReadU64Attribute(group.get(), "state_digest", what));
   DGRR_ASSIGN_OR_RETURN(rank.entries, ReadGroup(f, path, g, defer));
-  if (replicated == nullptr) return rank;
-  std::vector<DigestItem> items;
-  for (const SavedEntry& e : *replicated) items.push_back(ItemOf(e));
-  for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
-  const bool matches = DigestOfItems(items) == rank.state_digest;
-  if (digest_matches != nullptr) {
-    *digest_matches = matches;
-  } else if (!matches) {
-    return Status::Corruption(what + ": state_digest does not match the saved entries");
-  }
   return rank;
 }
 
@@ -1007,7 +1016,8 @@ Status ReadRanks(hid_t f, const std::string& path, Checkpoint& out) {
   }
   std::vector<uint64_t> digests;
   for (int r = 0; r < out.meta.world_size; ++r) {
-    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadRankGroup(f, path, r, &out.replicated));
+    DGRR_ASSIGN_OR_RETURN(SavedRank rank, ReadRankGroup(f, path, r));
+    DGRR_RETURN_IF_ERROR(CheckRankDigest(path, rank, out.replicated));
     digests.push_back(rank.state_digest);
     out.ranks.push_back(std::move(rank));
   }
@@ -1321,22 +1331,8 @@ Status ReadShardGroups(hid_t f, const std::string& path, uint64_t version, Saved
   if (members != std::vector<std::string>{std::to_string(r)}) {
     return Status::Corruption(path + ": /ranks must hold exactly " + std::to_string(r));
   }
-  DGRR_ASSIGN_OR_RETURN(out.own, ReadRankGroup(f, path, r, nullptr, nullptr, defer));
+  DGRR_ASSIGN_OR_RETURN(out.own, ReadRankGroup(f, path, r, defer));
   return Status::OK();
-}
-
-bool DigestCovers(const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
-  std::vector<DigestItem> items;
-  for (const SavedEntry& e : replicated) items.push_back(ItemOf(e));
-  for (const SavedEntry& e : rank.entries) items.push_back(ItemOf(e));
-  return DigestOfItems(std::move(items)) == rank.state_digest;
-}
-
-// Rank r's digest (in its shard at `path`) against every replicated entry and its own.
-Status CheckRankDigest(const std::string& path, const SavedRank& rank, const std::vector<SavedEntry>& replicated) {
-  if (DigestCovers(rank, replicated)) return Status::OK();
-  return Status::Corruption(path + ": /ranks/" + std::to_string(rank.rank) +
-                            ": state_digest does not match the saved entries");
 }
 
 // Adds the replicated entries one shard holds to those read so far (kept in
@@ -1571,16 +1567,8 @@ Status ReadDeferredInto(const std::string& path,
       const std::string what = path + ": dataset " + saved->deferred->dataset;
       H5Handle dset(H5Dopen2(file.get(), saved->deferred->dataset.c_str(), H5P_DEFAULT));
       if (!dset.valid()) return Status::Corruption(what + ": not a readable dataset");
-      H5Handle space(H5Dget_space(dset.get()));
-      const int ndims = H5Sget_simple_extent_ndims(space.get());
-      if (ndims < 1 || ndims > kMaxDims) return Status::Corruption(what + ": unexpected dataspace rank");
-      std::vector<hsize_t> dims(ndims);
-      H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-      uint64_t elements = 1;
-      for (hsize_t d : dims) elements *= d;
-      if (elements * StoredElementSize(saved->dtype) != entry->bytes) {
-        return Status::Corruption(what + ": dataspace does not match 'bytes'");
-      }
+      DGRR_ASSIGN_OR_RETURN(std::vector<hsize_t> dims,
+                            DatasetDims(dset.get(), what, StoredElementSize(saved->dtype), entry->bytes));
       DGRR_RETURN_IF_ERROR(ReadDatasetBytes(dset.get(), what, dims, saved->dtype,
                                             static_cast<uint8_t*>(entry->data), entry->bytes, saved->xxh3));
     }
