@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "runtime/checkpoint_store.h"
 #include "runtime/state_registry.h"
 
 namespace dgrr::checkpoint {
@@ -29,16 +29,9 @@ inline constexpr uint32_t kRankZeroReplicatedFormatVersion = 2;
 inline constexpr uint32_t kSingleFileFormatVersion = 1;
 inline constexpr uint64_t kCheckpointUserBlockBytes = 512;
 
-// One rank's live state at the checkpointed step.
-struct RankSnapshot {
-  int rank = 0;
-  const StateRegistry* state = nullptr;
-  uint64_t trace_position = 0;  // index of the rank's next trace record
-  // XXH3-64 (seed 0) of entries the caller has just hashed (a session's
-  // replicated entries, fingerprinted to compare them across ranks), by
-  // name, so that a shard writer does not hash them again. Null: none.
-  const std::map<std::string, uint64_t>* known_xxh3 = nullptr;
-};
+// One rank's live state at the checkpointed step (the runtime's
+// CheckpointRankState: rank, state, trace position, hashes already known).
+using RankSnapshot = CheckpointRankState;
 
 struct CheckpointMeta {
   uint64_t step = 0;
@@ -142,17 +135,12 @@ Status WriteCheckpoint(const std::string& path, const CheckpointMeta& meta,
 
 // --- v2: per-rank shards committed by a manifest (docs/checkpoint-format.md) ---
 
-// What the manifest lists for one rank's shard.
-struct ShardRecord {
-  int rank = 0;
-  uint64_t bytes = 0;           // the shard file's length
-  uint64_t payload_xxh3 = 0;    // its header's payload hash (bytes 512..end)
-  uint64_t trace_position = 0;  // index of the rank's next trace record
-  uint64_t state_digest = 0;    // StateDigest of what the rank restores
-  // v3: how many replicated entries the shard holds (-1: a v2 manifest,
-  // which does not say; its replicated entries are all in rank 0's shard).
-  int64_t replicated_entries = -1;
-};
+// What the manifest lists for one rank's shard (the runtime's
+// CheckpointShard): the shard file's length, its header's payload hash (bytes
+// 512..end), the rank's next trace record, its StateDigest, and (v3) how many
+// replicated entries the shard holds (-1: a v2 manifest, which does not say;
+// its replicated entries are all in rank 0's shard).
+using ShardRecord = CheckpointShard;
 
 // RUN_DIR/ckpt/step-00000040.h5 -> RUN_DIR/ckpt/step-00000040.rank-1.h5
 std::string ShardPath(const std::string& manifest_path, int rank);

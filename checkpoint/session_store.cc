@@ -44,25 +44,16 @@ CheckpointMeta MetaOf(const CheckpointRequest& request) {
 }  // namespace
 
 StatusOr<CheckpointShard> Hdf5CheckpointStore::WriteShard(const CheckpointRequest& request) {
-  const CheckpointRankState& r = request.rank;
   CheckpointWriteOptions write;
   write.fault_hook = [&request](const char*) {
     KillPoint("ckpt-temp", static_cast<int64_t>(request.step), request.rank.rank);
     return Status::OK();
   };
-  DGRR_ASSIGN_OR_RETURN(ShardRecord shard,
-                        WriteCheckpointShard(CheckpointPath(request.run_dir, request.step), MetaOf(request),
-                                             {r.rank, r.state, r.trace_position, r.known_xxh3}, write));
-  return CheckpointShard{shard.rank,         shard.bytes,        shard.payload_xxh3,
-                         shard.trace_position, shard.state_digest, shard.replicated_entries};
+  return WriteCheckpointShard(CheckpointPath(request.run_dir, request.step), MetaOf(request), request.rank, write);
 }
 
 Status Hdf5CheckpointStore::Commit(const CheckpointRequest& request, const std::vector<CheckpointShard>& shards) {
-  std::vector<ShardRecord> records;
-  for (const CheckpointShard& s : shards) {
-    records.push_back({s.rank, s.bytes, s.payload_xxh3, s.trace_position, s.state_digest, s.replicated_entries});
-  }
-  return CommitCheckpoint(CheckpointPath(request.run_dir, request.step), MetaOf(request), std::move(records));
+  return CommitCheckpoint(CheckpointPath(request.run_dir, request.step), MetaOf(request), shards);
 }
 
 StatusOr<std::unique_ptr<LoadedCheckpoint>> Hdf5CheckpointStore::Load(const std::string& path) {
