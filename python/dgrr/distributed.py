@@ -278,8 +278,7 @@ class LeafChunked(_torch.nn.Module):
         self.module = module
         self.leaf_size = leaf_size
         self.leaf_grads = {}          # parameter -> (chunks, *shape) float32, this forward's
-        self.chunks = 0
-        self.whole = False            # this forward ran one leaf, unchunked
+        self.chunks = 0               # this forward's leaves (one: run unchunked)
         self._inst = None             # an Instrumentation whose example ranges follow the chunks
         self._first_example = 0
 
@@ -301,8 +300,7 @@ class LeafChunked(_torch.nn.Module):
                 f"leaves of {self.leaf_size} (every tensor argument needs the batch along dimension 0)")
         chunks = rows // self.leaf_size
         self.chunks = chunks
-        self.whole = chunks == 1
-        if self.whole:
+        if chunks == 1:
             # One leaf: the same kernels on the same rows as a chunk would
             # run (the tests compare this with chunked runs bit for bit).
             # The records' example range stays the batch's: the leaf's.
@@ -518,7 +516,7 @@ class CanonicalReducer:
         if offset != n:
             raise InvalidArgumentError(
                 f"dgrr.distributed: a DDP bucket of {n} values holds parameters of {offset}")
-        if self.mode == "rank" or (self.end_leaf - self.first_leaf == 1 and self.chunked.whole):
+        if self.mode == "rank" or (self.end_leaf - self.first_leaf == 1 and self.chunked.chunks == 1):
             # One leaf on this rank, run unchunked: its gradient is the bucket.
             leaves = buf.detach().reshape(1, n)
         else:
