@@ -1,8 +1,9 @@
 // The hooks dgrr.torch places on a model, in C++ (python/binding.h), so
 // torch calls into the binding with no Python frame between: Site (a
 // boundary's tensor hook and a module's forward hook), InputGradHook (the
-// forward pre-hook of a module's input gradients) and InertHook (what a
-// pickled hook loads as). python/dgrr/torch/recorder.py places them.
+// forward pre-hook of a module's input gradients), ModuleCall (both in one
+// call, in place of torch's hook dispatch) and InertHook (what a pickled hook
+// loads as). python/dgrr/torch/recorder.py places them.
 #include "python/binding.h"
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "python/torch_access.h"
 
 namespace dgrr::python {
 namespace {
@@ -170,14 +172,9 @@ class PyInputGradHook {
     return changed ? py::object(std::move(wrapped)) : py::none();
   }
 
- private:
-  static bool GradEnabled() {
-    static PyObject* const is_grad_enabled =
-        py::object(py::module_::import("torch").attr("is_grad_enabled")).release().ptr();
-    auto enabled = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(is_grad_enabled));
-    if (!enabled) throw py::error_already_set();
-    return enabled.ptr() == Py_True;
-  }
+  // Whether the hook would wrap inputs of this call of `module` (its own
+  // module, autograd on, inside a step).
+  bool Active(const py::handle& module) { return IsModuleOf(module_ref_, module) && GradEnabled() && owner_.InStep(); }
 
   static bool IsTensor(const py::handle& x) {
     const int is_tensor = PyObject_IsInstance(x.ptr(), TorchTensorType());
@@ -185,13 +182,7 @@ class PyInputGradHook {
     return is_tensor == 1;
   }
 
-  static bool RequiresGrad(const py::handle& tensor) {
-    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
-    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), kRequiresGrad));
-    if (!flag) throw py::error_already_set();
-    return flag.ptr() == Py_True;
-  }
-
+  // Site.record of the index-th tensor input.
   py::object RecordHook(size_t index) {
     while (records_.size() <= index) {
       py::object site = py::cast(PySite(owner_.Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
@@ -201,6 +192,7 @@ class PyInputGradHook {
     return records_[index];
   }
 
+  // A view of x whose gradient hook is RecordHook(index).
   py::object Hooked(const py::handle& x, size_t index) {
     static PyObject* const kViewAs = PyUnicode_InternFromString("view_as");
     static PyObject* const kHooks = PyUnicode_InternFromString("_backward_hooks");
@@ -225,11 +217,115 @@ class PyInputGradHook {
     return view;
   }
 
+ private:
+  static bool GradEnabled() {
+    static PyObject* const is_grad_enabled =
+        py::object(py::module_::import("torch").attr("is_grad_enabled")).release().ptr();
+    auto enabled = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(is_grad_enabled));
+    if (!enabled) throw py::error_already_set();
+    return enabled.ptr() == Py_True;
+  }
+
+  static bool RequiresGrad(const py::handle& tensor) {
+    static PyObject* const kRequiresGrad = PyUnicode_InternFromString("requires_grad");
+    auto flag = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), kRequiresGrad));
+    if (!flag) throw py::error_already_set();
+    return flag.ptr() == Py_True;
+  }
+
   HookOwner owner_;
   std::string module_;
   py::object module_ref_;  // weak reference to the module it serves
   bool direct_;
   std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
+};
+
+// What a module dgrr.torch records calls in place of torch's hook dispatch
+// (python/dgrr/torch/recorder.py, _ModuleCall): torch's Module.__call__
+// calls the module's `_compiled_call_impl` when one is set, so set to this,
+// a call of the module runs the input-gradient views (InputGradHook), then
+// the module's own `_call_impl` (its forward, and any hooks of others, on
+// torch's path), then records the output (Site.forward_hook): the same
+// tensors at the same points as the two hooks, without the hook loop torch
+// enters for a module with any hook (issue 30). Module.__getstate__ drops
+// `_compiled_call_impl`, so a pickled or deep-copied module comes back
+// without it (unrecorded, like a copy's inert hooks).
+class PyModuleCall {
+ public:
+  PyModuleCall(const py::object& module_object, std::optional<PySite> output, std::optional<PyInputGradHook> input)
+      : module_ref_(WeakModule(module_object)), output_(std::move(output)), input_(std::move(input)) {}
+
+  py::object Call(const py::args& args, const py::kwargs& kwargs) {
+    static PyObject* const kCallImpl = PyUnicode_InternFromString("_call_impl");
+    PyObject* module = PyWeakref_GetObject(module_ref_.ptr());
+    if (module == nullptr) throw py::error_already_set();
+    if (module == Py_None) Throw(Status::FailedPrecondition("dgrr.torch: the module of this call is gone"));
+    py::handle module_handle(module);
+    py::object call_args = args;
+    Marks marks;
+    if (input_ && input_->Active(module_handle)) {
+      if (!MarkInputs(args, marks)) {
+        py::object wrapped = input_->Call(module_handle, args);
+        if (!wrapped.is_none()) call_args = std::move(wrapped);
+      }
+    }
+    auto impl = py::reinterpret_steal<py::object>(PyObject_GetAttr(module, kCallImpl));
+    if (!impl) throw py::error_already_set();
+    auto output = py::reinterpret_steal<py::object>(
+        PyObject_Call(impl.ptr(), call_args.ptr(), kwargs.size() == 0 ? nullptr : kwargs.ptr()));
+    if (!output) throw py::error_already_set();
+    for (auto& [index, mark] : marks.list) {
+      const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), input_->RecordHook(index).ptr());
+      if (rc == -1) throw py::error_already_set();
+      // The module returned its input: no node of its own to stand between,
+      // so the caller gets a view of it that records, as before.
+      if (rc == kTorchInputIsOutput) output = input_->Hooked(output, index);
+    }
+    if (output_) output_->ForwardHook(module_handle, call_args, output);
+    return output;
+  }
+
+ private:
+  // The marks of a call's inputs (torch_access.h), dropped if the call fails.
+  struct Marks {
+    std::vector<std::pair<size_t, void*>> list;  // (tensor input index, mark)
+    ~Marks() {
+      for (auto& [index, mark] : list) {
+        if (mark != nullptr) g_torch_access->input_drop(mark);
+      }
+    }
+  };
+
+  // Marks each tensor input that will get a gradient, to catch its gradient
+  // without a view (torch_access.h: the input's node gets the module's
+  // gradient through one node of dgrr's put in after the call). False when
+  // that cannot be done for this call: no _torch_access of that version, or
+  // one tensor passed twice (each occurrence has a gradient of its own,
+  // which only views tell apart); the views of InputGradHook then.
+  static bool MarkInputs(const py::args& args, Marks& marks) {
+    if (g_torch_access == nullptr || g_torch_access->input_mark == nullptr) return false;
+    size_t index = 0;
+    for (const py::handle& x : args) {
+      if (!PyInputGradHook::IsTensor(x)) continue;
+      void* mark = g_torch_access->input_mark(x.ptr());
+      if (mark != nullptr) {
+        for (const auto& [other_index, other] : marks.list) {
+          if (g_torch_access->input_same(mark, other)) {
+            g_torch_access->input_drop(mark);
+            return false;  // the marks go with `marks`
+          }
+        }
+        marks.list.emplace_back(index, mark);
+      }
+      ++index;
+    }
+    return true;
+  }
+
+ private:
+  py::object module_ref_;  // weak reference to the module it serves
+  std::optional<PySite> output_;
+  std::optional<PyInputGradHook> input_;
 };
 
 }  // namespace
@@ -265,6 +361,24 @@ void BindTorchHooks(py::module_& m) {
       .def("__call__", &PyInputGradHook::Call, py::arg("module"), py::arg("inputs"))
       .def("__deepcopy__", same_hook)
       .def("__reduce__", inert_hook);
+
+  py::class_<PyModuleCall>(
+      m, "ModuleCall",
+      "A recorded module's call in place of torch's hook dispatch, set as its _compiled_call_impl "
+      "(python/dgrr/torch/recorder.py).")
+      .def(py::init([](const py::object& inst, const std::string& name, const std::string& kind,
+                       const py::object& module_object, bool output, bool input_grads, bool direct) {
+             std::optional<PySite> out;
+             if (output) out.emplace(inst, name + ".out", "forward", kind, name, module_object);
+             std::optional<PyInputGradHook> in;
+             if (input_grads) in.emplace(inst, name, module_object, direct);
+             return PyModuleCall(module_object, std::move(out), std::move(in));
+           }),
+           py::arg("inst"), py::arg("name"), py::arg("kind"), py::arg("module_object"), py::arg("output"),
+           py::arg("input_grads"), py::arg("direct"))
+      .def("__call__", &PyModuleCall::Call)
+      .def("__deepcopy__", [](const py::object&, const py::object&) { return py::none(); })
+      .def("__reduce__", [](const py::object&) { return py::make_tuple(py::type::of(py::none()), py::tuple()); });
 }
 
 }  // namespace dgrr::python

@@ -3,7 +3,17 @@
 // libtorch-dev) and linked with the libtorch_python the system
 // interpreter's torch uses; imported by dgrr.torch only when the running
 // torch is the build recorded at configure time (dgrr/_torch_build.py).
+#include <ATen/SequenceNumber.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <memory>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "base/dtype.h"
 #include "python/torch_access.h"
@@ -44,7 +54,152 @@ int ReadTensor(PyObject* obj, TorchTensorFacts* facts) {
   return 1;
 }
 
-const TorchAccess kAccess{kTorchAccessVersion, &ReadTensor};
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// The node input_hook puts between a module and its input (torch_access.h):
+// it passes the gradient on unchanged, after handing it to the hook.
+class RecordGradient final : public Node {
+ public:
+  RecordGradient(uint64_t sequence_nr, Edge next, const at::Tensor& input, PyObject* hook)
+      : Node(sequence_nr, torch::autograd::edge_list{std::move(next)}), hook_(hook) {
+    Py_INCREF(hook_);
+    add_input_metadata(input);
+  }
+
+  ~RecordGradient() override {
+    // Graphs are freed on whichever thread lets go of them last, with or
+    // without the GIL; not at all once the interpreter is gone.
+    if (!Py_IsInitialized()) return;
+    pybind11::gil_scoped_acquire gil;
+    Py_DECREF(hook_);
+  }
+
+  std::string name() const override { return "dgrr::RecordGradient"; }
+
+  variable_list apply(variable_list&& grads) override {
+    if (!grads.empty() && grads[0].defined()) {
+      pybind11::gil_scoped_acquire gil;
+      PyObject* grad = THPVariable_Wrap(grads[0]);
+      PyObject* result = grad == nullptr ? nullptr : PyObject_CallOneArg(hook_, grad);
+      Py_XDECREF(grad);
+      if (result == nullptr) {
+        // As torch's own tensor hooks fail: the engine hands the Python
+        // error to the caller of backward().
+        ::python_error error;
+        error.persist();
+        throw error;
+      }
+      Py_DECREF(result);
+    }
+    return std::move(grads);
+  }
+
+ private:
+  PyObject* hook_;
+};
+
+struct InputMark {
+  Edge edge;           // where the input's gradient goes
+  uint64_t sequence_nr;  // reserved for the RecordGradient node
+  at::Tensor input;    // for the node's input metadata
+};
+
+void* InputMarkOf(PyObject* obj) {
+  if (!THPVariable_Check(obj) || !at::GradMode::is_enabled()) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.requires_grad()) return nullptr;
+  auto mark = std::make_unique<InputMark>();
+  mark->edge = torch::autograd::impl::gradient_edge(t);
+  if (!mark->edge.is_valid()) return nullptr;
+  mark->sequence_nr = at::sequence_number::get_and_increment();
+  mark->input = t;
+  return mark.release();
+}
+
+void DropInputMark(void* mark) { delete static_cast<InputMark*>(mark); }
+
+int SameInput(const void* a, const void* b) {
+  const auto& x = static_cast<const InputMark*>(a)->edge;
+  const auto& y = static_cast<const InputMark*>(b)->edge;
+  return x.function == y.function && x.input_nr == y.input_nr;
+}
+
+// A leaf module makes a handful of nodes; a module named by the caller (a
+// whole block, say) some hundreds. Past this the call is left alone.
+constexpr size_t kMaxRegionNodes = 1 << 16;
+
+int HookInput(void* mark_ptr, PyObject* output, PyObject* hook) {
+  std::unique_ptr<InputMark> mark(static_cast<InputMark*>(mark_ptr));
+  try {
+    const uint64_t end = at::sequence_number::peek();
+    // The nodes of the call: numbered after the mark, on this thread (the
+    // numbers are per thread; an accumulator's is the largest there is).
+    auto made_by_call = [&](const Node* n) {
+      const uint64_t s = n->sequence_nr();
+      return s > mark->sequence_nr && s < end;
+    };
+    auto is_input = [&](const Edge& e) {
+      return e.function == mark->edge.function && e.input_nr == mark->edge.input_nr;
+    };
+    std::vector<Node*> stack;
+    std::unordered_set<Node*> seen;
+    bool input_is_output = false;
+    auto start = [&](PyObject* item) {
+      if (!THPVariable_Check(item)) return;
+      const at::Tensor& t = THPVariable_Unpack(item);
+      if (!t.requires_grad()) return;
+      const Edge e = torch::autograd::impl::gradient_edge(t);
+      if (is_input(e)) {
+        input_is_output = true;
+      } else if (e.function && made_by_call(e.function.get()) && seen.insert(e.function.get()).second) {
+        stack.push_back(e.function.get());
+      }
+    };
+    if (PyTuple_Check(output) || PyList_Check(output)) {
+      const Py_ssize_t n = PySequence_Fast_GET_SIZE(output);
+      PyObject** items = PySequence_Fast_ITEMS(output);
+      for (Py_ssize_t i = 0; i < n; ++i) start(items[i]);
+    } else {
+      start(output);
+    }
+    if (input_is_output && stack.empty() && !PyTuple_Check(output) && !PyList_Check(output)) {
+      return kTorchInputIsOutput;
+    }
+    std::vector<std::pair<Node*, size_t>> into_input;
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      const auto& edges = n->next_edges();
+      for (size_t i = 0; i < edges.size(); ++i) {
+        const Edge& e = edges[i];
+        if (!e.function) continue;
+        if (is_input(e)) {
+          into_input.emplace_back(n, i);
+        } else if (made_by_call(e.function.get()) && seen.insert(e.function.get()).second) {
+          if (seen.size() > kMaxRegionNodes) return 0;
+          stack.push_back(e.function.get());
+        }
+      }
+    }
+    if (into_input.empty()) return 0;
+    auto node = std::make_shared<RecordGradient>(mark->sequence_nr, mark->edge, mark->input, hook);
+    for (const auto& [n, i] : into_input) {
+      // Written in place: set_next_edge would refuse a node that already
+      // has a parent (its topological number is fixed then). The node put
+      // in is numbered one above the input's node, below every node of the
+      // call that points to it, as a view's node would be.
+      n->next_edges()[i] = Edge(node, 0);
+    }
+    return static_cast<int>(into_input.size());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return -1;
+  }
+}
+
+const TorchAccess kAccess{kTorchAccessVersion, &ReadTensor, &InputMarkOf, &HookInput, &DropInputMark, &SameInput};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_torch_access",
                        "torch tensors read from their C++ object, for dgrr._dgrr (python/torch_access.h).",

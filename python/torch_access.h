@@ -1,6 +1,7 @@
 // What dgrr._torch_access hands dgrr._dgrr: a function that reads a torch
 // tensor's storage pointer, shape, dtype, device and contiguity from its C++
-// object (torch's at::Tensor) instead of through six Python attribute calls.
+// object (torch's at::Tensor) instead of through six Python attribute calls,
+// and the input-gradient marks of dgrr.torch's module calls (below).
 //
 // Two modules because only _torch_access is built against torch's C++
 // headers and libraries, and so is tied to the one torch build it was
@@ -18,7 +19,7 @@
 namespace dgrr {
 
 inline constexpr const char* kTorchAccessCapsule = "dgrr._torch_access.TorchAccess";
-inline constexpr uint32_t kTorchAccessVersion = 1;
+inline constexpr uint32_t kTorchAccessVersion = 2;
 inline constexpr int kTorchAccessMaxDims = 8;
 
 // A tensor as its C++ object describes it. dtype: a dgrr DType value
@@ -38,6 +39,31 @@ struct TorchAccess {
   // 1: obj is a torch.Tensor (or a subclass) and *facts describes it; 0: it
   // is not one (*facts untouched). Never raises; needs the GIL.
   int (*read)(PyObject* obj, TorchTensorFacts* facts) = nullptr;
+
+  // The gradient a module passes back to one of its inputs, caught without a
+  // view of the input (python/binding_torch_hooks.cc, ModuleCall; issue 30).
+  // Before the module's call, input_mark(x) notes the tensor's gradient edge
+  // (where its gradient goes: its grad_fn, or a leaf's accumulator) and
+  // reserves the autograd sequence number a view made there would have taken;
+  // nullptr when x is no tensor that will get a gradient (no error set).
+  // After the call, input_hook(mark, output, hook) puts one node, numbered
+  // with that sequence number, between x's edge and every edge into it from
+  // the nodes the call created (those numbered after the mark, reachable
+  // from the output's tensors: a tensor, or a tuple or list of them): the
+  // node's gradient is the sum of what the module sends x, accumulated as a
+  // view's node would accumulate it, and the node calls hook(gradient) (GIL
+  // held) before passing it on. So the graph and its order of execution are
+  // those of the view dgrr made before, without the view. Consumes the mark.
+  // Returns the number of edges it redirected, kTorchInputIsOutput when the
+  // output is x itself (the call made no node: nothing redirected; the
+  // caller hooks a view of it), or -1 with a Python error set. Needs the GIL.
+  void* (*input_mark)(PyObject* x) = nullptr;
+  int (*input_hook)(void* mark, PyObject* output, PyObject* hook) = nullptr;
+  void (*input_drop)(void* mark) = nullptr;  // a mark not handed to input_hook
+  // Whether two marks are of one gradient edge (one tensor passed twice).
+  int (*input_same)(const void* a, const void* b) = nullptr;
 };
+
+inline constexpr int kTorchInputIsOutput = -2;
 
 }  // namespace dgrr

@@ -185,6 +185,7 @@ class Run:
     # Dropout, its context set by hand, no session), off-noinst (that and a
     # session in mode off with the model's state registered, begin/end step,
     # no instrument()), MODE (the session in MODE with instrument()),
+    # MODE-hooks (MODE through torch's hooks alone, no ModuleCall),
     # full-typesonly (full's recorder as before issue 30).
     def __init__(self, variant):
         self.variant, mode = variant, variant.split("-")[0]
@@ -203,10 +204,13 @@ class Run:
             dgrr.torch.register_torch_state(self.session, self.model, self.opt)
             if not variant.endswith("-noinst"):
                 single = dgrr.torch._single_input
+                calls = dgrr.torch._MODULE_CALLS
                 if variant.endswith("-typesonly"):   # the recorder before issue 30's change
                     dgrr.torch._single_input = lambda m: isinstance(m, dgrr.torch._SINGLE_INPUT)
+                if variant.endswith("-typesonly") or variant.endswith("-hooks"):
+                    dgrr.torch._MODULE_CALLS = False   # torch's hooks, no ModuleCall
                 self.inst = dgrr.torch.instrument(self.session, self.model, self.opt)
-                dgrr.torch._single_input = single
+                dgrr.torch._single_input, dgrr.torch._MODULE_CALLS = single, calls
             self.session.resume()
         self.cpu = []
 

@@ -1,16 +1,23 @@
 """The recorder's cheap paths change no recorded bit (issue 30).
 
-Each script runs twice in this process with the same seeds: once with every
-module's input gradient recorded through torch's full backward hook (the
-plain recorder, dgrr.torch._INPUT_GRAD_VIEWS = False) and once as dgrr.torch
-records by default (views with tensor hooks on single-input modules, C++
-hook sites, record plans). The two traces must hold the same boundary
-records in the same order with the same fingerprints and example ranges
-(`dgrr inspect --json`, record for record), and `dgrr compare` must exit 0.
-The scripts: a nanoGPT-style one with gradient accumulation (its own
-LayerNorm class, dgrr Dropout, AdamW, clipping, a user's full backward hook
-on a container), one whose leaf module takes a tensor by keyword, and one
-with a two-input leaf module (on the full backward hook path either way)."""
+Each script runs three times in this process with the same seeds: with
+every module's input gradient recorded through torch's full backward hook
+and every output through torch's forward hooks (the plain recorder,
+dgrr.torch._INPUT_GRAD_VIEWS = False, _MODULE_CALLS = False), with the
+views of the input-gradient pre-hook (_MODULE_CALLS = False: the recorder
+of 2026-11-28), and as dgrr.torch records by default (a ModuleCall in place
+of torch's hook dispatch, input gradients through dgrr's node put in after
+the call, C++ hook sites, record plans). The traces must hold the same
+boundary records in the same order with the same fingerprints and example
+ranges (`dgrr inspect --json`, record for record), and `dgrr compare` must
+exit 0. The scripts: a nanoGPT-style one with gradient accumulation (its
+own LayerNorm class, dgrr Dropout, AdamW, clipping, a user's full backward
+hook on a container), one whose leaf module takes a tensor by keyword, one
+with a two-input leaf module (on the full backward hook path either way),
+and one with the awkward cases of the node path (a module returning its
+input, one using it three times, one returning a tuple, one called twice,
+an input that is a leaf tensor, a block under activation checkpointing,
+and a ReLU working in place on its input)."""
 
 import json
 import math
@@ -21,6 +28,7 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint as checkpoint
 
 import dgrr
 import dgrr.torch as dt
@@ -117,6 +125,47 @@ class TwoInputs(nn.Module):
         return self.out(self.mix(self.norm(self.a(x)), self.b(x)))
 
 
+class Square(nn.Module):
+    """Uses its input three times: three edges into it, one gradient."""
+
+    def forward(self, x):
+        return x * x + x
+
+
+class Pair(nn.Module):
+    """Returns a tuple."""
+
+    def forward(self, x):
+        return x.tanh(), x.sigmoid()
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.square = nn.Linear(6, 6), Square()
+
+    def forward(self, x):
+        return self.square(self.fc(x))
+
+
+class Awkward(nn.Module):
+    """The node path's awkward cases (see the module docstring)."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.a, self.act, self.same = nn.Linear(5, 6), nn.ReLU(inplace=inplace), nn.Identity()
+        self.square, self.pair, self.shared = Square(), Pair(), nn.Linear(6, 6)
+        self.block, self.out = Checkpointed(), nn.Linear(6, 1)
+
+    def forward(self, x):
+        h = self.act(self.a(x))
+        h = self.same(h) + self.square(h)
+        p, q = self.pair(h)
+        h = self.shared(p) + self.shared(q)
+        h = h + checkpoint.checkpoint(self.block, h, use_reentrant=False)
+        return self.out(h)
+
+
 def train_gpt(run_dir, steps=3, micro=2, batch=4):
     torch.manual_seed(3)
     model = Gpt()
@@ -144,11 +193,11 @@ def train_gpt(run_dir, steps=3, micro=2, batch=4):
     return model
 
 
-def train_small(run_dir, make, steps=3):
+def train_small(run_dir, make, steps=3, leaf_input=False):
     torch.manual_seed(4)
     model = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(6), requires_grad=leaf_input)
     with dgrr.open(run_dir=run_dir, seed=1, mode="full", resume=False) as s:
         dt.register_torch_state(s, model, opt)
         inst = dt.instrument(s, model, opt)
@@ -173,21 +222,28 @@ def boundary_records(run_dir):
             for r in json.loads(out.stdout)["records"] if r["type"] == "boundary"]
 
 
+RECORDERS = (("plain", False, False), ("views", True, False), ("default", True, True))
+
+
 def both(tmp_path, train, monkeypatch):
-    """The traces of the plain recorder and of the default one."""
+    """The models and traces of the plain recorder and of the default one
+    (the views recorder's trace checked against the plain one on the way)."""
     warnings.simplefilter("ignore")   # the controls' and torch's hook warnings
-    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", False)
-    plain_model = train(tmp_path / "plain")
-    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", True)
-    model = train(tmp_path / "default")
-    return plain_model, model, boundary_records(tmp_path / "plain"), boundary_records(tmp_path / "default")
+    models, traces = {}, {}
+    for name, views, calls in RECORDERS:
+        monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", views)
+        monkeypatch.setattr(dt, "_MODULE_CALLS", calls)
+        models[name] = train(tmp_path / name)
+        traces[name] = boundary_records(tmp_path / name)
+    assert_same(tmp_path, traces["plain"], traces["views"], "views")
+    return models["plain"], models["default"], traces["plain"], traces["default"]
 
 
-def assert_same(tmp_path, plain, default):
+def assert_same(tmp_path, plain, default, other="default"):
     assert len(plain) > 0 and len(plain) == len(default)
     for i, (a, b) in enumerate(zip(plain, default)):
-        assert a == b, f"record {i} differs:\n{a}\n{b}"
-    out = subprocess.run([CLI, "compare", str(tmp_path / "plain"), str(tmp_path / "default"), "--quiet"],
+        assert a == b, f"record {i} differs ({other}):\n{a}\n{b}"
+    out = subprocess.run([CLI, "compare", str(tmp_path / "plain"), str(tmp_path / other), "--quiet"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -195,8 +251,10 @@ def assert_same(tmp_path, plain, default):
 def test_gpt_with_gradient_accumulation(tmp_path, monkeypatch):
     plain_model, model, plain, default = both(tmp_path, train_gpt, monkeypatch)
     # The paths differ: the user's LayerNorm is on the full backward hook
-    # path in the plain recorder and on the view path by default.
+    # path in the plain recorder and on the node path by default.
     assert len(plain_model.ln1._backward_hooks) == 1 and len(model.ln1._backward_hooks) == 0
+    if dt._module_call_fits(LayerNorm(2)):
+        assert "_compiled_call_impl" in vars(model.ln1) and not model.ln1._forward_hooks
     names = [r["name"] for r in default]
     assert "ln1.grad_in.0" in names and "attn.drop.grad_in.0" in names and "loss" in names
     assert_same(tmp_path, plain, default)
@@ -217,6 +275,39 @@ def test_two_input_module(tmp_path, monkeypatch):
     names = [r["name"] for r in default]
     assert "mix.grad_in.0" in names and "mix.grad_in.1" in names and "norm.grad_in.0" in names
     assert_same(tmp_path, plain, default)
+
+
+def test_the_node_paths_awkward_cases(tmp_path, monkeypatch):
+    _, _, plain, default = both(tmp_path, lambda d: train_small(d, Awkward, leaf_input=True), monkeypatch)
+    names = [r["name"] for r in default]
+    for name in ("a.grad_in.0", "same.grad_in.0", "square.grad_in.0", "pair.grad_in.0", "pair.out.1",
+                 "block.square.grad_in.0", "act.grad_in.0"):
+        assert name in names, name
+    # shared is called twice a step; the checkpointed block runs its forward
+    # again in the backward pass, and is recorded there again.
+    assert names.count("shared.grad_in.0") == 2 * names.count("loss")
+    assert names.count("block.fc.out") == 2 * names.count("loss")
+    assert_same(tmp_path, plain, default)
+
+
+def test_a_module_working_in_place_on_its_input(tmp_path, monkeypatch):
+    """ReLU(inplace=True) rewrites its input: torch's full backward hook
+    refuses that, and the gradient hook of a view of the input is lost when
+    the view's history is rewritten (the views recorder records no
+    `act.grad_in.0`). dgrr's node sits below the in-place operation: the
+    trace is the one of the same model with ReLU(inplace=False)."""
+    warnings.simplefilter("ignore")
+    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", False)
+    monkeypatch.setattr(dt, "_MODULE_CALLS", False)
+    train_small(tmp_path / "plain", Awkward, leaf_input=True)
+    monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", True)
+    monkeypatch.setattr(dt, "_MODULE_CALLS", True)
+    model = train_small(tmp_path / "default", lambda: Awkward(inplace=True), leaf_input=True)
+    if not dt._module_call_fits(model.act):
+        return  # torch < 2.1: the views recorder, which loses it
+    default = boundary_records(tmp_path / "default")
+    assert "act.grad_in.0" in [r["name"] for r in default]
+    assert_same(tmp_path, boundary_records(tmp_path / "plain"), default)
 
 
 def test_decorated_or_variadic_forward_keeps_the_full_hook():

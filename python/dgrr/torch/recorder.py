@@ -292,6 +292,63 @@ class _KeywordInputGradHook:
         return (_dgrr.InertHook, ())
 
 
+# Tests set this False to record through torch's hooks alone (the
+# reference _ModuleCall must reproduce record for record).
+_MODULE_CALLS = True
+
+
+def _module_call_fits(module):
+    """Whether a module's call can go through a _ModuleCall: torch >= 2.1
+    (Module.__call__ is _wrapped_call_impl, which calls an instance's
+    _compiled_call_impl when one is set), a class that keeps that __call__
+    (torch.compile's OptimizedModule has its own), no _compiled_call_impl
+    already (Module.compile() in place), and no forward hooks or pre-hooks
+    placed before dgrr's, on the module or on every module (torch's global
+    ones): those ran before dgrr's hooks, and a pre-hook that replaces the
+    input, or a forward hook that replaces the output, would change what
+    is recorded if they ran after the ModuleCall's view (or before its
+    output record). Hooks placed after instrument() run inside the
+    ModuleCall: after its views, as they ran after dgrr's pre-hook, and
+    before its output record (with torch's hooks dgrr's forward hook ran
+    first: a later forward hook that replaces the output is recorded with
+    the replacement now)."""
+    wrapped = getattr(_torch.nn.Module, "_wrapped_call_impl", None)
+    if wrapped is None or "_compiled_call_impl" not in vars(_torch.nn.Module):
+        return False
+    from torch.nn.modules import module as _module_impl
+    return (type(module).__call__ is wrapped
+            and module.__dict__.get("_compiled_call_impl") is None
+            and not module._forward_hooks and not module._forward_pre_hooks
+            and not getattr(_module_impl, "_global_forward_hooks", None)
+            and not getattr(_module_impl, "_global_forward_pre_hooks", None))
+
+
+class _ModuleCall:
+    """A recorded module's call without torch's hook dispatch (issue 30): a
+    module with any hook leaves Module._call_impl's fast path for a loop over
+    its hook dicts, which cost more than dgrr's hooks themselves on a small
+    model. torch's Module.__call__ calls an instance's `_compiled_call_impl`
+    when one is set (Module.compile() sets it), so dgrr sets it to a
+    dgrr._dgrr.ModuleCall (python/binding_torch_hooks.cc): the input views of
+    the input-gradient pre-hook, the module's own _call_impl (its forward and
+    any hooks others placed, on torch's path), then the output's record of the
+    forward hook; the same tensors recorded at the same points of the forward
+    and backward passes. Module.__getstate__ drops `_compiled_call_impl`, so a
+    deep copy or a pickled model is not recorded, as with the hooks. Its
+    remove() is a hook handle's: it puts the module back as it was."""
+
+    def __init__(self, inst, name, kind, module, output, input_grads):
+        self._module = _weakref.ref(module)
+        self._call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
+                                      input_grads and _direct_tensor_hooks())
+        module._compiled_call_impl = self._call
+
+    def remove(self):
+        module = self._module()
+        if module is not None and module.__dict__.get("_compiled_call_impl") is self._call:
+            del module._compiled_call_impl
+
+
 class _Mark:
     """What an instrumented model carries (as _INSTRUMENTED): its
     Instrumentation, which the model so keeps alive while it is, and by
@@ -339,15 +396,19 @@ class Instrumentation:
         records_backward = backward and session.records("backward", "other")
         for name, module in _select_modules(model, modules):
             kind = _kind_of(module)
-            if session.records("forward", kind):
-                self._handles.append(
-                    module.register_forward_hook(self._forward_hook(name, kind, module)))
-            if not records_backward:
-                continue
-            if _single_input(module):
-                self._handles.append(
-                    module.register_forward_pre_hook(self._input_grad_hook(name, module)))
+            output = session.records("forward", kind)
+            single = records_backward and _single_input(module)
+            if (output or single) and _MODULE_CALLS and _module_call_fits(module):
+                # Both in one call instead of torch's hooks (_ModuleCall).
+                self._handles.append(_ModuleCall(self, name, kind, module, output, single))
             else:
+                if output:
+                    self._handles.append(
+                        module.register_forward_hook(self._forward_hook(name, kind, module)))
+                if single:
+                    self._handles.append(
+                        module.register_forward_pre_hook(self._input_grad_hook(name, module)))
+            if records_backward and not single:
                 self._handles.append(
                     module.register_full_backward_hook(self._backward_hook(name, module)))
                 if _KWARGS_HOOKS and _takes_keywords(module):
