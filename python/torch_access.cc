@@ -58,46 +58,76 @@ using torch::autograd::Edge;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
+// Hands a gradient to a dgrr hook (a Site's `record`), with the GIL; a
+// Python error the hook raises reaches the caller of backward(), as from
+// torch's own tensor hooks.
+void CallHook(PyObject* hook, const at::Tensor& grad) {
+  if (!grad.defined()) return;
+  pybind11::gil_scoped_acquire gil;
+  PyObject* wrapped = THPVariable_Wrap(grad);
+  PyObject* result = wrapped == nullptr ? nullptr : PyObject_CallOneArg(hook, wrapped);
+  Py_XDECREF(wrapped);
+  if (result == nullptr) {
+    ::python_error error;
+    error.persist();
+    throw error;
+  }
+  Py_DECREF(result);
+}
+
+// Holds a Python object; lets go of it with the GIL, from whichever thread
+// frees the graph, and not at all once the interpreter is gone.
+class HookRef {
+ public:
+  explicit HookRef(PyObject* hook) : hook_(hook) { Py_INCREF(hook_); }
+  HookRef(const HookRef&) = delete;
+  HookRef& operator=(const HookRef&) = delete;
+  ~HookRef() {
+    if (!Py_IsInitialized()) return;
+    pybind11::gil_scoped_acquire gil;
+    Py_DECREF(hook_);
+  }
+  PyObject* get() const { return hook_; }
+
+ private:
+  PyObject* hook_;
+};
+
+// When one edge alone leads from the call's nodes into the input, the
+// gradient on it is the module's whole gradient for the input: a post hook
+// of the node that sends it reads it there, with no node added.
+class RecordEdgeGradient final : public torch::autograd::FunctionPostHook {
+ public:
+  RecordEdgeGradient(size_t edge, PyObject* hook) : edge_(edge), hook_(hook) {}
+
+  variable_list operator()(const variable_list& outputs, const variable_list&) override {
+    if (edge_ < outputs.size()) CallHook(hook_.get(), outputs[edge_]);
+    return outputs;
+  }
+
+ private:
+  size_t edge_;
+  HookRef hook_;
+};
+
 // The node input_hook puts between a module and its input (torch_access.h):
 // it passes the gradient on unchanged, after handing it to the hook.
 class RecordGradient final : public Node {
  public:
   RecordGradient(uint64_t sequence_nr, Edge next, const at::Tensor& input, PyObject* hook)
       : Node(sequence_nr, torch::autograd::edge_list{std::move(next)}), hook_(hook) {
-    Py_INCREF(hook_);
     add_input_metadata(input);
-  }
-
-  ~RecordGradient() override {
-    // Graphs are freed on whichever thread lets go of them last, with or
-    // without the GIL; not at all once the interpreter is gone.
-    if (!Py_IsInitialized()) return;
-    pybind11::gil_scoped_acquire gil;
-    Py_DECREF(hook_);
   }
 
   std::string name() const override { return "dgrr::RecordGradient"; }
 
   variable_list apply(variable_list&& grads) override {
-    if (!grads.empty() && grads[0].defined()) {
-      pybind11::gil_scoped_acquire gil;
-      PyObject* grad = THPVariable_Wrap(grads[0]);
-      PyObject* result = grad == nullptr ? nullptr : PyObject_CallOneArg(hook_, grad);
-      Py_XDECREF(grad);
-      if (result == nullptr) {
-        // As torch's own tensor hooks fail: the engine hands the Python
-        // error to the caller of backward().
-        ::python_error error;
-        error.persist();
-        throw error;
-      }
-      Py_DECREF(result);
-    }
+    if (!grads.empty()) CallHook(hook_.get(), grads[0]);
     return std::move(grads);
   }
 
  private:
-  PyObject* hook_;
+  HookRef hook_;
 };
 
 struct InputMark {
@@ -184,6 +214,11 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* hook) {
       }
     }
     if (into_input.empty()) return 0;
+    if (into_input.size() == 1) {
+      auto [n, i] = into_input[0];
+      n->add_post_hook(std::make_unique<RecordEdgeGradient>(i, hook));
+      return 1;
+    }
     auto node = std::make_shared<RecordGradient>(mark->sequence_nr, mark->edge, mark->input, hook);
     for (const auto& [n, i] : into_input) {
       // Written in place: set_next_edge would refuse a node that already
