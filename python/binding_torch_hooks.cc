@@ -35,6 +35,15 @@ py::object WeakModule(const py::object& module) {
   return module.is_none() ? py::none() : py::object(py::weakref(module));
 }
 
+// An Instrumentation's `examples` (first, count), kept in C++ so that each
+// record reads it without a Python attribute call
+// (python/dgrr/torch/recorder.py: Instrumentation.examples is a property
+// over it).
+struct PyExamples {
+  uint64_t first = 0;
+  uint32_t count = 0;
+};
+
 // What dgrr.torch's hooks hold of their Instrumentation: a weak reference
 // (the model holds its hooks, and a strong reference back would keep the
 // model alive through an object Python's collector cannot see into), and
@@ -60,18 +69,32 @@ class HookOwner {
   // Hooks record only inside a step of an open session (PySession::InStep).
   bool InStep() { return Session().InStep(); }
 
+  // The Instrumentation's examples now.
+  std::pair<uint64_t, uint32_t> Examples() {
+    if (examples_ == nullptr) {
+      static PyObject* const kCell = PyUnicode_InternFromString("_examples_cell");
+      examples_object_ = py::reinterpret_steal<py::object>(PyObject_GetAttr(Instrumentation().ptr(), kCell));
+      if (!examples_object_) throw py::error_already_set();
+      examples_ = examples_object_.cast<PyExamples*>();
+    }
+    return {examples_->first, examples_->count};
+  }
+
  private:
   py::weakref inst_;
   py::object session_object_;  // keeps session_ alive
   PySession* session_ = nullptr;
+  py::object examples_object_;  // keeps examples_ alive
+  PyExamples* examples_ = nullptr;
 };
 
 // One boundary dgrr.torch's hooks record under
 // (python/dgrr/torch/recorder.py): the tensor hook of an input gradient is
 // its bound `record`, a module's forward hook its bound `forward_hook`, so
-// torch calls into C++ with no Python frame between. The boundary is declared by the Instrumentation on the first
-// record (Instrumentation._boundary), and each record reads the
-// Instrumentation's `examples` then. The Instrumentation is held weakly
+// torch calls into C++ with no Python frame between. The boundary is
+// declared by the Instrumentation on the first record
+// (Instrumentation._boundary), and each record reads the Instrumentation's
+// `examples` then (from its PyExamples). The Instrumentation is held weakly
 // (HookOwner).
 class PySite {
  public:
@@ -86,7 +109,7 @@ class PySite {
     if (!owner_.InStep()) return;
     if (!boundary_) Declare();
     if (!boundary_->handle.recorded) return;
-    const auto [first, count] = Examples();
+    const auto [first, count] = owner_.Examples();
     TensorView view;
     if (!FastViewTorch(tensor, view)) {
       py::object t = py::reinterpret_borrow<py::object>(tensor);
@@ -118,14 +141,6 @@ class PySite {
   void Declare() {
     py::object boundary = owner_.Instrumentation().attr("_boundary")(name_, phase_, kind_);
     boundary_ = boundary.cast<PyBoundary>();
-  }
-
-  std::pair<uint64_t, uint32_t> Examples() {
-    static PyObject* const kExamples = PyUnicode_InternFromString("examples");
-    auto examples = py::reinterpret_steal<py::object>(PyObject_GetAttr(owner_.Instrumentation().ptr(), kExamples));
-    if (!examples) throw py::error_already_set();
-    auto pair = examples.cast<std::pair<uint64_t, uint32_t>>();
-    return pair;
   }
 
   HookOwner owner_;
@@ -255,24 +270,32 @@ class PyModuleCall {
   PyModuleCall(const py::object& module_object, std::optional<PySite> output, std::optional<PyInputGradHook> input)
       : module_ref_(WeakModule(module_object)), output_(std::move(output)), input_(std::move(input)) {}
 
-  py::object Call(const py::args& args, const py::kwargs& kwargs) {
-    static PyObject* const kCallImpl = PyUnicode_InternFromString("_call_impl");
+  // The call, with its arguments as Python's vectorcall hands them over.
+  py::object Call(PyObject* const* args, size_t nargs, PyObject* kwnames) {
     PyObject* module = PyWeakref_GetObject(module_ref_.ptr());
     if (module == nullptr) throw py::error_already_set();
     if (module == Py_None) Throw(Status::FailedPrecondition("dgrr.torch: the module of this call is gone"));
     py::handle module_handle(module);
-    py::object call_args = args;
     Marks marks;
-    if (input_ && input_->Active(module_handle)) {
-      if (!MarkInputs(args, marks)) {
-        py::object wrapped = input_->Call(module_handle, args);
-        if (!wrapped.is_none()) call_args = std::move(wrapped);
+    py::object wrapped;  // the views' arguments, when the views' path is taken
+    if (input_ && input_->Active(module_handle) && !MarkInputs(args, nargs, marks)) {
+      auto positional = py::reinterpret_steal<py::tuple>(PyTuple_New(static_cast<Py_ssize_t>(nargs)));
+      if (!positional) throw py::error_already_set();
+      for (size_t i = 0; i < nargs; ++i) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(positional.ptr(), static_cast<Py_ssize_t>(i), args[i]);
       }
+      py::object views = input_->Call(module_handle, positional);
+      if (!views.is_none()) wrapped = std::move(views);
     }
-    auto impl = py::reinterpret_steal<py::object>(PyObject_GetAttr(module, kCallImpl));
-    if (!impl) throw py::error_already_set();
-    auto output = py::reinterpret_steal<py::object>(
-        PyObject_Call(impl.ptr(), call_args.ptr(), kwargs.size() == 0 ? nullptr : kwargs.ptr()));
+    std::vector<PyObject*> call_args;  // the views and the keyword values after them
+    if (wrapped) {
+      const size_t nkw = kwnames == nullptr ? 0 : static_cast<size_t>(PyTuple_GET_SIZE(kwnames));
+      for (size_t i = 0; i < nargs; ++i) call_args.push_back(PyTuple_GET_ITEM(wrapped.ptr(), static_cast<Py_ssize_t>(i)));
+      for (size_t i = 0; i < nkw; ++i) call_args.push_back(args[nargs + i]);
+      args = call_args.data();
+    }
+    auto output = py::reinterpret_steal<py::object>(CallModule(module, args, nargs, kwnames));
     if (!output) throw py::error_already_set();
     for (auto& [index, mark] : marks.list) {
       const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), input_->RecordHook(index).ptr());
@@ -281,11 +304,79 @@ class PyModuleCall {
       // so the caller gets a view of it that records, as before.
       if (rc == kTorchInputIsOutput) output = input_->Hooked(output, index);
     }
-    if (output_) output_->ForwardHook(module_handle, call_args, output);
+    if (output_) output_->ForwardHook(module_handle, py::none(), output);
     return output;
   }
 
  private:
+  // torch's Module._call_impl does no more than call forward when neither
+  // the module nor every module has a hook and no TorchScript trace is being
+  // taken: then forward is called here directly (a Python frame less a
+  // call); otherwise _call_impl. The names are resolved once; a torch
+  // without them gets _call_impl always.
+  struct CallImplFacts {
+    bool known = false;
+    PyObject* tracing_state = nullptr;       // torch._C._get_tracing_state
+    std::vector<PyObject*> global_hooks;     // torch.nn.modules.module._global_*_hooks
+  };
+
+  static const CallImplFacts& Facts() {
+    static const CallImplFacts facts = [] {
+      CallImplFacts f;
+      try {
+        py::module_ module_impl = py::module_::import("torch.nn.modules.module");
+        for (const char* name : {"_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_hooks",
+                                 "_global_forward_pre_hooks"}) {
+          f.global_hooks.push_back(py::object(module_impl.attr(name)).release().ptr());
+        }
+        f.tracing_state = py::object(py::module_::import("torch._C").attr("_get_tracing_state")).release().ptr();
+        f.known = true;
+      } catch (const py::error_already_set&) {
+        f.known = false;  // (the references taken stay: a few objects)
+      }
+      return f;
+    }();
+    return facts;
+  }
+
+  // Whether `obj` is a non-empty container (a hook dict), -1 on error.
+  static int NonEmpty(PyObject* obj) { return PyObject_IsTrue(obj); }
+
+  static bool NoHooks(PyObject* module) {
+    static PyObject* const kNames[] = {
+        PyUnicode_InternFromString("_backward_hooks"), PyUnicode_InternFromString("_backward_pre_hooks"),
+        PyUnicode_InternFromString("_forward_hooks"), PyUnicode_InternFromString("_forward_pre_hooks")};
+    const CallImplFacts& facts = Facts();
+    if (!facts.known) return false;
+    for (PyObject* name : kNames) {
+      auto hooks = py::reinterpret_steal<py::object>(PyObject_GetAttr(module, name));
+      if (!hooks) throw py::error_already_set();
+      const int any = NonEmpty(hooks.ptr());
+      if (any != 0) {
+        if (any < 0) throw py::error_already_set();
+        return false;
+      }
+    }
+    for (PyObject* hooks : facts.global_hooks) {
+      const int any = NonEmpty(hooks);
+      if (any != 0) {
+        if (any < 0) throw py::error_already_set();
+        return false;
+      }
+    }
+    auto tracing = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(facts.tracing_state));
+    if (!tracing) throw py::error_already_set();
+    return tracing.is_none();
+  }
+
+  static PyObject* CallModule(PyObject* module, PyObject* const* args, size_t nargs, PyObject* kwnames) {
+    static PyObject* const kForward = PyUnicode_InternFromString("forward");
+    static PyObject* const kCallImpl = PyUnicode_InternFromString("_call_impl");
+    auto callable = py::reinterpret_steal<py::object>(PyObject_GetAttr(module, NoHooks(module) ? kForward : kCallImpl));
+    if (!callable) throw py::error_already_set();
+    return PyObject_Vectorcall(callable.ptr(), args, nargs, kwnames);
+  }
+
   // The marks of a call's inputs (torch_access.h), dropped if the call fails.
   struct Marks {
     std::vector<std::pair<size_t, void*>> list;  // (tensor input index, mark)
@@ -302,10 +393,11 @@ class PyModuleCall {
   // that cannot be done for this call: no _torch_access of that version, or
   // one tensor passed twice (each occurrence has a gradient of its own,
   // which only views tell apart); the views of InputGradHook then.
-  static bool MarkInputs(const py::args& args, Marks& marks) {
+  static bool MarkInputs(PyObject* const* args, size_t nargs, Marks& marks) {
     if (g_torch_access == nullptr || g_torch_access->input_mark == nullptr) return false;
     size_t index = 0;
-    for (const py::handle& x : args) {
+    for (size_t a = 0; a < nargs; ++a) {
+      py::handle x(args[a]);
       if (!PyInputGradHook::IsTensor(x)) continue;
       void* mark = g_torch_access->input_mark(x.ptr());
       if (mark != nullptr) {
@@ -322,11 +414,30 @@ class PyModuleCall {
     return true;
   }
 
- private:
   py::object module_ref_;  // weak reference to the module it serves
   std::optional<PySite> output_;
   std::optional<PyInputGradHook> input_;
 };
+
+// What a module's _compiled_call_impl is set to: a builtin function whose
+// self is the ModuleCall, called by vectorcall (no argument tuple made).
+PyObject* ModuleCallEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  try {
+    auto* call = py::handle(self).cast<PyModuleCall*>();
+    return call->Call(args, static_cast<size_t>(PyVectorcall_NARGS(nargsf)), kwnames).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef kModuleCallEntry = {"dgrr_module_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ModuleCallEntry)),
+                                METH_FASTCALL | METH_KEYWORDS,
+                                "A module's call recorded by dgrr.torch (python/binding_torch_hooks.cc, ModuleCall)."};
 
 }  // namespace
 
@@ -362,6 +473,14 @@ void BindTorchHooks(py::module_& m) {
       .def("__deepcopy__", same_hook)
       .def("__reduce__", inert_hook);
 
+  py::class_<PyExamples>(m, "Examples", "An Instrumentation's examples (first, count), read by its hooks in C++.")
+      .def(py::init<>())
+      .def("get", [](const PyExamples& e) { return py::make_tuple(e.first, e.count); })
+      .def("set", [](PyExamples& e, uint64_t first, uint32_t count) {
+        e.first = first;
+        e.count = count;
+      }, py::arg("first"), py::arg("count"));
+
   py::class_<PyModuleCall>(
       m, "ModuleCall",
       "A recorded module's call in place of torch's hook dispatch, set as its _compiled_call_impl "
@@ -376,9 +495,9 @@ void BindTorchHooks(py::module_& m) {
            }),
            py::arg("inst"), py::arg("name"), py::arg("kind"), py::arg("module_object"), py::arg("output"),
            py::arg("input_grads"), py::arg("direct"))
-      .def("__call__", &PyModuleCall::Call)
-      .def("__deepcopy__", [](const py::object&, const py::object&) { return py::none(); })
-      .def("__reduce__", [](const py::object&) { return py::make_tuple(py::type::of(py::none()), py::tuple()); });
+      .def("entry", [](const py::object& self) {
+        return py::reinterpret_steal<py::object>(PyCFunction_New(&kModuleCallEntry, self.ptr()));
+      }, "The builtin function to set as the module's _compiled_call_impl.");
 }
 
 }  // namespace dgrr::python

@@ -329,23 +329,31 @@ class _ModuleCall:
     its hook dicts, which cost more than dgrr's hooks themselves on a small
     model. torch's Module.__call__ calls an instance's `_compiled_call_impl`
     when one is set (Module.compile() sets it), so dgrr sets it to a
-    dgrr._dgrr.ModuleCall (python/binding_torch_hooks.cc): the input views of
-    the input-gradient pre-hook, the module's own _call_impl (its forward and
-    any hooks others placed, on torch's path), then the output's record of the
-    forward hook; the same tensors recorded at the same points of the forward
-    and backward passes. Module.__getstate__ drops `_compiled_call_impl`, so a
+    dgrr._dgrr.ModuleCall (python/binding_torch_hooks.cc): it marks the
+    inputs that will get a gradient, calls the module (its forward directly
+    when no hook of anyone's is placed and no TorchScript trace is taken, as
+    Module._call_impl does then; _call_impl otherwise), catches each marked
+    input's gradient where the call's autograd nodes send it (a post hook of
+    the one node that does, or dgrr's node where several do: _torch_access,
+    python/torch_access.h), and records the output: the tensors of the
+    input-gradient pre-hook and the forward hook, recorded at the same
+    points of the forward and backward passes. Without _torch_access (a torch
+    other than the one dgrr was built against) the inputs get the pre-hook's
+    views. Module.__getstate__ drops `_compiled_call_impl`, so a
     deep copy or a pickled model is not recorded, as with the hooks. Its
     remove() is a hook handle's: it puts the module back as it was."""
 
     def __init__(self, inst, name, kind, module, output, input_grads):
         self._module = _weakref.ref(module)
-        self._call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
-                                      input_grads and _direct_tensor_hooks())
-        module._compiled_call_impl = self._call
+        call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
+                                input_grads and _direct_tensor_hooks())
+        # A builtin function bound to the ModuleCall (called by vectorcall).
+        self._entry = call.entry()
+        module._compiled_call_impl = self._entry
 
     def remove(self):
         module = self._module()
-        if module is not None and module.__dict__.get("_compiled_call_impl") is self._call:
+        if module is not None and module.__dict__.get("_compiled_call_impl") is self._entry:
             del module._compiled_call_impl
 
 
@@ -381,6 +389,7 @@ class Instrumentation:
         # The examples of the step's batch, for the forward and backward
         # records: set it each step when the batch's global example indices
         # are known (first, count); (0, 0): not declared.
+        self._examples_cell = _dgrr.Examples()
         self.examples = (0, 0)
         self._boundaries = {}
         self._handles = []
@@ -416,6 +425,21 @@ class Instrumentation:
                         _KeywordInputGradHook(self, name, module), with_kwargs=True))
         if optimizer is not None:
             self._hook_optimizer(optimizer)
+
+    @property
+    def examples(self):
+        """(first, count): the global indices of the examples the records
+        made now are of. Kept in C++ (a dgrr._dgrr.Examples) for the hooks."""
+        return self._examples_cell.get()
+
+    @examples.setter
+    def examples(self, value):
+        first, count = value
+        first, count = int(first), int(count)
+        if first < 0 or not 0 <= count < 2 ** 32:
+            raise InvalidArgumentError(
+                f"dgrr.torch: examples ({first}, {count}): first >= 0 and 0 <= count < 2**32")
+        self._examples_cell.set(first, count)
 
     def begin_step(self, step, examples=None):
         """session.begin_step(step), and the step's batch: examples =
