@@ -140,6 +140,13 @@ void ViewTorch(const py::handle& obj, const std::string& what, TensorView& view,
 // in few Python calls (or none, through dgrr._torch_access); false for
 // anything else, which then goes the slow way.
 bool FastViewTorch(const py::handle& obj, TensorView& view);
+// The same from a tensor's facts read by dgrr._torch_access (the tensor
+// kept alive by the caller).
+bool FastViewFromTorchFacts(const TorchTensorFacts& facts, TensorView& view);
+
+// dgrr._torch_access's recorder of a gradient for a dgrr._dgrr.Site
+// (TorchAccess::set_grad_recorder; binding_torch_hooks.cc).
+int RecordGradientFacts(PyObject* site, const TorchTensorFacts* grad);
 
 bool LooksLikeTorchTensor(const py::handle& obj);
 

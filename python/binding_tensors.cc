@@ -112,11 +112,13 @@ void UseTorchAccess(const py::capsule& capsule) {
     ThrowInvalid(std::string("_use_torch_access: not a ") + kTorchAccessCapsule + " capsule");
   }
   const auto* access = capsule.get_pointer<const TorchAccess>();
-  if (access == nullptr || access->version != kTorchAccessVersion || access->read == nullptr) {
+  if (access == nullptr || access->version != kTorchAccessVersion || access->read == nullptr ||
+      access->set_grad_recorder == nullptr) {
     ThrowInvalid("_use_torch_access: a torch access of another version (rebuild dgrr)");
   }
   TorchTensorType();  // the names the Python path reads with (a plan keeps each tensor's dtype object)
   g_torch_access = access;
+  access->set_grad_recorder(&RecordGradientFacts);
 }
 
 // The fast path through the C++ object: what FastViewTorch accepts.
@@ -242,6 +244,10 @@ PyObject* TorchTensorType() {
     g_torch.data_ptr = Interned("data_ptr");
   }
   return g_torch.tensor_type;
+}
+
+bool FastViewFromTorchFacts(const TorchTensorFacts& facts, TensorView& view) {
+  return FastViewFromFacts(py::none(), facts, view);
 }
 
 bool FastViewTorch(const py::handle& obj, TensorView& view) {

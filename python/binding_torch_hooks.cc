@@ -103,6 +103,20 @@ class PySite {
       : owner_(inst), name_(std::move(name)), phase_(std::move(phase)), kind_(std::move(kind)),
         module_(std::move(module)), module_ref_(WeakModule(module_object)) {}
 
+  // A gradient from dgrr._torch_access (RecordGradientFacts): recorded as
+  // Record would record the tensor; false where Record's slower path is
+  // needed (a tensor not read in place).
+  bool RecordFacts(const TorchTensorFacts& facts) {
+    if (!owner_.InStep()) return true;
+    if (!boundary_) Declare();
+    if (!boundary_->handle.recorded) return true;
+    TensorView view;
+    if (!FastViewFromTorchFacts(facts, view)) return false;
+    const auto [first, count] = owner_.Examples();
+    owner_.Session().RecordView(*boundary_, view, first, count);
+    return true;
+  }
+
   void Record(const py::handle& tensor) {
     // Outside a step (an evaluation between steps, or after the session
     // closed) nothing is recorded.
@@ -197,13 +211,19 @@ class PyInputGradHook {
     return is_tensor == 1;
   }
 
-  // Site.record of the index-th tensor input.
-  py::object RecordHook(size_t index) {
-    while (records_.size() <= index) {
-      py::object site = py::cast(PySite(owner_.Instrumentation(), module_ + ".grad_in." + std::to_string(records_.size()),
+  // The Site of the index-th tensor input, and its bound `record`.
+  const py::object& SiteOf(size_t index) {
+    while (sites_.size() <= index) {
+      py::object site = py::cast(PySite(owner_.Instrumentation(), module_ + ".grad_in." + std::to_string(sites_.size()),
                                         "backward", "other", ""));
       records_.push_back(site.attr("record"));
+      sites_.push_back(std::move(site));
     }
+    return sites_[index];
+  }
+
+  py::object RecordHook(size_t index) {
+    SiteOf(index);
     return records_[index];
   }
 
@@ -252,7 +272,8 @@ class PyInputGradHook {
   std::string module_;
   py::object module_ref_;  // weak reference to the module it serves
   bool direct_;
-  std::vector<py::object> records_;  // Site.record of each tensor input, made on first use
+  std::vector<py::object> sites_;    // the Site of each tensor input, made on first use
+  std::vector<py::object> records_;  // and its bound `record`
 };
 
 // What a module dgrr.torch records calls in place of torch's hook dispatch
@@ -298,7 +319,7 @@ class PyModuleCall {
     auto output = py::reinterpret_steal<py::object>(CallModule(module, args, nargs, kwnames));
     if (!output) throw py::error_already_set();
     for (auto& [index, mark] : marks.list) {
-      const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), input_->RecordHook(index).ptr());
+      const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), input_->SiteOf(index).ptr());
       if (rc == -1) throw py::error_already_set();
       // The module returned its input: no node of its own to stand between,
       // so the caller gets a view of it that records, as before.
@@ -440,6 +461,19 @@ PyMethodDef kModuleCallEntry = {"dgrr_module_call", reinterpret_cast<PyCFunction
                                 "A module's call recorded by dgrr.torch (python/binding_torch_hooks.cc, ModuleCall)."};
 
 }  // namespace
+
+int RecordGradientFacts(PyObject* site, const TorchTensorFacts* grad) {
+  try {
+    return py::handle(site).cast<PySite&>().RecordFacts(*grad) ? 1 : 0;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return -1;
+}
 
 void BindTorchHooks(py::module_& m) {
   // What a pickled dgrr.torch hook loads as (see PyInertHook).

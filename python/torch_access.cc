@@ -36,9 +36,7 @@ uint8_t DTypeOf(c10::ScalarType type) {
   }
 }
 
-int ReadTensor(PyObject* obj, TorchTensorFacts* facts) {
-  if (!THPVariable_Check(obj)) return 0;
-  const at::Tensor& t = THPVariable_Unpack(obj);
+void FactsOf(const at::Tensor& t, TorchTensorFacts* facts) {
   facts->strided = t.layout() == c10::kStrided;
   facts->cpu = t.device().is_cpu();
   facts->dtype = DTypeOf(t.scalar_type());
@@ -51,6 +49,11 @@ int ReadTensor(PyObject* obj, TorchTensorFacts* facts) {
     facts->contiguous = t.is_contiguous();
     facts->data = t.data_ptr();
   }
+}
+
+int ReadTensor(PyObject* obj, TorchTensorFacts* facts) {
+  if (!THPVariable_Check(obj)) return 0;
+  FactsOf(THPVariable_Unpack(obj), facts);
   return 1;
 }
 
@@ -58,21 +61,37 @@ using torch::autograd::Edge;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-// Hands a gradient to a dgrr hook (a Site's `record`), with the GIL; a
-// Python error the hook raises reaches the caller of backward(), as from
-// torch's own tensor hooks.
-void CallHook(PyObject* hook, const at::Tensor& grad) {
+int (*g_grad_recorder)(PyObject* site, const TorchTensorFacts* grad) = nullptr;
+
+void SetGradRecorder(int (*recorder)(PyObject* site, const TorchTensorFacts* grad)) { g_grad_recorder = recorder; }
+
+// Hands a gradient to a site (dgrr._dgrr.Site), with the GIL: to the
+// recorder _dgrr installed, or to the site's `record` where it declines (a
+// tensor it does not read in place: not dense, not contiguous, not on the
+// CPU). A Python error the record raises reaches the caller of backward(),
+// as from torch's own tensor hooks.
+void CallHook(PyObject* site, const at::Tensor& grad) {
+  static PyObject* const kRecord = PyUnicode_InternFromString("record");
   if (!grad.defined()) return;
   pybind11::gil_scoped_acquire gil;
-  PyObject* wrapped = THPVariable_Wrap(grad);
-  PyObject* result = wrapped == nullptr ? nullptr : PyObject_CallOneArg(hook, wrapped);
-  Py_XDECREF(wrapped);
-  if (result == nullptr) {
+  int rc = 0;
+  if (g_grad_recorder != nullptr) {
+    TorchTensorFacts facts;
+    FactsOf(grad, &facts);
+    rc = g_grad_recorder(site, &facts);
+  }
+  if (rc == 0) {
+    PyObject* wrapped = THPVariable_Wrap(grad);
+    PyObject* result = wrapped == nullptr ? nullptr : PyObject_CallMethodOneArg(site, kRecord, wrapped);
+    Py_XDECREF(wrapped);
+    rc = result == nullptr ? -1 : 1;
+    Py_XDECREF(result);
+  }
+  if (rc < 0) {
     ::python_error error;
     error.persist();
     throw error;
   }
-  Py_DECREF(result);
 }
 
 // Holds a Python object; lets go of it with the GIL, from whichever thread
@@ -160,7 +179,7 @@ int SameInput(const void* a, const void* b) {
 // whole block, say) some hundreds. Past this the call is left alone.
 constexpr size_t kMaxRegionNodes = 1 << 16;
 
-int HookInput(void* mark_ptr, PyObject* output, PyObject* hook) {
+int HookInput(void* mark_ptr, PyObject* output, PyObject* site) {
   std::unique_ptr<InputMark> mark(static_cast<InputMark*>(mark_ptr));
   try {
     const uint64_t end = at::sequence_number::peek();
@@ -216,10 +235,10 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* hook) {
     if (into_input.empty()) return 0;
     if (into_input.size() == 1) {
       auto [n, i] = into_input[0];
-      n->add_post_hook(std::make_unique<RecordEdgeGradient>(i, hook));
+      n->add_post_hook(std::make_unique<RecordEdgeGradient>(i, site));
       return 1;
     }
-    auto node = std::make_shared<RecordGradient>(mark->sequence_nr, mark->edge, mark->input, hook);
+    auto node = std::make_shared<RecordGradient>(mark->sequence_nr, mark->edge, mark->input, site);
     for (const auto& [n, i] : into_input) {
       // Written in place: set_next_edge would refuse a node that already
       // has a parent (its topological number is fixed then). The node put
@@ -234,7 +253,8 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* hook) {
   }
 }
 
-const TorchAccess kAccess{kTorchAccessVersion, &ReadTensor, &InputMarkOf, &HookInput, &DropInputMark, &SameInput};
+const TorchAccess kAccess{kTorchAccessVersion, &ReadTensor, &InputMarkOf, &HookInput, &DropInputMark, &SameInput,
+                          &SetGradRecorder};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_torch_access",
                        "torch tensors read from their C++ object, for dgrr._dgrr (python/torch_access.h).",

@@ -46,22 +46,29 @@ struct TorchAccess {
   // (where its gradient goes: its grad_fn, or a leaf's accumulator) and
   // reserves the autograd sequence number a view made there would have taken;
   // nullptr when x is no tensor that will get a gradient (no error set).
-  // After the call, input_hook(mark, output, hook) puts one node, numbered
-  // with that sequence number, between x's edge and every edge into it from
-  // the nodes the call created (those numbered after the mark, reachable
-  // from the output's tensors: a tensor, or a tuple or list of them): the
-  // node's gradient is the sum of what the module sends x, accumulated as a
-  // view's node would accumulate it, and the node calls hook(gradient) (GIL
-  // held) before passing it on. So the graph and its order of execution are
-  // those of the view dgrr made before, without the view. Consumes the mark.
-  // Returns the number of edges it redirected, kTorchInputIsOutput when the
-  // output is x itself (the call made no node: nothing redirected; the
-  // caller hooks a view of it), or -1 with a Python error set. Needs the GIL.
+  // After the call, input_hook(mark, output, site) finds the edges into x's
+  // edge from the nodes the call created (those numbered after the mark,
+  // reachable from the output's tensors: a tensor, or a tuple or list of
+  // them). One edge: a post hook of the node that sends it hands the
+  // gradient on it to the site. Several: one node, numbered with the
+  // reserved number, goes between them and x's edge; its gradient is their
+  // sum, accumulated as a view's node would accumulate it, and it hands that
+  // to the site before passing it on. Either way the gradient is the one the
+  // view's hook saw, at the same point of the backward pass. A gradient goes
+  // to the site through the recorder set_grad_recorder installed (GIL held);
+  // where that declines it, or none is installed, site.record(gradient) is
+  // called. Consumes the mark. Returns the number of edges found,
+  // kTorchInputIsOutput when the output is x itself (the call made no node:
+  // the caller hooks a view of it), or -1 with a Python error set. Needs the
+  // GIL.
   void* (*input_mark)(PyObject* x) = nullptr;
-  int (*input_hook)(void* mark, PyObject* output, PyObject* hook) = nullptr;
+  int (*input_hook)(void* mark, PyObject* output, PyObject* site) = nullptr;
   void (*input_drop)(void* mark) = nullptr;  // a mark not handed to input_hook
   // Whether two marks are of one gradient edge (one tensor passed twice).
   int (*input_same)(const void* a, const void* b) = nullptr;
+  // dgrr._dgrr's recorder of a gradient for a site: 1 handled, 0 declined
+  // (site.record is called with the tensor instead), -1 a Python error set.
+  void (*set_grad_recorder)(int (*recorder)(PyObject* site, const TorchTensorFacts* grad)) = nullptr;
 };
 
 inline constexpr int kTorchInputIsOutput = -2;
