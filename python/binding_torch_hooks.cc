@@ -286,6 +286,10 @@ class PyInputGradHook {
 // enters for a module with any hook (issue 30). Module.__getstate__ drops
 // `_compiled_call_impl`, so a pickled or deep-copied module comes back
 // without it (unrecorded, like a copy's inert hooks).
+// Tests turn the marks off (dgrr._dgrr._input_marks(False)) to run the
+// views' path a torch without _torch_access takes.
+bool g_input_marks = true;
+
 class PyModuleCall {
  public:
   PyModuleCall(const py::object& module_object, std::optional<PySite> output, std::optional<PyInputGradHook> input)
@@ -415,7 +419,7 @@ class PyModuleCall {
   // one tensor passed twice (each occurrence has a gradient of its own,
   // which only views tell apart); the views of InputGradHook then.
   static bool MarkInputs(PyObject* const* args, size_t nargs, Marks& marks) {
-    if (g_torch_access == nullptr || g_torch_access->input_mark == nullptr) return false;
+    if (!g_input_marks || g_torch_access == nullptr || g_torch_access->input_mark == nullptr) return false;
     size_t index = 0;
     for (size_t a = 0; a < nargs; ++a) {
       py::handle x(args[a]);
@@ -506,6 +510,9 @@ void BindTorchHooks(py::module_& m) {
       .def("__call__", &PyInputGradHook::Call, py::arg("module"), py::arg("inputs"))
       .def("__deepcopy__", same_hook)
       .def("__reduce__", inert_hook);
+
+  m.def("_input_marks", [](bool enabled) { g_input_marks = enabled; }, py::arg("enabled"),
+        "Tests: whether ModuleCalls catch input gradients without views (the default).");
 
   py::class_<PyExamples>(m, "Examples", "An Instrumentation's examples (first, count), read by its hooks in C++.")
       .def(py::init<>())

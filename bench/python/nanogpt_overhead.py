@@ -2,7 +2,7 @@
 """Recording overhead of dgrr.torch on a nanoGPT-style script (issue 30, item 1).
 
     PYTHONPATH=BUILD/python python bench/python/nanogpt_overhead.py [--steps N] [--rounds R]
-        [--size small|large] [--modes plain,controls,hooks,off,sdc,trusted,full]
+        [--size small|large|xl] [--modes plain,controls,hooks,off,sdc,trusted,full]
         [--baseline DIR] [--paired plain,off,sdc,trusted,full,full-typesonly]
 
 The script is what a user writes: 2 blocks, width 32, context 16, batch 8 in
@@ -10,8 +10,9 @@ The script is what a user writes: 2 blocks, width 32, context 16, batch 8 in
 (dgrr's Dropout where dgrr records, torch's otherwise), AdamW, gradient
 clipping, one intra-op thread; one module (the last block's MLP) carries a
 user's full backward hook (register_full_backward_hook), so its backward
-goes through torch's full backward hook path. `--size large` widens it to
->= 50 ms steps.
+goes through torch's full backward hook path. `--size large` widens it
+(~57 ms steps on a 2-vCPU AMD EPYC with AVX2, ~38 ms on a 2-vCPU Intel Xeon
+with AVX-512), `--size xl` more (width 128, 4 blocks: >= 50 ms on both).
 
 Each mode runs in its own process, the modes interleaved over --rounds
 rounds; each process reports the median wall and thread-CPU time of a step
@@ -46,7 +47,8 @@ if uses_dgrr:
     import dgrr, dgrr.torch
     dgrr.torch.determinism(threads=1, warn=False)
 
-WIDTH, BLOCKS, CTX, BATCH, MICRO, VOCAB = (32, 2, 16, 8, 4, 64) if size == "small" else (96, 3, 32, 8, 4, 128)
+WIDTH, BLOCKS, CTX, BATCH, MICRO, VOCAB = {"small": (32, 2, 16, 8, 4, 64), "large": (96, 3, 32, 8, 4, 128),
+                                           "xl": (128, 4, 32, 8, 4, 128)}[size]
 
 class LayerNorm(nn.Module):
     def __init__(self, n):
@@ -283,7 +285,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--size", choices=["small", "large"], default="small")
+    ap.add_argument("--size", choices=["small", "large", "xl"], default="small")
     ap.add_argument("--modes", default="plain,controls,hooks,off,sdc,trusted,full")
     ap.add_argument("--baseline", help="a directory with another build's dgrr package: MODE@base")
     ap.add_argument("--paired", help="variants in one process, steps interleaved: plain first, "

@@ -716,6 +716,61 @@ def test_only_what_the_mode_records_is_hooked(tmp_path, mode, forward_hooked, ba
         assert "_compiled_call_impl" not in model.fc.__dict__
 
 
+def _boundary_records(run_dir):
+    out = subprocess.run([CLI, "inspect", str(run_dir), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [r for r in json.loads(out.stdout)["records"] if r["type"] == "boundary"]
+
+
+def test_hooks_of_others_and_the_module_call(tmp_path):
+    """A module with a forward hook or pre-hook placed before instrument()
+    keeps torch's hooks (dgrr's run after them, as before); on one without,
+    hooks placed later run inside dgrr's ModuleCall: a pre-hook after the
+    input is marked (its gradient is the module's input gradient, through
+    the hook), a forward hook before the output is recorded (the output
+    recorded is the one the caller gets)."""
+    early, late = Tiny(), Tiny()
+    calls = []
+    early.fc.register_forward_pre_hook(lambda m, args: calls.append("early pre"))
+    with dgrr.open(run_dir=tmp_path / "r", seed=1, mode="full") as s:
+        inst = dgrr.torch.instrument(s, early, prefix="early.")
+        other = dgrr.torch.instrument(s, late, prefix="late.")
+        assert "_compiled_call_impl" not in vars(early.fc) and early.fc._forward_hooks
+        if not dgrr.torch._module_call_fits(Tiny().fc):
+            return  # torch < 2.1: hooks everywhere
+        assert "_compiled_call_impl" in vars(late.fc)
+        late.fc.register_forward_pre_hook(lambda m, args: (calls.append("late pre"), (args[0] * 2,))[1])
+        late.fc.register_forward_hook(lambda m, args, out: (calls.append("late post"), out + 1)[1])
+        returned = s.declare_boundary("returned", "forward", "output", "other")
+        s.resume()
+        inst.begin_step(0, (0, 2))
+        x = torch.ones(2, 3, requires_grad=True)
+        early(x).sum().backward()
+        out = late(x)
+        s.record(returned, out.detach(), 0, 2)
+        out.sum().backward()
+        s.end_step(0, 0.0)
+        inst.remove()
+        other.remove()
+    assert calls == ["early pre", "late pre", "late post"]
+    with torch.no_grad():
+        assert torch.equal(out, torch.nn.functional.linear(2 * torch.ones(2, 3), late.fc.weight, late.fc.bias) + 1)
+    records = {r["name"]: r for r in _boundary_records(tmp_path / "r")}
+    assert records["late.fc.out"]["xxh3"] == records["returned"]["xxh3"]
+    assert {"early.fc.out", "early.fc.grad_in.0", "late.fc.grad_in.0"} <= set(records)
+
+
+def test_examples_are_checked_when_set(session):
+    inst = dgrr.torch.instrument(session, Tiny())
+    inst.examples = (5, 3)
+    assert inst.examples == (5, 3)
+    for bad in ((-1, 2), (0, -1), (0, 2 ** 32)):
+        with pytest.raises(dgrr.InvalidArgumentError, match="examples"):
+            inst.examples = bad
+    assert inst.examples == (5, 3)
+    inst.remove()
+
+
 def test_an_unsupported_module_name_or_optimizer_is_refused(session):
     model = Tiny()
     with pytest.raises(dgrr.InvalidArgumentError, match="no module named 'fc9'"):

@@ -1,11 +1,12 @@
 """The recorder's cheap paths change no recorded bit (issue 30).
 
-Each script runs three times in this process with the same seeds: with
+Each script runs four times in this process with the same seeds: with
 every module's input gradient recorded through torch's full backward hook
 and every output through torch's forward hooks (the plain recorder,
 dgrr.torch._INPUT_GRAD_VIEWS = False, _MODULE_CALLS = False), with the
 views of the input-gradient pre-hook (_MODULE_CALLS = False: the recorder
-of 2026-11-28), and as dgrr.torch records by default (a ModuleCall in place
+of 2026-11-28), with the ModuleCall and those views (what a torch without
+dgrr._torch_access gets), and as dgrr.torch records by default (a ModuleCall in place
 of torch's hook dispatch, input gradients through dgrr's node put in after
 the call, C++ hook sites, record plans). The traces must hold the same
 boundary records in the same order with the same fingerprints and example
@@ -222,20 +223,28 @@ def boundary_records(run_dir):
             for r in json.loads(out.stdout)["records"] if r["type"] == "boundary"]
 
 
-RECORDERS = (("plain", False, False), ("views", True, False), ("default", True, True))
+# (name, views, module calls, input marks): "calls-views" is the default's
+# ModuleCall with the views a torch without dgrr._torch_access gets.
+RECORDERS = (("plain", False, False, True), ("views", True, False, True), ("calls-views", True, True, False),
+             ("default", True, True, True))
 
 
 def both(tmp_path, train, monkeypatch):
     """The models and traces of the plain recorder and of the default one
-    (the views recorder's trace checked against the plain one on the way)."""
+    (the other recorders' traces checked against the plain one on the way)."""
     warnings.simplefilter("ignore")   # the controls' and torch's hook warnings
     models, traces = {}, {}
-    for name, views, calls in RECORDERS:
-        monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", views)
-        monkeypatch.setattr(dt, "_MODULE_CALLS", calls)
-        models[name] = train(tmp_path / name)
-        traces[name] = boundary_records(tmp_path / name)
-    assert_same(tmp_path, traces["plain"], traces["views"], "views")
+    try:
+        for name, views, calls, marks in RECORDERS:
+            monkeypatch.setattr(dt, "_INPUT_GRAD_VIEWS", views)
+            monkeypatch.setattr(dt, "_MODULE_CALLS", calls)
+            dgrr._dgrr._input_marks(marks)
+            models[name] = train(tmp_path / name)
+            traces[name] = boundary_records(tmp_path / name)
+    finally:
+        dgrr._dgrr._input_marks(True)
+    for name in ("views", "calls-views"):
+        assert_same(tmp_path, traces["plain"], traces[name], name)
     return models["plain"], models["default"], traces["plain"], traces["default"]
 
 
