@@ -4,7 +4,7 @@
 // Built with --fmad=false (the top-level CMakeLists.txt): the only fused
 // multiply-adds are the source's Fma calls (__fmaf_rn). With `--gemm cublas`
 // the plain products go to cuBLAS instead (GemmOnCublas).
-#include <cublas_v2.h>
+#include <cublas_v2.h>  // types only: the calls go through CublasHandle (cuBLAS is dlopen'ed)
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -46,9 +46,9 @@ void LaunchOnDevice(const K& k) {
   Check(cudaGetLastError(), "kernel launch");
 }
 
-void CheckCublas(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "dgrr::model: cublas: %s: status %d\n", what, static_cast<int>(status));
+void CheckCublas(const Status& status) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "dgrr::model: cublas: %s\n", status.message().c_str());
   std::abort();
 }
 
@@ -130,15 +130,13 @@ class CudaLauncher final : public Launcher {
     if (!Describe(k.a.rs, k.a.cs, k.K, k.M, &a)) return false;
     if (k.c.rs < k.N) return false;
     if (k.K <= 0) return false;  // the exact kernel writes the zeros (or keeps c) and the bias
-    auto handle = static_cast<cublasHandle_t>(cublas_->get());
     const float one = 1.0f, zero = 0.0f;
     for (size_t b2 = 0; b2 < k.nb2; ++b2) {
-      CheckCublas(cublasSgemmStridedBatched(
-                      handle, b.op, a.op, k.N, k.M, k.K, &one, k.b.p + b2 * k.b.bs2, b.ld,
-                      static_cast<long long>(k.b.bs1), k.a.p + b2 * k.a.bs2, a.ld,
-                      static_cast<long long>(k.a.bs1), k.accumulate ? &one : &zero, k.c.p + b2 * k.c.bs2,
-                      static_cast<int>(k.c.rs), static_cast<long long>(k.c.bs1), static_cast<int>(k.nb1)),
-                  "cublasSgemmStridedBatched");
+      CheckCublas(cublas_->SgemmStridedBatched(
+          b.op == CUBLAS_OP_T, a.op == CUBLAS_OP_T, k.N, k.M, k.K, &one, k.b.p + b2 * k.b.bs2, b.ld,
+          static_cast<long long>(k.b.bs1), k.a.p + b2 * k.a.bs2, a.ld, static_cast<long long>(k.a.bs1),
+          k.accumulate ? &one : &zero, k.c.p + b2 * k.c.bs2, static_cast<int>(k.c.rs),
+          static_cast<long long>(k.c.bs1), static_cast<int>(k.nb1)));
     }
     if (k.bias != nullptr) {
       const size_t threads = k.nb1 * k.nb2 * static_cast<size_t>(k.M) * k.N;

@@ -33,6 +33,14 @@ class CublasHandle {
   };
   StatusOr<Settings> QuerySettings() const;
 
+  // cublasSgemmStridedBatched on this handle (column-major; transpose_*:
+  // CUBLAS_OP_T, else CUBLAS_OP_N). cuBLAS is opened on first use, not
+  // linked (cublas_handle.cc says why), so its calls go through here.
+  Status SgemmStridedBatched(bool transpose_a, bool transpose_b, int m, int n, int k, const float* alpha,
+                             const float* a, int lda, long long stride_a, const float* b, int ldb,
+                             long long stride_b, const float* beta, float* c, int ldc, long long stride_c,
+                             int batch) const;
+
  private:
   explicit CublasHandle(void* handle) : handle_(handle) {}
   void* handle_ = nullptr;
