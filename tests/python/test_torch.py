@@ -760,6 +760,22 @@ def test_hooks_of_others_and_the_module_call(tmp_path):
     assert {"early.fc.out", "early.fc.grad_in.0", "late.fc.grad_in.0"} <= set(records)
 
 
+def test_a_data_parallel_replica_runs_its_own_parameters_unrecorded(session):
+    """nn.DataParallel's replicas copy the module's __dict__; dgrr's
+    ModuleCall (called without `self`) must not come with it, or a replica
+    would run the original module on its inputs."""
+    model = Tiny()
+    inst = dgrr.torch.instrument(session, model)
+    replica = model.fc._replicate_for_data_parallel()   # what replicate() does per device
+    assert "_compiled_call_impl" not in vars(replica)
+    replica._parameters = {"weight": torch.full((2, 3), 2.0), "bias": torch.zeros(2)}
+    with torch.no_grad():
+        assert torch.equal(replica(torch.ones(1, 3)), torch.full((1, 2), 6.0))
+    if dgrr.torch._module_call_fits(Tiny().fc):
+        assert "_compiled_call_impl" in vars(model.fc)
+    inst.remove()
+
+
 def test_examples_are_checked_when_set(session):
     inst = dgrr.torch.instrument(session, Tiny())
     inst.examples = (5, 3)

@@ -323,6 +323,34 @@ def _module_call_fits(module):
             and not getattr(_module_impl, "_global_forward_pre_hooks", None))
 
 
+_replicate_patched = False
+
+
+def _replicas_without_module_calls():
+    """nn.DataParallel's replicas copy the module's __dict__
+    (Module._replicate_for_data_parallel), the ModuleCall with it; called
+    with no `self`, it would run the original module on the replica's
+    inputs. So the first ModuleCall wraps that method (of torch.nn.Module,
+    which subclasses' overrides call) to leave dgrr's ModuleCall out of a
+    replica: replicas run unrecorded, as torch's hooks did nothing on them
+    (they serve only their own module)."""
+    global _replicate_patched
+    if _replicate_patched or not hasattr(_torch.nn.Module, "_replicate_for_data_parallel"):
+        return
+    original = _torch.nn.Module._replicate_for_data_parallel
+
+    def _replicate_for_data_parallel(self):
+        replica = original(self)
+        call = replica.__dict__.get("_compiled_call_impl")
+        if isinstance(getattr(call, "__self__", None), _dgrr.ModuleCall):
+            del replica.__dict__["_compiled_call_impl"]
+        return replica
+
+    _replicate_for_data_parallel.__wrapped__ = original
+    _torch.nn.Module._replicate_for_data_parallel = _replicate_for_data_parallel
+    _replicate_patched = True
+
+
 class _ModuleCall:
     """A recorded module's call without torch's hook dispatch (issue 30): a
     module with any hook leaves Module._call_impl's fast path for a loop over
@@ -344,6 +372,7 @@ class _ModuleCall:
     remove() is a hook handle's: it puts the module back as it was."""
 
     def __init__(self, inst, name, kind, module, output, input_grads):
+        _replicas_without_module_calls()
         self._module = _weakref.ref(module)
         call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
                                 input_grads and _direct_tensor_hooks())
