@@ -444,12 +444,13 @@ class PyModuleCall {
   std::optional<PyInputGradHook> input_;
 };
 
-// What a module's _compiled_call_impl is set to: a builtin function whose
-// self is the ModuleCall, called by vectorcall (no argument tuple made).
-PyObject* ModuleCallEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+// Runs `body` for a C entry point called by CPython or by _torch_access:
+// an exception becomes the Python error it stands for, and `failed` is
+// returned.
+template <typename Result, typename Body>
+Result AsPythonError(Result failed, Body body) {
   try {
-    auto* call = py::handle(self).cast<PyModuleCall*>();
-    return call->Call(args, static_cast<size_t>(PyVectorcall_NARGS(nargsf)), kwnames).release().ptr();
+    return body();
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {
@@ -457,7 +458,16 @@ PyObject* ModuleCallEntry(PyObject* self, PyObject* const* args, Py_ssize_t narg
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
-  return nullptr;
+  return failed;
+}
+
+// What a module's _compiled_call_impl is set to: a builtin function whose
+// self is the ModuleCall, called by vectorcall (no argument tuple made).
+PyObject* ModuleCallEntry(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  return AsPythonError<PyObject*>(nullptr, [&] {
+    auto* call = py::handle(self).cast<PyModuleCall*>();
+    return call->Call(args, static_cast<size_t>(PyVectorcall_NARGS(nargsf)), kwnames).release().ptr();
+  });
 }
 
 PyMethodDef kModuleCallEntry = {"dgrr_module_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ModuleCallEntry)),
@@ -467,16 +477,7 @@ PyMethodDef kModuleCallEntry = {"dgrr_module_call", reinterpret_cast<PyCFunction
 }  // namespace
 
 int RecordGradientFacts(PyObject* site, const TorchTensorFacts* grad) {
-  try {
-    return py::handle(site).cast<PySite&>().RecordFacts(*grad) ? 1 : 0;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return -1;
+  return AsPythonError(-1, [&] { return py::handle(site).cast<PySite&>().RecordFacts(*grad) ? 1 : 0; });
 }
 
 void BindTorchHooks(py::module_& m) {
