@@ -292,8 +292,9 @@ bool g_input_marks = true;
 
 class PyModuleCall {
  public:
-  PyModuleCall(const py::object& module_object, std::optional<PySite> output, std::optional<PyInputGradHook> input)
-      : module_ref_(WeakModule(module_object)), output_(std::move(output)), input_(std::move(input)) {}
+  PyModuleCall(const py::object& module_object, std::optional<PySite> output, std::optional<PyInputGradHook> input,
+               bool marks)
+      : module_ref_(WeakModule(module_object)), output_(std::move(output)), input_(std::move(input)), marks_(marks) {}
 
   // The call, with its arguments as Python's vectorcall hands them over.
   py::object Call(PyObject* const* args, size_t nargs, PyObject* kwnames) {
@@ -303,7 +304,7 @@ class PyModuleCall {
     py::handle module_handle(module);
     Marks marks;
     py::object wrapped;  // the views' arguments, when the views' path is taken
-    if (input_ && input_->Active(module_handle) && !MarkInputs(args, nargs, marks)) {
+    if (input_ && input_->Active(module_handle) && !(marks_ && MarkInputs(args, nargs, marks))) {
       auto positional = py::reinterpret_steal<py::tuple>(PyTuple_New(static_cast<Py_ssize_t>(nargs)));
       if (!positional) throw py::error_already_set();
       for (size_t i = 0; i < nargs; ++i) {
@@ -323,7 +324,8 @@ class PyModuleCall {
     auto output = py::reinterpret_steal<py::object>(CallModule(module, args, nargs, kwnames));
     if (!output) throw py::error_already_set();
     for (auto& [index, mark] : marks.list) {
-      const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), input_->SiteOf(index).ptr());
+      const py::object& site = input_->SiteOf(index);  // before the mark is handed over: it may throw
+      const int rc = g_torch_access->input_hook(std::exchange(mark, nullptr), output.ptr(), site.ptr());
       if (rc == -1) throw py::error_already_set();
       // The module returned its input: no node of its own to stand between,
       // so the caller gets a view of it that records, as before.
@@ -429,7 +431,9 @@ class PyModuleCall {
         for (const auto& [other_index, other] : marks.list) {
           if (g_torch_access->input_same(mark, other)) {
             g_torch_access->input_drop(mark);
-            return false;  // the marks go with `marks`
+            for (auto& [i, m] : marks.list) g_torch_access->input_drop(std::exchange(m, nullptr));
+            marks.list.clear();
+            return false;
           }
         }
         marks.list.emplace_back(index, mark);
@@ -442,6 +446,7 @@ class PyModuleCall {
   py::object module_ref_;  // weak reference to the module it serves
   std::optional<PySite> output_;
   std::optional<PyInputGradHook> input_;
+  bool marks_;  // input gradients without views, for modules whose every use of the input reaches the output
 };
 
 // Runs `body` for a C entry point called by CPython or by _torch_access:
@@ -528,15 +533,15 @@ void BindTorchHooks(py::module_& m) {
       "A recorded module's call in place of torch's hook dispatch, set as its _compiled_call_impl "
       "(python/dgrr/torch/recorder.py).")
       .def(py::init([](const py::object& inst, const std::string& name, const std::string& kind,
-                       const py::object& module_object, bool output, bool input_grads, bool direct) {
+                       const py::object& module_object, bool output, bool input_grads, bool direct, bool marks) {
              std::optional<PySite> out;
              if (output) out.emplace(inst, name + ".out", "forward", kind, name, module_object);
              std::optional<PyInputGradHook> in;
              if (input_grads) in.emplace(inst, name, module_object, direct);
-             return PyModuleCall(module_object, std::move(out), std::move(in));
+             return PyModuleCall(module_object, std::move(out), std::move(in), marks);
            }),
            py::arg("inst"), py::arg("name"), py::arg("kind"), py::arg("module_object"), py::arg("output"),
-           py::arg("input_grads"), py::arg("direct"))
+           py::arg("input_grads"), py::arg("direct"), py::arg("marks"))
       .def("entry", [](const py::object& self) {
         return py::reinterpret_steal<py::object>(PyCFunction_New(&kModuleCallEntry, self.ptr()));
       }, "The builtin function to set as the module's _compiled_call_impl.");

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <memory>
 #include <unordered_set>
 #include <utility>
@@ -71,9 +72,9 @@ void SetGradRecorder(int (*recorder)(PyObject* site, const TorchTensorFacts* gra
 // CPU). A Python error the record raises reaches the caller of backward(),
 // as from torch's own tensor hooks.
 void CallHook(PyObject* site, const at::Tensor& grad) {
-  static PyObject* const kRecord = PyUnicode_InternFromString("record");
   if (!grad.defined()) return;
-  pybind11::gil_scoped_acquire gil;
+  pybind11::gil_scoped_acquire gil;  // backward runs without it
+  static PyObject* const kRecord = PyUnicode_InternFromString("record");
   int rc = 0;
   if (g_grad_recorder != nullptr) {
     TorchTensorFacts facts;
@@ -175,6 +176,27 @@ int SameInput(const void* a, const void* b) {
   return x.function == y.function && x.input_nr == y.input_nr;
 }
 
+// Whether a post hook of n, the one node sending the input its gradient
+// (on edge `edge`), records at the point of the backward pass where the
+// node input_hook would put in (numbered `reserved`) would. The engine runs
+// the ready node with the highest number first. When n completes, that node
+// would be ready; it would run after every ready node numbered above it:
+// the call's other nodes (none is numbered below n when n is the call's
+// lowest) and the nodes n itself makes ready (those numbered below the
+// reserved number run after it either way; an accumulator, numbered the
+// highest, would run before it, and may trigger records of its own: DDP's
+// bucket hooks). So: n is the call's lowest node and every other edge of n
+// leads below the reserved number.
+bool PostHookKeepsTheOrder(const Node& n, size_t edge, uint64_t lowest, uint64_t reserved) {
+  if (n.sequence_nr() != lowest) return false;
+  const auto& edges = n.next_edges();
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (i == edge || !edges[i].function) continue;
+    if (edges[i].function->sequence_nr() >= reserved) return false;
+  }
+  return true;
+}
+
 // A leaf module makes a handful of nodes; a module named by the caller (a
 // whole block, say) some hundreds. Past this the call is left alone.
 constexpr size_t kMaxRegionNodes = 1 << 16;
@@ -217,9 +239,12 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* site) {
       return kTorchInputIsOutput;
     }
     std::vector<std::pair<Node*, size_t>> into_input;
+    uint64_t lowest = end;  // the lowest number among the call's nodes seen
+    for (Node* n : stack) lowest = std::min(lowest, n->sequence_nr());
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
+      lowest = std::min(lowest, n->sequence_nr());
       const auto& edges = n->next_edges();
       for (size_t i = 0; i < edges.size(); ++i) {
         const Edge& e = edges[i];
@@ -233,7 +258,8 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* site) {
       }
     }
     if (into_input.empty()) return 0;
-    if (into_input.size() == 1) {
+    if (into_input.size() == 1 && PostHookKeepsTheOrder(*into_input[0].first, into_input[0].second, lowest,
+                                                         mark->sequence_nr)) {
       auto [n, i] = into_input[0];
       n->add_post_hook(std::make_unique<RecordEdgeGradient>(i, site));
       return 1;
@@ -242,8 +268,10 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* site) {
     for (const auto& [n, i] : into_input) {
       // Written in place: set_next_edge would refuse a node that already
       // has a parent (its topological number is fixed then). The node put
-      // in is numbered one above the input's node, below every node of the
-      // call that points to it, as a view's node would be.
+      // in has the topological number one above the input's node; a node of
+      // the call pointing to it may have the same one (it had the input's as
+      // a child), which only the pruning of autograd.grad(inputs=...) reads,
+      // and no input of such a call is reached through dgrr's node alone.
       n->next_edges()[i] = Edge(node, 0);
     }
     return static_cast<int>(into_input.size());

@@ -15,10 +15,11 @@ exit 0. The scripts: a nanoGPT-style one with gradient accumulation (its
 own LayerNorm class, dgrr Dropout, AdamW, clipping, a user's full backward
 hook on a container), one whose leaf module takes a tensor by keyword, one
 with a two-input leaf module (on the full backward hook path either way),
-and one with the awkward cases of the node path (a module returning its
-input, one using it three times, one returning a tuple, one called twice,
-an input that is a leaf tensor, a block under activation checkpointing,
-and a ReLU working in place on its input)."""
+and one with the awkward cases (a module returning its input, modules of
+the user's classes using it three times or returning a tuple, which get
+views, one called twice, an input that is a leaf tensor, a LayerNorm and a
+Linear over a 3-d input, a block under activation checkpointing, and a
+ReLU working in place on its input).""" 
 
 import json
 import math
@@ -156,6 +157,7 @@ class Awkward(nn.Module):
         super().__init__()
         self.a, self.act, self.same = nn.Linear(5, 6), nn.ReLU(inplace=inplace), nn.Identity()
         self.square, self.pair, self.shared = Square(), Pair(), nn.Linear(6, 6)
+        self.norm, self.wide = nn.LayerNorm(6), nn.Linear(6, 6)
         self.block, self.out = Checkpointed(), nn.Linear(6, 1)
 
     def forward(self, x):
@@ -163,6 +165,9 @@ class Awkward(nn.Module):
         h = self.same(h) + self.square(h)
         p, q = self.pair(h)
         h = self.shared(p) + self.shared(q)
+        # A LayerNorm (its node also feeds its parameters' accumulators: dgrr's
+        # node, not a post hook) and a Linear over a 3-d input (a reshape's node).
+        h = h + self.wide(self.norm(h).view(2, 2, 6)).view(4, 6)
         h = h + checkpoint.checkpoint(self.block, h, use_reentrant=False)
         return self.out(h)
 
@@ -290,7 +295,7 @@ def test_the_node_paths_awkward_cases(tmp_path, monkeypatch):
     _, _, plain, default = both(tmp_path, lambda d: train_small(d, Awkward, leaf_input=True), monkeypatch)
     names = [r["name"] for r in default]
     for name in ("a.grad_in.0", "same.grad_in.0", "square.grad_in.0", "pair.grad_in.0", "pair.out.1",
-                 "block.square.grad_in.0", "act.grad_in.0"):
+                 "block.square.grad_in.0", "act.grad_in.0", "norm.grad_in.0", "wide.grad_in.0"):
         assert name in names, name
     # shared is called twice a step; the checkpointed block runs its forward
     # again in the backward pass, and is recorded there again.

@@ -323,6 +323,38 @@ def _module_call_fits(module):
             and not getattr(_module_impl, "_global_forward_pre_hooks", None))
 
 
+# torch's own single-input modules, whose forward (theirs, not overridden)
+# returns one tensor made from the input by torch operations and keeps
+# nothing of it: every use of the input reaches the output, where the
+# ModuleCall's search for the edges into the input starts (python/
+# torch_access.h). A module of another class may keep a tensor made from
+# its input elsewhere (on itself, in a list, in a dict it returns) whose
+# gradient a search from the output would miss: it gets views, which see
+# every use.
+_NODE_PATH_TYPES = (
+    _torch.nn.Linear, _torch.nn.LayerNorm, _torch.nn.GroupNorm,
+    _torch.nn.modules.batchnorm._BatchNorm, _torch.nn.Embedding, _torch.nn.ReLU,
+    _torch.nn.GELU, _torch.nn.Tanh, _torch.nn.Sigmoid, _torch.nn.SiLU, _torch.nn.Softmax,
+    _torch.nn.LogSoftmax, _torch.nn.Dropout, _torch.nn.Identity,
+    _torch.nn.modules.conv._ConvNd, Dropout,
+)
+
+
+def _node_path(module):
+    """Whether a ModuleCall catches this module's input gradients without
+    views: a module of one of _NODE_PATH_TYPES whose forward is that type's
+    own (a subclass that overrides forward is judged as any other class)."""
+    if not _NODE_GRADIENTS:
+        return False
+    for base in type(module).__mro__:
+        if base in _NODE_PATH_TYPES:
+            return type(module).forward is base.forward
+    return False
+
+
+# Tests set this False to give every ModuleCall views.
+_NODE_GRADIENTS = True
+
 _replicate_patched = False
 
 
@@ -375,7 +407,7 @@ class _ModuleCall:
         _replicas_without_module_calls()
         self._module = _weakref.ref(module)
         call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
-                                input_grads and _direct_tensor_hooks())
+                                input_grads and _direct_tensor_hooks(), _node_path(module))
         # A builtin function bound to the ModuleCall (called by vectorcall).
         self._entry = call.entry()
         module._compiled_call_impl = self._entry
@@ -465,9 +497,9 @@ class Instrumentation:
     def examples(self, value):
         first, count = value
         first, count = int(first), int(count)
-        if first < 0 or not 0 <= count < 2 ** 32:
+        if not 0 <= first < 2 ** 64 or not 0 <= count < 2 ** 32:
             raise InvalidArgumentError(
-                f"dgrr.torch: examples ({first}, {count}): first >= 0 and 0 <= count < 2**32")
+                f"dgrr.torch: examples ({first}, {count}): 0 <= first < 2**64 and 0 <= count < 2**32")
         self._examples_cell.set(first, count)
 
     def begin_step(self, step, examples=None):
