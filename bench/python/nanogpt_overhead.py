@@ -188,6 +188,7 @@ class Run:
     # session in mode off with the model's state registered, begin/end step,
     # no instrument()), MODE (the session in MODE with instrument()),
     # MODE-hooks (MODE through torch's hooks alone, no ModuleCall),
+    # MODE-pure (the script's LayerNorm class declared pure= to instrument()),
     # full-typesonly (full's recorder as before issue 30).
     def __init__(self, variant):
         self.variant, mode = variant, variant.split("-")[0]
@@ -211,7 +212,8 @@ class Run:
                     dgrr.torch._single_input = lambda m: isinstance(m, dgrr.torch._SINGLE_INPUT)
                 if variant.endswith("-typesonly") or variant.endswith("-hooks"):
                     dgrr.torch._MODULE_CALLS = False   # torch's hooks, no ModuleCall
-                self.inst = dgrr.torch.instrument(self.session, self.model, self.opt)
+                pure = (LayerNorm,) if variant.endswith("-pure") else ()
+                self.inst = dgrr.torch.instrument(self.session, self.model, self.opt, pure=pure)
                 dgrr.torch._single_input, dgrr.torch._MODULE_CALLS = single, calls
             self.session.resume()
         self.cpu = []

@@ -172,7 +172,7 @@ class Awkward(nn.Module):
         return self.out(h)
 
 
-def train_gpt(run_dir, steps=3, micro=2, batch=4):
+def train_gpt(run_dir, steps=3, micro=2, batch=4, pure=()):
     torch.manual_seed(3)
     model = Gpt()
     dt.replace_dropout(model)
@@ -182,7 +182,7 @@ def train_gpt(run_dir, steps=3, micro=2, batch=4):
     mb = batch // micro
     with dgrr.open(run_dir=run_dir, seed=7, mode="full", resume=False) as s:
         dt.register_torch_state(s, model, opt)
-        inst = dt.instrument(s, model, opt)
+        inst = dt.instrument(s, model, opt, pure=pure)
         s.resume()
         for step in range(steps):
             inst.begin_step(step, (step * batch, batch))
@@ -272,6 +272,23 @@ def test_gpt_with_gradient_accumulation(tmp_path, monkeypatch):
     names = [r["name"] for r in default]
     assert "ln1.grad_in.0" in names and "attn.drop.grad_in.0" in names and "loss" in names
     assert_same(tmp_path, plain, default)
+
+
+def test_a_class_declared_pure_takes_the_node_path_with_the_same_trace(tmp_path, monkeypatch):
+    """instrument(pure=(LayerNorm,)): the user's LayerNorm class gets its
+    input gradient without a view, as torch's own modules do."""
+    _, _, plain, _ = both(tmp_path, train_gpt, monkeypatch)
+    model = train_gpt(tmp_path / "pure", pure=LayerNorm)
+    assert not model.ln1._backward_hooks
+    assert_same(tmp_path, plain, boundary_records(tmp_path / "pure"), "pure")
+    with dgrr.open(run_dir=tmp_path / "refused", seed=1) as s:
+        for bad in (42, (LayerNorm, "ln")):
+            try:
+                dt.instrument(s, Gpt(), pure=bad)
+            except dgrr.InvalidArgumentError as e:
+                assert "pure" in str(e)
+            else:
+                raise AssertionError(f"pure={bad!r} was accepted")
 
 
 def test_keyword_inputs(tmp_path, monkeypatch):

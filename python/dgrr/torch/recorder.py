@@ -340,16 +340,30 @@ _NODE_PATH_TYPES = (
 )
 
 
-def _node_path(module):
+def _node_path(module, pure=()):
     """Whether a ModuleCall catches this module's input gradients without
     views: a module of one of _NODE_PATH_TYPES whose forward is that type's
-    own (a subclass that overrides forward is judged as any other class)."""
+    own (a subclass that overrides forward is judged as any other class), or
+    of a class the caller declared pure (instrument's `pure`)."""
     if not _NODE_GRADIENTS:
         return False
+    if pure and isinstance(module, pure):
+        return True
     for base in type(module).__mro__:
         if base in _NODE_PATH_TYPES:
             return type(module).forward is base.forward
     return False
+
+
+def _pure_classes(pure):
+    """instrument's `pure` as a tuple of nn.Module subclasses, or refused."""
+    classes = pure if isinstance(pure, (tuple, list)) else (pure,)
+    for c in classes:
+        if not (isinstance(c, type) and issubclass(c, _torch.nn.Module)):
+            raise InvalidArgumentError(
+                f"dgrr.torch: instrument(pure=...) takes module classes (a class or a tuple of them), "
+                f"not {c!r}")
+    return tuple(classes)
 
 
 # Tests set this False to give every ModuleCall views.
@@ -403,11 +417,11 @@ class _ModuleCall:
     deep copy or a pickled model is not recorded, as with the hooks. Its
     remove() is a hook handle's: it puts the module back as it was."""
 
-    def __init__(self, inst, name, kind, module, output, input_grads):
+    def __init__(self, inst, name, kind, module, output, input_grads, pure=()):
         _replicas_without_module_calls()
         self._module = _weakref.ref(module)
         call = _dgrr.ModuleCall(inst, name, kind, module, output, input_grads,
-                                input_grads and _direct_tensor_hooks(), _node_path(module))
+                                input_grads and _direct_tensor_hooks(), _node_path(module, pure))
         # A builtin function bound to the ModuleCall (called by vectorcall).
         self._entry = call.entry()
         module._compiled_call_impl = self._entry
@@ -442,7 +456,7 @@ class Instrumentation:
     of matmul and elementwise modules), unless a control file is in force (a
     dump may name any boundary)."""
 
-    def __init__(self, session, model, optimizer, modules, backward, prefix=""):
+    def __init__(self, session, model, optimizer, modules, backward, prefix="", pure=()):
         self.session = session
         self.prefix = prefix
         self.model = model
@@ -470,7 +484,7 @@ class Instrumentation:
             single = records_backward and _single_input(module)
             if (output or single) and _MODULE_CALLS and _module_call_fits(module):
                 # Both in one call instead of torch's hooks (_ModuleCall).
-                self._handles.append(_ModuleCall(self, name, kind, module, output, single))
+                self._handles.append(_ModuleCall(self, name, kind, module, output, single, pure))
             else:
                 if output:
                     self._handles.append(
@@ -746,7 +760,7 @@ class _MicroBatch:
         return False
 
 
-def instrument(session, model, optimizer=None, modules=None, backward=True, prefix=""):
+def instrument(session, model, optimizer=None, modules=None, backward=True, prefix="", pure=()):
     """Records the model's module boundaries, its parameter gradients and
     the optimizer's update through hooks (see the module docstring).
 
@@ -757,7 +771,15 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
     one session (a GAN's generator and discriminator) each need their own,
     or their boundaries would share names ("fc.out", "loss"...).
     Instrumenting a model twice is refused (every boundary would be recorded
-    twice); remove() the first one."""
+    twice); remove() the first one.
+    pure: module classes of your own (a class, or a tuple of them) whose
+    forward takes one tensor and returns one tensor made from it, keeping
+    nothing made from it anywhere else (not on the module, not in a list):
+    their input gradients are then caught as those of torch's own modules
+    are, without a view (cheaper; docs/python.md, "How, at what cost"). A
+    class that does keep such a tensor would have only the output's part of
+    its input gradient recorded."""
+    pure = _pure_classes(pure)
     sharded = _sharded(model, "instrument")       # FSDP2: dgrr/fsdp.py records the shards
     if _instrumentation_of(model) is not None:
         raise FailedPreconditionError(
@@ -788,7 +810,7 @@ def instrument(session, model, optimizer=None, modules=None, backward=True, pref
     cls = Instrumentation
     if sharded:
         from ..fsdp import ShardedInstrumentation as cls
-    inst = cls(session, model, optimizer, modules, backward, prefix)
+    inst = cls(session, model, optimizer, modules, backward, prefix, pure)
     setattr(model, _INSTRUMENTED, _Mark(inst))
     others.add(inst)
     return inst
