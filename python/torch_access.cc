@@ -6,6 +6,7 @@
 #include <ATen/SequenceNumber.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
@@ -176,23 +177,35 @@ int SameInput(const void* a, const void* b) {
   return x.function == y.function && x.input_nr == y.input_nr;
 }
 
+// A parameter's gradient accumulator that runs nothing but the
+// accumulation: no hook of any kind (DDP's bucket hooks are post hooks of
+// it; a user's tensor hook or post-accumulate hook on the parameter may
+// record).
+bool QuietAccumulator(Node& n) {
+  auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(&n);
+  return acc != nullptr && acc->pre_hooks().empty() && acc->post_hooks().empty() &&
+         acc->tensor_pre_hooks().empty() && acc->retains_grad_hooks().empty() &&
+         acc->tensor_post_acc_grad_hooks() == nullptr;
+}
+
 // Whether a post hook of n, the one node sending the input its gradient
 // (on edge `edge`), records at the point of the backward pass where the
-// node input_hook would put in (numbered `reserved`) would. The engine runs
-// the ready node with the highest number first. When n completes, that node
-// would be ready; it would run after every ready node numbered above it:
-// the call's other nodes (none is numbered below n when n is the call's
-// lowest) and the nodes n itself makes ready (those numbered below the
-// reserved number run after it either way; an accumulator, numbered the
-// highest, would run before it, and may trigger records of its own: DDP's
-// bucket hooks). So: n is the call's lowest node and every other edge of n
-// leads below the reserved number.
+// node input_hook would put in (numbered `reserved`) would, as far as any
+// record can tell. The engine runs the ready node with the highest number
+// first. When n completes, that node would be ready; it would run after
+// every ready node numbered above it: the call's other nodes (none is
+// numbered below n when n is the call's lowest) and the nodes n itself makes
+// ready. Of those, the ones numbered below the reserved number run after it
+// either way; an accumulator (numbered the highest) runs before it, which
+// only matters if the accumulator runs a hook, which may record (DDP's
+// bucket hooks do). So: n is the call's lowest node and every other edge of
+// n leads below the reserved number or to a quiet accumulator.
 bool PostHookKeepsTheOrder(const Node& n, size_t edge, uint64_t lowest, uint64_t reserved) {
   if (n.sequence_nr() != lowest) return false;
   const auto& edges = n.next_edges();
   for (size_t i = 0; i < edges.size(); ++i) {
     if (i == edge || !edges[i].function) continue;
-    if (edges[i].function->sequence_nr() >= reserved) return false;
+    if (edges[i].function->sequence_nr() >= reserved && !QuietAccumulator(*edges[i].function)) return false;
   }
   return true;
 }

@@ -165,8 +165,9 @@ class Awkward(nn.Module):
         h = self.same(h) + self.square(h)
         p, q = self.pair(h)
         h = self.shared(p) + self.shared(q)
-        # A LayerNorm (its node also feeds its parameters' accumulators: dgrr's
-        # node, not a post hook) and a Linear over a 3-d input (a reshape's node).
+        # A LayerNorm (its node also feeds its parameters' accumulators, quiet
+        # here: the post hook) and a Linear over a 3-d input (a reshape's node);
+        # the 2-d Linears' addmm is not the call's lowest node: dgrr's node.
         h = h + self.wide(self.norm(h).view(2, 2, 6)).view(4, 6)
         h = h + checkpoint.checkpoint(self.block, h, use_reentrant=False)
         return self.out(h)
@@ -289,6 +290,51 @@ def test_a_class_declared_pure_takes_the_node_path_with_the_same_trace(tmp_path,
                 assert "pure" in str(e)
             else:
                 raise AssertionError(f"pure={bad!r} was accepted")
+
+
+class NormWithHookedWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.out = nn.Linear(5, 6), nn.LayerNorm(6), nn.Linear(6, 1)
+
+    def forward(self, x):
+        return self.out(self.norm(self.a(x)))
+
+
+def test_a_hook_on_a_parameters_accumulator_keeps_its_place(tmp_path, monkeypatch):
+    """A LayerNorm's backward node also feeds its parameters' accumulators,
+    which the engine runs before the input gradient's record (the view's
+    node, or dgrr's, is numbered below them). A hook there that records (as
+    DDP's bucket hooks may) must keep its place: the post hook, which would
+    record the input gradient first, is not used then."""
+    warnings.simplefilter("ignore")
+
+    def train(run_dir):
+        torch.manual_seed(4)
+        model = NormWithHookedWeight()
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(6))
+        with dgrr.open(run_dir=run_dir, seed=1, mode="full", resume=False) as s:
+            inst = dt.instrument(s, model)
+            seen = s.declare_boundary("norm.weight.accumulated", "backward", "output", "other")
+            model.norm.weight.register_post_accumulate_grad_hook(
+                lambda p: s.record(seen, p.grad.detach().clone(), 0, 4))
+            s.resume()
+            for step in range(2):
+                inst.begin_step(step, (0, 4))
+                model.zero_grad()
+                model(x).square().mean().backward()
+                s.end_step(step, 0.0)
+        return boundary_records(run_dir)
+
+    monkeypatch.setattr(dt, "_MODULE_CALLS", False)
+    views = train(tmp_path / "views")
+    monkeypatch.setattr(dt, "_MODULE_CALLS", True)
+    default = train(tmp_path / "default")
+    names = [r["name"] for r in views]
+    assert names.index("norm.weight.accumulated") < names.index("norm.grad_in.0")
+    assert [r["name"] for r in default] == names
+    for i, (a, b) in enumerate(zip(views, default)):
+        assert a == b, f"record {i} differs:\n{a}\n{b}"
 
 
 def test_keyword_inputs(tmp_path, monkeypatch):
