@@ -66,7 +66,7 @@ if "$py" -c 'import torch' 2>/dev/null; then
       env PYTHONPATH="$build/python" "$py" "$bp/nanogpt_overhead.py"
     run "nanoGPT with gradient accumulation: overhead paired step by step in one process" \
       env PYTHONPATH="$build/python" "$py" "$bp/nanogpt_overhead.py" --steps 60 \
-      --paired plain,off,sdc,trusted,full,full-typesonly
+      --paired plain,off,sdc,trusted,full,full-pure,full-hooks
     run "dgrr full vs torch DebugMode" \
       env PYTHONPATH="$build/python" "$py" "$bp/debugmode_compare.py" --cli "$build/cli/dgrr"
     run "DDP: dgrr's comm hook vs DDP's all-reduce" "$py" "$bp/ddp_overhead.py" "$build"
