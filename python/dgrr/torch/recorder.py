@@ -330,14 +330,8 @@ def _module_call_fits(module):
 # torch_access.h). A module of another class may keep a tensor made from
 # its input elsewhere (on itself, in a list, in a dict it returns) whose
 # gradient a search from the output would miss: it gets views, which see
-# every use.
-_NODE_PATH_TYPES = (
-    _torch.nn.Linear, _torch.nn.LayerNorm, _torch.nn.GroupNorm,
-    _torch.nn.modules.batchnorm._BatchNorm, _torch.nn.Embedding, _torch.nn.ReLU,
-    _torch.nn.GELU, _torch.nn.Tanh, _torch.nn.Sigmoid, _torch.nn.SiLU, _torch.nn.Softmax,
-    _torch.nn.LogSoftmax, _torch.nn.Dropout, _torch.nn.Identity,
-    _torch.nn.modules.conv._ConvNd, Dropout,
-)
+# every use. (The single-input types above, with their own forward.)
+_NODE_PATH_TYPES = _SINGLE_INPUT
 
 
 def _node_path(module, pure=()):
