@@ -339,8 +339,6 @@ def _node_path(module, pure=()):
     views: a module of one of _NODE_PATH_TYPES whose forward is that type's
     own (a subclass that overrides forward is judged as any other class), or
     of a class the caller declared pure (instrument's `pure`)."""
-    if not _NODE_GRADIENTS:
-        return False
     if pure and isinstance(module, pure):
         return True
     for base in type(module).__mro__:
@@ -359,9 +357,6 @@ def _pure_classes(pure):
                 f"not {c!r}")
     return tuple(classes)
 
-
-# Tests set this False to give every ModuleCall views.
-_NODE_GRADIENTS = True
 
 _replicate_patched = False
 
