@@ -5,10 +5,16 @@
 #include <system_error>
 
 #include "base/coding.h"
+#include "base/cpu_isa.h"
 #include "base/version.h"
 #include "cli/command.h"
+#include "fingerprint/fingerprint.h"
+#include "model/matmul.h"
 #include "model/trainer.h"
+#include "rng/philox_fill.h"
 #include "runtime/environment.h"
+#include "trace_format/boundary_scan.h"
+#include "trace_format/crc32c.h"
 
 namespace dgrr::cli {
 namespace {
@@ -45,6 +51,19 @@ void PrintHuman(const nlohmann::json& env, uint64_t digest) {
               << std::setw(12) << c["value"].get<std::string>() << origin << "\n";
   }
   std::cout << "digest:   " << Hex64(digest) << "\n";
+}
+
+// The kernels this process dispatches to on this CPU, under DGRR_MAX_ISA
+// (base/cpu_isa.h). Not part of the fingerprint: every choice gives the
+// same bits, so two machines that differ only here record equal runs.
+void PrintKernels() {
+  std::cout << "kernels (same bits on every choice; DGRR_MAX_ISA caps them, now "
+            << IsaLevelName(MaxIsa()) << "):\n"
+            << "  model products and layers: " << model::GemmIsaName(model::BestGemmIsa()) << "\n"
+            << "  fingerprint stripes:       " << FingerprintKernelName() << "\n"
+            << "  trace CRC32C blocks:       " << crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) << "\n"
+            << "  trace record scan:         " << trace::ScanKernelName(trace::SelectedScanKernel()) << "\n"
+            << "  Philox fills:              " << rng::FillKernelName(rng::BestFillKernel()) << "\n";
 }
 
 // Where the zstd HDF5 plugin is, so h5dump and h5py read dgrr's compressed
@@ -89,7 +108,9 @@ int RunEnv(const std::vector<std::string>& args) {
       "Prints the environment fingerprint of this machine and build: dgrr version and commit,\n"
       "compiler and flags, CPU, GPU, CUDA/cuBLAS/NCCL versions, and every determinism control\n"
       "(NCCL algorithm, protocol, channels, cuBLAS workspace, ...) with the origin of its value.\n"
-      "A warning names each setting that endangers bitwise reproducibility. Last, where the\n"
+      "A warning names each setting that endangers bitwise reproducibility. Then the vector\n"
+      "kernels this CPU runs (DGRR_MAX_ISA=avx2 or sse2 caps them; the bits never change), and\n"
+      "last where the\n"
       "zstd HDF5 plugin is (installed and in this build tree) and the HDF5_PLUGIN_PATH to\n"
       "export so h5dump and h5py read dgrr checkpoints (docs/install.md).",
       options, positional, args, vm);
@@ -112,6 +133,7 @@ int RunEnv(const std::vector<std::string>& args) {
     std::cout << env.dump(2) << "\n";
   } else {
     PrintHuman(env, digest);
+    PrintKernels();
     PrintHdf5Plugin();
   }
   for (const auto& w : controls->Warnings()) ReportWarning("env", w);

@@ -5,6 +5,7 @@
 #include <new>
 #include <system_error>
 
+#include "base/cpu_isa.h"
 #include "base/version.h"
 #include "cli/command.h"
 
@@ -72,7 +73,14 @@ int RunDgrr(const std::vector<std::string>& args) {
     return kExitOk;
   }
   for (const auto& c : AllCommands()) {
-    if (c.name == first) return RunGuarded(c, std::vector<std::string>(args.begin() + 1, args.end()));
+    if (c.name != first) continue;
+    // A cap on the kernels' instruction set that the library would ignore
+    // is refused here, before any work (base/cpu_isa.h).
+    if (Status isa = CheckMaxIsaEnvironment(); !isa.ok()) {
+      std::cerr << "dgrr: " << isa.message() << "\n";
+      return kExitUsage;
+    }
+    return RunGuarded(c, std::vector<std::string>(args.begin() + 1, args.end()));
   }
   std::cerr << "dgrr: unknown command '" << first << "' (see 'dgrr --help')\n";
   return kExitUsage;

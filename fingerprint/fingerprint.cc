@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/cpu_isa.h"
 #include "fingerprint/fingerprint_simd.h"
 #include "fingerprint/xxh3_core.h"
 
@@ -82,7 +83,7 @@ __attribute__((target("avx2"))) uint64_t XorWordsAvx2(const uint8_t* p, size_t w
 using XorWordsFn = uint64_t (*)(const uint8_t*, size_t);
 XorWordsFn PickXorWords() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? XorWordsAvx2 : XorWordsBaseline;
+  return IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2") ? XorWordsAvx2 : XorWordsBaseline;
 }
 uint64_t XorWords(const uint8_t* p, size_t words) {
   static const XorWordsFn impl = PickXorWords();
@@ -276,5 +277,7 @@ Fingerprint FingerprintSegments(const MemorySegment* segments, size_t count) {
   for (size_t i = 0; i < count; ++i) fp.Update(segments[i].data, segments[i].bytes);
   return fp.Digest();
 }
+
+const char* FingerprintKernelName() { return fingerprint_internal::BestStripeConsumerName(); }
 
 }  // namespace dgrr

@@ -98,6 +98,11 @@ class Fingerprinter {
 // them together (a Fingerprinter fed segment by segment).
 Fingerprint FingerprintSegments(const MemorySegment* segments, size_t count);
 
+// The vector kernel FingerprintBytes consumes stripes with on this CPU
+// ("avx512", "avx2", "sse2" or "scalar"; every one gives the same bits;
+// DGRR_MAX_ISA caps it, base/cpu_isa.h).
+const char* FingerprintKernelName();
+
 namespace fingerprint_internal {
 // The alternative fused route, kept as an independent reference and for the
 // benchmark: cache-sized chunks XORed and then fed to libxxhash's streaming

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/cpu_isa.h"
 #include "fingerprint/xxh3_core.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -486,12 +487,12 @@ __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state,
 namespace {
 bool CpuHasAvx512f() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
+  return IsaAllowed(IsaLevel::kAvx512) && __builtin_cpu_supports("avx512f") != 0;
 }
 
 bool CpuHasAvx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
+  return IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2") != 0;
 }
 }  // namespace
 

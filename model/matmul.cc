@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/cpu_isa.h"
 #include "model/numerics.h"
 
 namespace dgrr::model {
@@ -230,8 +231,10 @@ const char* GemmIsaName(GemmIsa isa) {
 
 bool CpuSupports(GemmIsa isa) {
   switch (isa) {
-    case GemmIsa::kAvx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    case GemmIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case GemmIsa::kAvx512:
+      return IsaAllowed(IsaLevel::kAvx512) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    case GemmIsa::kAvx2:
+      return IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case GemmIsa::kSse2: return true;  // x86-64 baseline
   }
   return false;

@@ -19,6 +19,7 @@
 // tests/model/gpt_test.cc hold it to that.
 #pragma once
 
+#include "base/cpu_isa.h"
 #include "model/matmul.h"
 
 namespace dgrr::model {
@@ -33,7 +34,7 @@ template <typename Body>
 }
 
 inline bool CpuHasAvx512ForLayers() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
+  static const bool has = IsaAllowed(IsaLevel::kAvx512) && __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return has;

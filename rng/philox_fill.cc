@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "base/cpu_isa.h"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define DGRR_RNG_X86 1
@@ -266,8 +268,8 @@ bool FillKernelSupported(FillKernel kernel) {
     case FillKernel::kScalar: return true;
 #if DGRR_RNG_X86
     case FillKernel::kSse2: return true;
-    case FillKernel::kAvx2: return __builtin_cpu_supports("avx2");
-    case FillKernel::kAvx512: return __builtin_cpu_supports("avx512f");
+    case FillKernel::kAvx2: return IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2");
+    case FillKernel::kAvx512: return IsaAllowed(IsaLevel::kAvx512) && __builtin_cpu_supports("avx512f");
 #else
     default: return false;
 #endif

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "base/cpu_isa.h"
 #include "trace_format/record.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -121,7 +122,7 @@ __attribute__((target("avx2"))) size_t RunOfAvx2(const uint8_t* records, const u
 
 bool CpuHasAvx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
+  return IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2") != 0;
 }
 #endif
 

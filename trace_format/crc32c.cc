@@ -7,6 +7,8 @@
 #include <immintrin.h>
 #endif
 
+#include "base/cpu_isa.h"
+
 namespace dgrr::crc32c {
 namespace {
 
@@ -239,9 +241,10 @@ bool Supports(BlockKernel kernel) {
   switch (kernel) {
     case BlockKernel::kPortable: return true;
     case BlockKernel::kCrc32Chains: return sse42;
-    case BlockKernel::kClmulAvx2: return clmul && __builtin_cpu_supports("avx2");
+    case BlockKernel::kClmulAvx2: return clmul && IsaAllowed(IsaLevel::kAvx2) && __builtin_cpu_supports("avx2");
     case BlockKernel::kClmulAvx512:
-      return clmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      return clmul && IsaAllowed(IsaLevel::kAvx512) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512bw");
   }
   return false;

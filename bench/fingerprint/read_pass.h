@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/cpu_isa.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -69,7 +71,7 @@ __attribute__((target("avx2"))) inline uint64_t ReadPassAvx2(const uint8_t* p, s
 inline bool ReadPassUsesAvx2() {
   static const bool avx2 = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
+    return dgrr::IsaAllowed(dgrr::IsaLevel::kAvx2) && __builtin_cpu_supports("avx2") != 0;
   }();
   return avx2;
 }

@@ -182,7 +182,9 @@ TEST(HardPairsTest, JustPastTheRepeatEdgeAPropagatingDivergenceIsNamedOrAmbiguou
   ExpectWellFormed(pair.a, pair.b, planted);
   const CertifyReport r = Certify(pair.a, pair.b, planted, CertifyOptions{});
   EXPECT_LE(r.certified_pairs, at);
-  if (r.first_divergence.has_value()) EXPECT_GE(r.first_divergence->index_a, at);
+  if (r.first_divergence.has_value()) {
+    EXPECT_GE(r.first_divergence->index_a, at);
+  }
   const bool named = r.first_divergence.has_value() && r.first_divergence->index_a == at &&
                      r.first_divergence->index_b == *pair.divergence_b;
   const Coverage coverage = CoverageOf(planted);
