@@ -18,13 +18,21 @@ BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t 
       device_(device) {
   // The GPU runs a worker's whole block; one worker feeds it.
   if (device_ == Device::kCuda) num_threads_ = 1;
-  // Worker w runs the examples [w*n/T, (w+1)*n/T) as one block, so an
-  // engine needs room for ceil(max_examples / threads) of them.
+  // Worker w runs the examples [w*n/T, (w+1)*n/T), so an engine would need
+  // room for ceil(max_examples / threads) of them to run its share as one
+  // block. On a CPU it takes them in blocks of at most kCpuBlockRows rows
+  // instead: the blocks' activations then stay in cache between one
+  // product and the next (measured, bench/README.md: `small` on one thread
+  // 1.23x faster with AVX2 and 1.28x with AVX-512 in blocks of 2 examples
+  // than in one block of 16; tiny unchanged). Stacking never changes a bit
+  // (model/matmul.h), so the block size is free to choose.
   const size_t threads = static_cast<size_t>(num_threads_);
   const size_t per_worker = std::max<size_t>(1, (max_examples + threads - 1) / threads);
+  const size_t seq_len = static_cast<size_t>(std::max(1, config.seq_len));
+  const size_t cpu_block = std::min(per_worker, std::max<size_t>(1, kCpuBlockRows / seq_len));
   for (int w = 0; w < num_threads_; ++w) {
     if (device_ == Device::kCpu) {
-      engines_.push_back(std::make_unique<ExampleEngine<float>>(config, per_worker));
+      engines_.push_back(std::make_unique<ExampleEngine<float>>(config, cpu_block));
       continue;
     }
     StatusOr<std::unique_ptr<Launcher>> launcher = MakeLauncher(device_, gemm);

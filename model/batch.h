@@ -14,6 +14,12 @@
 
 namespace dgrr::model {
 
+// The most rows (examples x seq_len) a CPU engine stacks into one block:
+// fewer, and the products' rows are too few for a register tile; more, and
+// a block's activations fall out of cache between one product and the next
+// (BatchGradients' constructor says what was measured).
+inline constexpr size_t kCpuBlockRows = 128;
+
 class BatchGradients {
  public:
   // Buffers for up to `max_examples` per call and one engine per thread.

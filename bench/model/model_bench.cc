@@ -21,6 +21,16 @@ const std::vector<std::vector<int64_t>> kShapes = {
     {128, 64, 512},                                                 // small dW = inp^T . dout
 };
 
+// The transposed forms `small` runs, one batch of 16 examples on one thread:
+// the weight gradients dW[in,out] = inp^T . dout per example (GemmTransA,
+// K = T = 64; dwte with M = V = 256) and the input gradients
+// dinp[rows,in] = dout . W^T of the whole block (GemmTransB, 1024 rows; the
+// LM head's logits too).
+const std::vector<std::vector<int64_t>> kTransAShapes = {
+    {128, 64, 384}, {128, 64, 128}, {128, 64, 512}, {512, 64, 128}, {256, 64, 128}};
+const std::vector<std::vector<int64_t>> kTransBShapes = {
+    {1024, 384, 128}, {1024, 128, 128}, {1024, 512, 128}, {1024, 128, 512}, {1024, 128, 256}};
+
 template <void (*Kernel)(float*, const float*, const float*, int, int, int, bool)>
 void BM_Matmul(benchmark::State& state) {
   const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
@@ -45,6 +55,18 @@ void Reference(float* c, const float* a, const float* b, int M, int K, int N, bo
 
 BENCHMARK(BM_Matmul<Dispatched>)->Name("Gemm/dispatched")->Apply([](auto* b) {
   for (const auto& s : kShapes) b->Args(s);
+});
+void DispatchedTransA(float* c, const float* a, const float* b, int M, int K, int N, bool acc) {
+  GemmTransA(c, a, b, M, K, N, acc);
+}
+void DispatchedTransB(float* c, const float* a, const float* b, int M, int K, int N, bool acc) {
+  GemmTransB(c, a, b, M, K, N, acc);
+}
+BENCHMARK(BM_Matmul<DispatchedTransA>)->Name("Gemm/trans_a")->Apply([](auto* b) {
+  for (const auto& s : kTransAShapes) b->Args(s);
+});
+BENCHMARK(BM_Matmul<DispatchedTransB>)->Name("Gemm/trans_b")->Apply([](auto* b) {
+  for (const auto& s : kTransBShapes) b->Args(s);
 });
 BENCHMARK(BM_Matmul<GemmFloatBaseline>)->Name("Gemm/sse2")->Apply([](auto* b) {
   for (const auto& s : kShapes) b->Args(s);
