@@ -29,6 +29,11 @@ fi
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), torch from $python"
+# The vector paths each side runs (DGRR_MAX_ISA caps dgrr's, docs/environment.md;
+# ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS cap torch's).
+dgrr_isa=$("$build/cli/dgrr" env 2>/dev/null | sed -n 's/^ *model products and layers: *//p')
+torch_isa=$("$python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())' 2>/dev/null || echo unknown)
+echo "# instruction set: dgrr ${dgrr_isa:-unknown} (DGRR_MAX_ISA=${DGRR_MAX_ISA:-unset}), torch $torch_isa (MKL_ENABLE_INSTRUCTIONS=${MKL_ENABLE_INSTRUCTIONS:-unset})"
 r=1
 while [ "$r" -le "$rounds" ]; do
   for threads in $thread_counts; do

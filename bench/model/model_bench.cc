@@ -2,6 +2,7 @@
 // loop measured in the same run, plus whole training-step times per preset.
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "model/adamw.h"
@@ -117,4 +118,16 @@ BENCHMARK_CAPTURE(BM_TrainStep, small, "small")->Arg(1)->Arg(2)->Unit(benchmark:
 }  // namespace
 }  // namespace dgrr::model
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The products' and layers' vector build (DGRR_MAX_ISA caps it,
+  // docs/environment.md), and what the ratios are taken against.
+  benchmark::AddCustomContext("isa", std::string("model products and layers ") +
+                                         dgrr::model::GemmIsaName(dgrr::model::BestGemmIsa()));
+  benchmark::AddCustomContext("baseline", "Gemm/triple_loop (same k order); BM_TrainStep: torch, "
+                                          "bench/model/compare_torch.sh");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
