@@ -66,7 +66,8 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   count_ = count;
   const size_t window = static_cast<size_t>(config_.seq_len) + 1;
   // The same static partition ParallelFor gives indices, taken a block at a
-  // time: each worker stacks its examples into one set of matrix multiplies.
+  // time: each worker stacks a block's examples (up to kCpuBlockRows rows on
+  // the CPU) into one set of matrix multiplies.
   const int workers = static_cast<int>(std::min<size_t>(count_, static_cast<size_t>(num_threads_)));
   if (device_ != Device::kCpu) {
     DGRR_RETURN_IF_ERROR(device_status_);
