@@ -335,6 +335,34 @@ TEST(GptDeterminism, EveryVectorBuildGivesTheSameBits) {
   }
 }
 
+// A CPU worker takes its examples in blocks of at most kCpuBlockRows rows
+// (2 of seq_len 48 here: blocks of 2, 2 and 1): every example's gradient and
+// loss are bitwise what one block of all five gives.
+TEST(GptDeterminism, BatchBlocksOfAtMostKCpuBlockRowsGiveTheBitsOfOneBlock) {
+  GptConfig config = SmallTestConfig(0.1f);
+  config.seq_len = static_cast<int>(kCpuBlockRows / 2 - kCpuBlockRows / 8);  // 48: two fit, three do not
+  ASSERT_EQ(kCpuBlockRows / static_cast<size_t>(config.seq_len), 2u);
+  auto model = Gpt::Create(config);
+  ASSERT_TRUE(model.ok());
+  model->Initialize(SplitMixNormalFill(75));
+  const size_t B = 5, window = config.seq_len + 1, n = model->num_parameters();
+  const auto examples = Tokens(static_cast<int>(B * window), 76);
+  SplitMixDropoutMasks masks(77);
+  ExampleHooks hooks{nullptr, nullptr, &masks};
+  BatchGradients batch(config, 1, B);
+  ASSERT_TRUE(batch.ComputeExamples(model->parameters(), examples.data(), B, 40, hooks).ok());
+  ExampleEngine<float> whole(config, B);
+  std::vector<float> grads(B * n), losses(B);
+  std::vector<float*> pointers;
+  for (size_t e = 0; e < B; ++e) pointers.push_back(grads.data() + e * n);
+  whole.ForwardBlock(model->parameters(), examples.data(), B, 40, hooks, losses.data());
+  whole.BackwardBlock(model->parameters(), examples.data(), B, 40, pointers.data(), hooks);
+  for (size_t e = 0; e < B; ++e) {
+    EXPECT_EQ(0, std::memcmp(batch.gradients()[e], pointers[e], n * 4)) << "example " << e;
+    EXPECT_EQ(batch.losses()[e], losses[e]) << "example " << e;
+  }
+}
+
 // Gradients and loss of a batch are bitwise identical for any thread count,
 // and for any split into aligned shards (ranks) combined by the same tree.
 TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
