@@ -29,6 +29,9 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   echo "nvcc (build machine) and runtime libraries:"
   ldd "$build/tests/runtime/runtime_test" 2>&1 | grep -E 'cuda|nccl|cublas' || true
+  echo "host CPU and the vector kernels dgrr runs there (dgrr env):"
+  grep -m1 'model name' /proc/cpuinfo || true
+  "$build/cli/dgrr" env 2>&1 | sed -n '/^kernels/,/Philox/p' || true
 } > "$out/machine.txt"
 # The device tests by name: they are the ones whose point is the GPU.
 device=${DGRR_GPU_CHECKS_DEVICE:-cuda}
