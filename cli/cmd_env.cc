@@ -110,9 +110,8 @@ int RunEnv(const std::vector<std::string>& args) {
       "(NCCL algorithm, protocol, channels, cuBLAS workspace, ...) with the origin of its value.\n"
       "A warning names each setting that endangers bitwise reproducibility. Then the vector\n"
       "kernels this CPU runs (DGRR_MAX_ISA=avx2 or sse2 caps them; the bits never change), and\n"
-      "last where the\n"
-      "zstd HDF5 plugin is (installed and in this build tree) and the HDF5_PLUGIN_PATH to\n"
-      "export so h5dump and h5py read dgrr checkpoints (docs/install.md).",
+      "last where the zstd HDF5 plugin is (installed and in this build tree) and the\n"
+      "HDF5_PLUGIN_PATH to export so h5dump and h5py read dgrr checkpoints (docs/install.md).",
       options, positional, args, vm);
   if (rc >= 0) return rc;
 
