@@ -1,37 +1,33 @@
 // DGRR_MAX_ISA (base/cpu_isa.h) caps the vector kernels every dispatcher may
 // pick, so the AVX2 and SSE2 paths run, and are measured, on a CPU with
 // AVX-512. The cap is read once a process, so these tests run the real
-// binary: `dgrr env` names the kernels each cap leaves, a value outside
-// sse2/avx2/avx512 is refused in one line (exit 1) before any work, and runs
-// trained under each cap are equal bit for bit (`dgrr compare` exit 0).
+// binary (run_process.h): `dgrr env` names the kernels each cap leaves, a
+// value outside sse2/avx2/avx512 is refused in one line (exit 1) before any
+// work, and runs trained under each cap are equal bit for bit (`dgrr
+// compare` exit 0).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
+#include <filesystem>
 #include <string>
+#include <vector>
 
+#include "tests/cli/run_process.h"
 #include "tests/support/temp_dir_test.h"
 
+namespace dgrr::cli {
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr together
+class MaxIsaTest : public test_support::TempDirTest {
+ protected:
+  // `dgrr args...` with DGRR_MAX_ISA=cap ("" leaves the variable as it is).
+  ProcessResult Dgrr(const std::string& cap, const std::vector<std::string>& args) {
+    ProcessOptions options;
+    if (!cap.empty()) options.env["DGRR_MAX_ISA"] = cap;
+    options.capture_out = true;
+    return RunDgrrProcess(args, options, Path("stderr-" + std::to_string(++runs_)));
+  }
+  int runs_ = 0;
 };
-
-Result RunShell(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) r.out += buffer.data();
-  const int status = pclose(pipe);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string Dgrr() { return std::string(DGRR_BINARY_DIR) + "/cli/dgrr"; }
 
 // The kernel lines of `dgrr env` (after "kernels", before the plugin's).
 std::string KernelLines(const std::string& env) {
@@ -40,29 +36,32 @@ std::string KernelLines(const std::string& env) {
   return from == std::string::npos || to == std::string::npos ? "" : env.substr(from, to - from);
 }
 
-class MaxIsaTest : public dgrr::test_support::TempDirTest {};
+std::string DigestLine(const std::string& env) {
+  const size_t at = env.find("digest:");
+  return at == std::string::npos ? std::string("(none)") : env.substr(at, env.find('\n', at) - at);
+}
 
 TEST_F(MaxIsaTest, AnUnknownValueIsRefusedInOneLineBeforeAnyWork) {
-  const Result r = RunShell("DGRR_MAX_ISA=avx3 " + Dgrr() + " train --model tiny --steps 1 --quiet --out " + Path("run"));
-  EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_EQ(r.out, "dgrr: DGRR_MAX_ISA='avx3': expected sse2, avx2 or avx512 (the widest vector "
+  const ProcessResult r = Dgrr("avx3", {"train", "--model", "tiny", "--steps", "1", "--quiet", "--out", Path("run")});
+  ASSERT_TRUE(r.exited);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err, "dgrr: DGRR_MAX_ISA='avx3': expected sse2, avx2 or avx512 (the widest vector "
                    "instruction set dgrr's kernels may use)\n");
   EXPECT_FALSE(std::filesystem::exists(Path("run")));
-  // Help and the version need no kernel, and still answer.
-  EXPECT_EQ(RunShell("DGRR_MAX_ISA=avx3 " + Dgrr() + " --version").rc, 0);
+  // The version needs no kernel, and still answers.
+  EXPECT_EQ(Dgrr("avx3", {"--version"}).rc, 0);
 }
 
 TEST_F(MaxIsaTest, EnvNamesTheKernelsEachCapLeaves) {
-  const Result sse2 = RunShell("DGRR_MAX_ISA=sse2 " + Dgrr() + " env");
-  ASSERT_EQ(sse2.rc, 0) << sse2.out;
+  const ProcessResult sse2 = Dgrr("sse2", {"env"});
+  ASSERT_EQ(sse2.rc, 0) << sse2.err;
   const std::string sse2_kernels = KernelLines(sse2.out);
   ASSERT_NE(sse2_kernels.find("now sse2"), std::string::npos) << sse2.out;
   ASSERT_NE(sse2_kernels.find("model products and layers: sse2"), std::string::npos) << sse2.out;
-  const size_t header_end = sse2_kernels.find('\n', 1);
-  EXPECT_EQ(sse2_kernels.find("avx", header_end), std::string::npos) << sse2_kernels;
+  EXPECT_EQ(sse2_kernels.find("avx", sse2_kernels.find('\n', 1)), std::string::npos) << sse2_kernels;
 
-  const Result avx2 = RunShell("DGRR_MAX_ISA=avx2 " + Dgrr() + " env");
-  ASSERT_EQ(avx2.rc, 0) << avx2.out;
+  const ProcessResult avx2 = Dgrr("avx2", {"env"});
+  ASSERT_EQ(avx2.rc, 0) << avx2.err;
   const std::string avx2_kernels = KernelLines(avx2.out);
   ASSERT_NE(avx2_kernels.find("now avx2"), std::string::npos) << avx2.out;
   EXPECT_EQ(avx2_kernels.find("avx512", avx2_kernels.find('\n', 1)), std::string::npos) << avx2_kernels;
@@ -71,26 +70,23 @@ TEST_F(MaxIsaTest, EnvNamesTheKernelsEachCapLeaves) {
     EXPECT_NE(avx2_kernels.find("fingerprint stripes:       avx2"), std::string::npos) << avx2_kernels;
   }
   // The cap is not part of the environment fingerprint: the bits never depend on it.
-  const Result plain = RunShell(Dgrr() + " env");
-  ASSERT_EQ(plain.rc, 0) << plain.out;
-  auto digest = [](const std::string& text) {
-    const size_t at = text.find("digest:");
-    return at == std::string::npos ? std::string("(none)") : text.substr(at, text.find('\n', at) - at);
-  };
-  EXPECT_EQ(digest(plain.out), digest(sse2.out));
-  EXPECT_EQ(digest(plain.out), digest(avx2.out));
+  const ProcessResult widest = Dgrr("avx512", {"env"});
+  ASSERT_EQ(widest.rc, 0) << widest.err;
+  EXPECT_NE(DigestLine(widest.out), "(none)");
+  EXPECT_EQ(DigestLine(widest.out), DigestLine(sse2.out));
+  EXPECT_EQ(DigestLine(widest.out), DigestLine(avx2.out));
 }
 
 TEST_F(MaxIsaTest, RunsUnderEveryCapAreEqualBitForBit) {
-  const std::string train = " train --model tiny --steps 2 --quiet --out ";
   for (const char* cap : {"sse2", "avx2", "avx512"}) {
-    const Result r = RunShell(std::string("DGRR_MAX_ISA=") + cap + " " + Dgrr() + train + Path(cap));
-    ASSERT_EQ(r.rc, 0) << cap << ": " << r.out;
+    const ProcessResult r = Dgrr(cap, {"train", "--model", "tiny", "--steps", "2", "--quiet", "--out", Path(cap)});
+    ASSERT_EQ(r.rc, 0) << cap << ": " << r.err;
   }
   for (const char* cap : {"sse2", "avx2"}) {
-    const Result r = RunShell(Dgrr() + " compare " + Path("avx512") + " " + Path(cap));
-    EXPECT_EQ(r.rc, 0) << cap << ": " << r.out;
+    const ProcessResult r = Dgrr("", {"compare", Path("avx512"), Path(cap)});
+    EXPECT_EQ(r.rc, 0) << cap << ": " << r.out << r.err;
   }
 }
 
 }  // namespace
+}  // namespace dgrr::cli

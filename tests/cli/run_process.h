@@ -1,7 +1,8 @@
 // Runs the real dgrr binary in a process of its own, for what an in-process
 // run (run_captured.h) cannot show: a kill, a signal, a file-size limit, a
-// fault injected through the environment. stdout goes to /dev/null, stderr
-// to a file whose text comes back.
+// fault injected through the environment, a setting read once a process.
+// stderr goes to a file whose text comes back; stdout to /dev/null, or to a
+// second file (err_file + ".out") whose text comes back too when asked.
 #pragma once
 
 #include <fcntl.h>
@@ -26,11 +27,13 @@ struct ProcessResult {
   bool exited = false;  // false: it ended on a signal
   int rc = -1;          // the exit code, or -signal
   std::string err;
+  std::string out;  // stdout, when ProcessOptions::capture_out
 };
 
 struct ProcessOptions {
   std::map<std::string, std::string> env;  // set in the child, e.g. DGRR_TEST_KILL_AT
   rlim_t max_file_bytes = RLIM_INFINITY;   // RLIMIT_FSIZE, with SIGXFSZ ignored
+  bool capture_out = false;                // stdout into err_file + ".out", returned
 };
 
 inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const ProcessOptions& options,
@@ -42,13 +45,14 @@ inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const 
     return result;
   }
   test_support::ExecArgs argv(dgrr, args);
+  const std::string out_file = options.capture_out ? err_file + ".out" : "/dev/null";
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int err_fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    if (err_fd < 0 || null_fd < 0) ::_exit(100);
+    const int out_fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err_fd < 0 || out_fd < 0) ::_exit(100);
     ::dup2(err_fd, 2);
-    ::dup2(null_fd, 1);
+    ::dup2(out_fd, 1);
     for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
     if (options.max_file_bytes != RLIM_INFINITY) {
       ::signal(SIGXFSZ, SIG_IGN);
@@ -66,6 +70,10 @@ inline ProcessResult RunDgrrProcess(const std::vector<std::string>& args, const 
   result.rc = result.exited ? WEXITSTATUS(status) : -WTERMSIG(status);
   std::ifstream in(err_file, std::ios::binary);
   result.err.assign(std::istreambuf_iterator<char>(in), {});
+  if (options.capture_out) {
+    std::ifstream out(out_file, std::ios::binary);
+    result.out.assign(std::istreambuf_iterator<char>(out), {});
+  }
   return result;
 }
 
