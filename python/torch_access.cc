@@ -252,8 +252,7 @@ int HookInput(void* mark_ptr, PyObject* output, PyObject* site) {
       return kTorchInputIsOutput;
     }
     std::vector<std::pair<Node*, size_t>> into_input;
-    uint64_t lowest = end;  // the lowest number among the call's nodes seen
-    for (Node* n : stack) lowest = std::min(lowest, n->sequence_nr());
+    uint64_t lowest = end;  // the lowest number among the call's nodes (each is popped once)
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
