@@ -18,8 +18,6 @@
 // MKL, OpenBLAS) are not capped by it.
 #pragma once
 
-#include <string>
-
 #include "base/status.h"
 
 namespace dgrr {

@@ -5,7 +5,7 @@
 #include <system_error>
 
 #include "base/coding.h"
-#include "base/cpu_isa.h"
+#include "base/environment.h"
 #include "base/version.h"
 #include "cli/command.h"
 #include "fingerprint/fingerprint.h"
@@ -57,8 +57,9 @@ void PrintHuman(const nlohmann::json& env, uint64_t digest) {
 // (base/cpu_isa.h). Not part of the fingerprint: every choice gives the
 // same bits, so two machines that differ only here record equal runs.
 void PrintKernels() {
-  std::cout << "kernels (same bits on every choice; DGRR_MAX_ISA caps them, now "
-            << IsaLevelName(MaxIsa()) << "):\n"
+  const std::string cap = GetEnvOrEmpty("DGRR_MAX_ISA");
+  std::cout << "kernels (same bits on every choice; DGRR_MAX_ISA caps them: "
+            << (cap.empty() ? "unset" : cap) << "):\n"
             << "  model products and layers: " << model::GemmIsaName(model::BestGemmIsa()) << "\n"
             << "  fingerprint stripes:       " << FingerprintKernelName() << "\n"
             << "  trace CRC32C blocks:       " << crc32c::BlockKernelName(crc32c::SelectedBlockKernel()) << "\n"

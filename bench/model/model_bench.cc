@@ -22,15 +22,15 @@ const std::vector<std::vector<int64_t>> kShapes = {
     {128, 64, 512},                                                 // small dW = inp^T . dout
 };
 
-// The transposed forms `small` runs, one batch of 16 examples on one thread:
-// the weight gradients dW[in,out] = inp^T . dout per example (GemmTransA,
-// K = T = 64; dwte with M = V = 256) and the input gradients
-// dinp[rows,in] = dout . W^T of the whole block (GemmTransB, 1024 rows; the
-// LM head's logits too).
+// The transposed forms `small` runs on a CPU: the weight gradients
+// dW[in,out] = inp^T . dout per example (GemmTransA, K = T = 64; dwte with
+// M = V = 256) and the input gradients dinp[rows,in] = dout . W^T of a block
+// (GemmTransB, 128 rows: two examples, kCpuBlockRows; the LM head's logits
+// too).
 const std::vector<std::vector<int64_t>> kTransAShapes = {
     {128, 64, 384}, {128, 64, 128}, {128, 64, 512}, {512, 64, 128}, {256, 64, 128}};
 const std::vector<std::vector<int64_t>> kTransBShapes = {
-    {1024, 384, 128}, {1024, 128, 128}, {1024, 512, 128}, {1024, 128, 512}, {1024, 128, 256}};
+    {128, 384, 128}, {128, 128, 128}, {128, 512, 128}, {128, 128, 512}, {128, 128, 256}};
 
 template <void (*Kernel)(float*, const float*, const float*, int, int, int, bool)>
 void BM_Matmul(benchmark::State& state) {
