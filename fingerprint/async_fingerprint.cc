@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +72,23 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     for (auto& [ticket, slot] : in_flight_) cudaEventDestroy(slot.done);
     for (Fingerprint* block : pinned_blocks_) cudaFreeHost(block);
     for (void* table : pinned_tables_) cudaFreeHost(table);
+    for (auto& [device, side] : sides_) {
+      DeviceScope scope;
+      if (!scope.Enter(device).ok()) continue;
+      for (cudaStream_t chain : side.chains) {
+        cudaStreamSynchronize(chain);
+        cudaStreamDestroy(chain);
+      }
+      if (side.pool != nullptr) cudaMemPoolDestroy(side.pool);
+    }
+  }
+
+  // The current device's kernels and first slots, before any work is
+  // enqueued (MakeCudaFingerprinter).
+  Status Prepare() {
+    int device = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return CudaError("cudaGetDevice", err);
+    return AddBlock(device, &free_[device]);
   }
 
   StatusOr<Ticket> Enqueue(const TensorRef& tensor) override {
@@ -80,8 +98,8 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     DeviceScope scope;
     DGRR_RETURN_IF_ERROR(scope.Enter(tensor.where.device));
     DGRR_ASSIGN_OR_RETURN(Slot slot, TakeSlot(tensor.where.device));
-    auto* stream = static_cast<CUstream_st*>(tensor.where.stream);
-    return Issue(slot, stream, FingerprintDeviceAsync(tensor.data, tensor.bytes, stream, slot.result));
+    const FingerprintStreams streams = StreamsFor(tensor.where);
+    return Issue(slot, streams.chain, FingerprintDeviceAsync(tensor.data, tensor.bytes, streams, slot.result));
   }
 
   StatusOr<Ticket> EnqueueSegments(std::span<const MemorySegment> segments, const Placement& where) override {
@@ -93,12 +111,12 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     DGRR_RETURN_IF_ERROR(scope.Enter(where.device));
     DGRR_ASSIGN_OR_RETURN(Slot slot, TakeSlot(where.device));
     Status enqueued = StageTable(&slot, SegmentTableWords(segments.size()));
-    auto* stream = static_cast<CUstream_st*>(where.stream);
+    const FingerprintStreams streams = StreamsFor(where);
     if (enqueued.ok()) {
-      enqueued = FingerprintSegmentsDeviceAsync(segments, stream, std::span<uint64_t>(slot.table, slot.table_words),
+      enqueued = FingerprintSegmentsDeviceAsync(segments, streams, std::span<uint64_t>(slot.table, slot.table_words),
                                                 slot.result);
     }
-    return Issue(slot, stream, enqueued);
+    return Issue(slot, streams.chain, enqueued);
   }
 
   Status CopyToHost(const void* src, uint64_t bytes, const Placement& where, void* dst) override {
@@ -126,6 +144,59 @@ class CudaFingerprinter final : public AsyncFingerprinter {
 
  private:
   static constexpr int kSlotsPerBlock = 64;
+  // Streams a device's fingerprint chains take in turn, so that the chains of
+  // consecutive tensors run side by side (one warp each).
+  static constexpr int kChainStreams = 4;
+
+  // A device's chain streams and scratch pool. The pool reuses memory only
+  // once its release has completed (no reuse that would make the tensor's
+  // stream wait for an earlier chain) and keeps it between steps.
+  struct DeviceSide {
+    std::vector<cudaStream_t> chains;
+    cudaMemPool_t pool = nullptr;
+    size_t next = 0;
+  };
+
+  // The reads on the tensor's stream, the chain on the device's next chain
+  // stream (made by AddBlock, which TakeSlot has called).
+  FingerprintStreams StreamsFor(const Placement& where) {
+    DeviceSide& side = sides_.at(where.device);
+    FingerprintStreams streams;
+    streams.reads = static_cast<CUstream_st*>(where.stream);
+    streams.chain = side.chains[side.next++ % side.chains.size()];
+    streams.pool = side.pool;
+    return streams;
+  }
+
+  // Called with `device` current: the kernels, the chain streams, the pool.
+  Status PrepareDevice(int device) {
+    DGRR_RETURN_IF_ERROR(LoadDeviceFingerprintKernels());
+    DeviceSide side;
+    for (int i = 0; i < kChainStreams; ++i) {
+      cudaStream_t chain = nullptr;
+      if (cudaError_t err = cudaStreamCreateWithFlags(&chain, cudaStreamNonBlocking); err != cudaSuccess) {
+        for (cudaStream_t made : side.chains) cudaStreamDestroy(made);
+        return CudaError("cudaStreamCreateWithFlags", err);
+      }
+      side.chains.push_back(chain);
+    }
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaError_t err = cudaMemPoolCreate(&side.pool, &props);
+    int no = 0;
+    uint64_t keep = UINT64_MAX;
+    if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolReuseAllowInternalDependencies, &no);
+    if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    if (err != cudaSuccess) {
+      for (cudaStream_t made : side.chains) cudaStreamDestroy(made);
+      if (side.pool != nullptr) cudaMemPoolDestroy(side.pool);
+      return CudaError("cudaMemPoolCreate", err);
+    }
+    sides_.emplace(device, std::move(side));
+    return Status::OK();
+  }
 
   // After the work is enqueued: the event behind it, and the ticket.
   StatusOr<Ticket> Issue(const Slot& slot, CUstream_st* stream, Status enqueued) {
@@ -184,7 +255,9 @@ class CudaFingerprinter final : public AsyncFingerprinter {
   }
 
   // Called with `device` current: events belong to the device they are made on.
+  // The first block of a device also prepares the device (PrepareDevice).
   Status AddBlock(int device, std::vector<Slot>* slots) {
+    if (!sides_.contains(device)) DGRR_RETURN_IF_ERROR(PrepareDevice(device));
     void* block = nullptr;
     if (cudaError_t err = cudaHostAlloc(&block, kSlotsPerBlock * sizeof(Fingerprint), cudaHostAllocDefault);
         err != cudaSuccess) {
@@ -223,6 +296,7 @@ class CudaFingerprinter final : public AsyncFingerprinter {
   std::vector<void*> pinned_tables_;
   std::unordered_map<int, std::vector<Slot>> free_;  // by device
   std::unordered_map<Ticket, Slot> in_flight_;
+  std::unordered_map<int, DeviceSide> sides_;  // by device
   Ticket next_ticket_ = 1;
 };
 
@@ -234,7 +308,9 @@ StatusOr<std::unique_ptr<AsyncFingerprinter>> MakeCudaFingerprinter() {
     return Status::FailedPrecondition(std::string("no CUDA device to fingerprint device tensors on") +
                                       (err != cudaSuccess ? std::string(": ") + cudaGetErrorString(err) : ""));
   }
-  return std::unique_ptr<AsyncFingerprinter>(new CudaFingerprinter());
+  auto made = std::make_unique<CudaFingerprinter>();
+  DGRR_RETURN_IF_ERROR(made->Prepare());
+  return std::unique_ptr<AsyncFingerprinter>(std::move(made));
 }
 
 #else

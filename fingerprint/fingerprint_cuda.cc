@@ -21,9 +21,30 @@ Status CudaFailure(const char* step, int err) {
                           cudaGetErrorString(static_cast<cudaError_t>(err)));
 }
 
+fingerprint_cuda_internal::Streams KernelStreams(const FingerprintStreams& streams) {
+  fingerprint_cuda_internal::Streams k;
+  k.reads = streams.reads;
+  k.chain = streams.chain;
+  k.pool = streams.pool;
+  return k;
+}
+
 }  // namespace
 
-Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream,
+Status LoadDeviceFingerprintKernels() {
+  const char* failed_step = "";
+  const int err = fingerprint_cuda_internal::LoadKernels(&failed_step);
+  if (err != 0) return CudaFailure(failed_step, err);
+  return Status::OK();
+}
+
+Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream, Fingerprint* out) {
+  FingerprintStreams streams;
+  streams.reads = stream;
+  return FingerprintDeviceAsync(dev_ptr, n, streams, out);
+}
+
+Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, const FingerprintStreams& streams,
                               Fingerprint* out) {
   if (out == nullptr) return Status::InvalidArgument("FingerprintDeviceAsync: null output");
   if (dev_ptr == nullptr && n != 0) {
@@ -33,7 +54,7 @@ Status FingerprintDeviceAsync(const void* dev_ptr, size_t n, CUstream_st* stream
   const char* failed_step = "";
   // The device copies 16 bytes with the same layout into *out.
   const int err = fingerprint_cuda_internal::EnqueueFingerprint(
-      dev_ptr, n, stream, fingerprint_internal::DefaultXxh3Secret(),
+      dev_ptr, n, KernelStreams(streams), fingerprint_internal::DefaultXxh3Secret(),
       reinterpret_cast<DeviceFingerprint*>(out), &failed_step);
   if (err != 0) return CudaFailure(failed_step, err);
   return Status::OK();
@@ -48,6 +69,13 @@ StatusOr<Fingerprint> FingerprintDevice(const void* dev_ptr, size_t n, CUstream_
 }
 
 Status FingerprintSegmentsDeviceAsync(std::span<const MemorySegment> segments, CUstream_st* stream,
+                                      std::span<uint64_t> table, Fingerprint* out) {
+  FingerprintStreams streams;
+  streams.reads = stream;
+  return FingerprintSegmentsDeviceAsync(segments, streams, table, out);
+}
+
+Status FingerprintSegmentsDeviceAsync(std::span<const MemorySegment> segments, const FingerprintStreams& streams,
                                       std::span<uint64_t> table, Fingerprint* out) {
   if (out == nullptr) return Status::InvalidArgument("FingerprintSegmentsDeviceAsync: null output");
   size_t count = 0;
@@ -77,7 +105,7 @@ Status FingerprintSegmentsDeviceAsync(std::span<const MemorySegment> segments, C
   }
   const char* failed_step = "";
   const int err = fingerprint_cuda_internal::EnqueueSegmentedFingerprint(
-      table.data(), static_cast<uint32_t>(count), stream, fingerprint_internal::DefaultXxh3Secret(),
+      table.data(), static_cast<uint32_t>(count), KernelStreams(streams), fingerprint_internal::DefaultXxh3Secret(),
       reinterpret_cast<DeviceFingerprint*>(out), &failed_step);
   if (err != 0) return CudaFailure(failed_step, err);
   return Status::OK();

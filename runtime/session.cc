@@ -99,6 +99,10 @@ struct Session::Impl {
   Impl(const SessionOptions& options, const SessionSeams& seams)
       : options_(options), seams_(seams), rng_(options.seed) {
     comm_ = options.communicator;
+    // Device state registers before the training loop: the device
+    // fingerprinter is made then. Where that fails, the first device record
+    // tries again and reports why.
+    state_.set_first_device_entry_hook([this] { (void)DeviceFingerprinter(); });
   }
 
   // --- Session's operations (documented in session.h) ---

@@ -74,8 +74,10 @@ Status StateRegistry::Register(StateEntry entry) {
     parameter_placement_ = here;
     has_parameters_ = true;
   }
+  const bool first_on_a_device = !has_device_entries_ && !entry.where.host();
   has_device_entries_ = has_device_entries_ || !entry.where.host();
   entries_.push_back(std::move(entry));
+  if (first_on_a_device && first_device_entry_hook_) first_device_entry_hook_();
   return Status::OK();
 }
 

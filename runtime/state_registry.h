@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,11 @@ class StateRegistry {
   const Placement& parameter_placement() const { return parameter_placement_; }
   // Whether any entry lives on a device.
   bool has_device_entries() const { return has_device_entries_; }
+  // Called once, right after the first entry placed on a device is accepted:
+  // the session makes its device fingerprinter then (CUDA context, kernels
+  // loaded, pinned result slots), before a training loop keeps the device's
+  // streams busy; loading kernels later may wait for them.
+  void set_first_device_entry_hook(std::function<void()> hook) { first_device_entry_hook_ = std::move(hook); }
 
  private:
   friend class HostStateCopy;  // mirrors a registry entry for entry, placements aside
@@ -77,6 +83,7 @@ class StateRegistry {
   Placement parameter_placement_;
   bool has_parameters_ = false;
   bool has_device_entries_ = false;
+  std::function<void()> first_device_entry_hook_;
 };
 
 }  // namespace dgrr

@@ -27,14 +27,22 @@ namespace {
 
 #if DGRR_FINGERPRINT_HAVE_CUDA
 
-// Holds a stream at a host function until the test opens the gate (or 60 s
-// pass, so that a broken session cannot hang the test forever).
+// Holds a stream at a host function until the test opens the gate, or 60 s
+// pass, so that a session that waits for the stream cannot hang the test: it
+// then finds the gate let go by itself (`let_go`) and fails. The 60 s are a
+// deadlock guard, not a speed limit: a session that never waits returns
+// while the gate is still shut, however slow the machine.
 struct Gate {
   std::atomic<bool> open{false};
+  std::atomic<bool> let_go{false};
   static void CUDART_CB Hold(void* self) {
     auto* gate = static_cast<Gate*>(self);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!gate->open.load() && std::chrono::steady_clock::now() < until) {
+    while (!gate->open.load()) {
+      if (std::chrono::steady_clock::now() >= until) {
+        gate->let_go.store(true);
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -82,18 +90,28 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
   ASSERT_TRUE(t.ok());
   t->where = Placement::Cuda(0, stream);
 
-  const OpenGateOnExit opener{gate};
-  ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
+  // Step 0 with the stream free: the first device record makes the
+  // session's fingerprinter (context, kernels, pinned slots), which may wait
+  // for the device once. Step 1 is the one under test.
   ASSERT_TRUE(session.BeginStep(0).ok());
   ASSERT_TRUE(session.Record(*out, *t, {0, 1}).ok());
   ASSERT_TRUE(session.EndStep(0, 1.0f).ok());
+  ASSERT_TRUE(session.Sync().ok());
+
+  const OpenGateOnExit opener{gate};
+  ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
+  ASSERT_TRUE(session.BeginStep(1).ok());
+  ASSERT_TRUE(session.Record(*out, *t, {0, 1}).ok());
+  ASSERT_TRUE(session.EndStep(1, 1.0f).ok());
   // Record and EndStep returned although the stream cannot have reached the
   // fingerprint: the records wait, the stream is still busy.
+  EXPECT_FALSE(gate.let_go.load()) << "Record or EndStep waited for the held stream";
   EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
   EXPECT_EQ(session.records_waiting(), 2u);
   gate.open.store(true);
   ASSERT_TRUE(session.Close().ok());
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_FALSE(gate.let_go.load()) << "something waited for the held stream";
 
   auto trace = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
@@ -106,7 +124,7 @@ TEST_F(DeviceRecordCudaTest, RecordsWithoutSynchronizingAndMatchesTheHost) {
       EXPECT_EQ(b->xxh3, expected.xxh3);
     }
   }
-  EXPECT_EQ(boundaries, 1);
+  EXPECT_EQ(boundaries, 2);
   cudaStreamDestroy(stream);
   cudaFree(dev);
 }
@@ -144,10 +162,14 @@ TEST_F(DeviceRecordCudaTest, DeviceParametersFingerprintOnTheirStreamWithoutSync
   ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
   ASSERT_TRUE(session.BeginStep(0).ok());
   ASSERT_TRUE(session.EndStep(0, 1.0f).ok());
+  // Registering the device parameters made the fingerprinter, before the
+  // stream was held: nothing here waits for it.
+  EXPECT_FALSE(gate.let_go.load()) << "EndStep waited for the held stream";
   EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
   EXPECT_EQ(session.records_waiting(), 1u) << "the STEP record waits for the parameters' fingerprint";
   gate.open.store(true);
   ASSERT_TRUE(session.Close().ok());
+  EXPECT_FALSE(gate.let_go.load()) << "something waited for the held stream";
 
   auto trace = trace::ReadWholeTrace(TracePathFor(dir_.string(), 0));
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
