@@ -6,9 +6,15 @@
 //
 //   device_fingerprint_bench [ROUNDS] [MiB...]     default: 15 rounds, 1 16 256 4096 MiB
 //
-// Prints two lines per size: medians over the rounds, min-max in brackets;
-// the second times the same bytes as 997 buffers of uneven lengths
-// fingerprinted as one stream (the parameters' fingerprint).
+// Prints three lines per size: medians over the rounds, min-max in brackets.
+// The first: the fingerprint on one stream against the copy. The second: the
+// same bytes as 997 buffers of uneven lengths fingerprinted as one stream
+// (the parameters' fingerprint). The third: the fingerprint split as the
+// session's fingerprinter runs it (FingerprintStreams: the passes that read
+// the buffer on its stream, XXH3's serial chain on a stream of its own, the
+// scratch from a pool of its own): how long the buffer's stream is busy,
+// against the copy (the cost to the training loop, and the goal's figure),
+// and when the result is ready.
 // Without CUDA or without a device it says so and exits 0.
 #include <algorithm>
 #include <cstdio>
@@ -95,18 +101,59 @@ void RunSize(size_t bytes, int rounds, cudaStream_t stream) {
       std::exit(2);
     }
   };
-  fingerprint();  // warm-up: the stream-ordered pool, the kernels' first load
+  // Split: reads on `stream`, the chain on `chain`, scratch from `pool`.
+  cudaStream_t chain;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&chain, cudaStreamNonBlocking));
+  cudaMemPool_t pool;
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  CHECK_CUDA(cudaMemPoolCreate(&pool, &props));
+  int no = 0;
+  CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no));
+  dgrr::FingerprintStreams split;
+  split.reads = stream;
+  split.chain = chain;
+  split.pool = pool;
+  cudaEvent_t ready;
+  CHECK_CUDA(cudaEventCreate(&ready));
+  // Milliseconds `stream` is busy with the split fingerprint, and until its
+  // result is ready on `chain`.
+  auto time_split = [&](double* reads_ms, double* result_ms) {
+    CHECK_CUDA(cudaStreamSynchronize(chain));
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    const dgrr::Status s = dgrr::FingerprintDeviceAsync(src, bytes, split, result);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(2);
+    }
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventRecord(ready, chain));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    CHECK_CUDA(cudaEventSynchronize(ready));
+    float a = 0, b = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&a, start, stop));
+    CHECK_CUDA(cudaEventElapsedTime(&b, start, ready));
+    *reads_ms = a;
+    *result_ms = b;
+  };
+  fingerprint();  // warm-up: the stream-ordered pools, the kernels' first load
   copy();
   segmented();
+  double warm_reads = 0, warm_result = 0;
+  time_split(&warm_reads, &warm_result);
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  std::vector<double> fp_ms, copy_ms, seg_ms, ratio, seg_ratio;
+  std::vector<double> fp_ms, copy_ms, seg_ms, ratio, seg_ratio, split_reads_ms, split_result_ms, split_ratio;
   for (int r = 0; r < rounds; ++r) {
-    double f = 0, c = 0, g = 0;
+    double f = 0, c = 0, g = 0, sr = 0, sd = 0;
     if (r % 2 == 0) {
       f = TimeOnStream(stream, start, stop, fingerprint);
       c = TimeOnStream(stream, start, stop, copy);
       g = TimeOnStream(stream, start, stop, segmented);
+      time_split(&sr, &sd);
     } else {
+      time_split(&sr, &sd);
       g = TimeOnStream(stream, start, stop, segmented);
       c = TimeOnStream(stream, start, stop, copy);
       f = TimeOnStream(stream, start, stop, fingerprint);
@@ -114,8 +161,11 @@ void RunSize(size_t bytes, int rounds, cudaStream_t stream) {
     fp_ms.push_back(f);
     copy_ms.push_back(c);
     seg_ms.push_back(g);
-    ratio.push_back(c / f);      // read rate of the fingerprint over the copy's
-    seg_ratio.push_back(f / g);  // the segmented fingerprint's rate over one buffer's
+    split_reads_ms.push_back(sr);
+    split_result_ms.push_back(sd);
+    ratio.push_back(c / f);        // read rate of the fingerprint over the copy's
+    seg_ratio.push_back(f / g);    // the segmented fingerprint's rate over one buffer's
+    split_ratio.push_back(c / sr); // the buffer's stream: read rate over the copy's
   }
   const Spread f = SpreadOf(fp_ms), c = SpreadOf(copy_ms), q = SpreadOf(ratio);
   const Spread g = SpreadOf(seg_ms), sq = SpreadOf(seg_ratio);
@@ -127,7 +177,15 @@ void RunSize(size_t bytes, int rounds, cudaStream_t stream) {
   std::printf("%8zu MiB  as %zu segments %9.3f ms [%.3f-%.3f] %7.1f GiB/s read | segmented/one buffer read rate "
               "%.3fx [%.3f-%.3f]\n",
               bytes >> 20, kSegments, g.median, g.min, g.max, gib / (g.median / 1e3), sq.median, sq.min, sq.max);
+  const Spread sr = SpreadOf(split_reads_ms), sd = SpreadOf(split_result_ms), sq2 = SpreadOf(split_ratio);
+  std::printf("%8zu MiB  split: its stream %9.3f ms [%.3f-%.3f] %7.1f GiB/s read, %.3fx the copy's [%.3f-%.3f] | "
+              "result after %9.3f ms [%.3f-%.3f]\n",
+              bytes >> 20, sr.median, sr.min, sr.max, gib / (sr.median / 1e3), sq2.median, sq2.min, sq2.max,
+              sd.median, sd.min, sd.max);
   std::fflush(stdout);
+  CHECK_CUDA(cudaEventDestroy(ready));
+  CHECK_CUDA(cudaStreamDestroy(chain));
+  CHECK_CUDA(cudaMemPoolDestroy(pool));
   CHECK_CUDA(cudaFreeHost(table));
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
