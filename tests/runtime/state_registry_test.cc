@@ -88,6 +88,35 @@ TEST(StateRegistry, ParametersLiveInOnePlaceAndOtherStateAnywhere) {
   EXPECT_EQ(segments[1].bytes, sizeof b);
 }
 
+// The session makes its device fingerprinter through this hook, before the
+// training loop (docs/api.md, "Device state"): once, at the first entry on a
+// device, after it is accepted; host entries and refused ones never call it.
+TEST(StateRegistry, TheFirstDeviceEntryCallsTheHookOnce) {
+  StateRegistry reg;
+  int calls = 0;
+  size_t entries_when_called = 0;
+  reg.set_first_device_entry_hook([&] {
+    ++calls;
+    entries_when_called = reg.entries().size();
+  });
+  float w[4] = {};
+  ASSERT_TRUE(reg.Register({"host", w, sizeof w, DType::kF32, {4}, StateRole::kParameter}).ok());
+  EXPECT_EQ(calls, 0);
+  StateEntry bad{"bad", w, sizeof w, DType::kF32, {4}, StateRole::kOptimizer};
+  bad.where = Placement::Cuda(-1, nullptr);
+  EXPECT_TRUE(reg.Register(bad).IsInvalidArgument());
+  EXPECT_EQ(calls, 0) << "a refused entry prepares nothing";
+  StateEntry m{"m", w, sizeof w, DType::kF32, {4}, StateRole::kOptimizer};
+  m.where = Placement::Cuda(0, nullptr);
+  ASSERT_TRUE(reg.Register(m).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(entries_when_called, 2u) << "called after the entry is accepted";
+  StateEntry v{"v", w, sizeof w, DType::kF32, {4}, StateRole::kOptimizer};
+  v.where = Placement::Cuda(0, nullptr);
+  ASSERT_TRUE(reg.Register(v).ok());
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(OutlierRanks, AreTheMinorityOrThoseDifferingFromRankZero) {
   Fingerprint a{1, 2}, b{3, 4};
   EXPECT_EQ(OutlierRanks({a, a, b, a}), std::vector<int>{2});
