@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything dgrr checks on a GPU, in one command, for a machine lent with one
-# (the device tool: build here, carry the build folder, run this there):
+# (the device tool: scripts/gpu-prepare.sh here packs the build, and
+# scripts/gpu-remote.sh there unpacks it and runs this):
 #   scripts/gpu-checks.sh BUILD OUTDIR
 # 1. the tests that skip without a device (device Philox, device fingerprints
 #    of single buffers and of segment lists, the asynchronous device recording
