@@ -180,6 +180,8 @@ class CudaFingerprinter final : public AsyncFingerprinter {
       }
       side.chains.push_back(chain);
     }
+    // Where the pool cannot be made as wanted, the device's default pool
+    // serves (correct; an allocation may then wait for an earlier chain).
     cudaMemPoolProps props = {};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
@@ -190,9 +192,9 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolReuseAllowInternalDependencies, &no);
     if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolAttrReleaseThreshold, &keep);
     if (err != cudaSuccess) {
-      for (cudaStream_t made : side.chains) cudaStreamDestroy(made);
       if (side.pool != nullptr) cudaMemPoolDestroy(side.pool);
-      return CudaError("cudaMemPoolCreate", err);
+      side.pool = nullptr;
+      cudaGetLastError();  // not sticky; cleared so that no later call reports it
     }
     sides_.emplace(device, std::move(side));
     return Status::OK();
