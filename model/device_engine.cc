@@ -156,7 +156,8 @@ DeviceEngine::DeviceEngine(const GptConfig& config, Launcher* launcher, size_t m
 void DeviceEngine::Observe(const Boundary& boundary, Phase phase, float* data,
                            std::initializer_list<int64_t> dims, uint64_t example,
                            const ExampleHooks& hooks) {
-  if (hooks.observer == nullptr && hooks.mutator == nullptr) return;
+  const bool observe = hooks.observer != nullptr && hooks.observer->Wants(boundary.name, phase);
+  if (!observe && hooks.mutator == nullptr) return;
   size_t count = 1;
   for (int64_t d : dims) count *= static_cast<size_t>(d);
   float* host = data;
@@ -165,7 +166,7 @@ void DeviceEngine::Observe(const Boundary& boundary, Phase phase, float* data,
     launcher_->CopyToHost(host_scratch_.data(), data, count * sizeof(float));
     host = host_scratch_.data();
   }
-  if (hooks.observer != nullptr) {
+  if (observe) {
     hooks.observer->OnBoundary(boundary.name, phase, boundary.op, /*is_output=*/true, host,
                                std::span<const int64_t>(dims.begin(), dims.size()), example, 1);
   }
@@ -390,7 +391,7 @@ void DeviceEngine::ForwardBlock(const float* params, const uint8_t* tokens, size
   if (hooks.observer != nullptr || hooks.mutator != nullptr) {
     for (size_t e = 0; e < count; ++e) {
       // The loss is a host value here: the hooks see it where it lives.
-      if (hooks.observer != nullptr) {
+      if (hooks.observer != nullptr && hooks.observer->Wants(kLoss.name, Phase::kForward)) {
         hooks.observer->OnBoundary(kLoss.name, Phase::kForward, kLoss.op, true, &losses[e], {},
                                    first_example + e, 1);
       }

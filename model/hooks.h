@@ -44,6 +44,15 @@ class BoundaryObserver {
   virtual void OnBoundary(std::string_view name, Phase phase, Operator op, bool is_output, const float* data,
                           std::span<const int64_t> dims, uint64_t first_example,
                           uint32_t example_count) = 0;
+  // Whether OnBoundary would use this per-example boundary at all. An engine
+  // whose tensors live on a device asks before copying one to the host for
+  // the observer, so a boundary the recording mode skips costs no copy.
+  // Thread-safe like OnBoundary. The default: every boundary.
+  virtual bool Wants(std::string_view name, Phase phase) const {
+    (void)name;
+    (void)phase;
+    return true;
+  }
 };
 
 // Fault injection: called right AFTER the observer at the same boundary with

@@ -126,6 +126,13 @@ void StepRecorder::OnBoundary(std::string_view name, Phase phase, Operator op, b
   RecordBatch(*handle, data, dims, first_example, example_count);
 }
 
+bool StepRecorder::Wants(std::string_view name, Phase phase) const {
+  if (phase == Phase::kOptimizer) return true;
+  const auto it = example_index_.find(name);
+  if (it == example_index_.end()) return true;  // OnBoundary decides
+  return example_handles_[static_cast<size_t>(it->second)].recorded;
+}
+
 void StepRecorder::AddExampleEvent(uint64_t example, trace::EventKind kind, std::string payload) {
   Slot event;
   event.kind = kind;

@@ -69,6 +69,9 @@ class StepRecorder final : public BoundaryObserver {
   // (per batch: AdamW). Per-example calls touch only their example's slots.
   void OnBoundary(std::string_view name, Phase phase, Operator op, bool is_output, const float* data,
                   std::span<const int64_t> dims, uint64_t first_example, uint32_t example_count) override;
+  // False for a per-example boundary the session's mode does not record
+  // (OnBoundary would drop it): a device engine then copies nothing for it.
+  bool Wants(std::string_view name, Phase phase) const override;
 
   // An EVENT recorded among example `example`'s boundaries, before the next
   // one it reports (on the worker running it, like OnBoundary).

@@ -56,6 +56,16 @@ TEST_F(EmulatedGridTrainTest, TinyOneRankEqualsCpu) {
   EXPECT_NE(out_.find("device: (absent) | \"cuda-sim\"  (never changes results)"), std::string::npos) << out_;
 }
 
+// The device engine asks the recorder which boundaries it wants before
+// handing one over (StepRecorder::Wants): in `trusted` mode the skipped ones
+// are never handed over, and the trace is still the cpu run's, record for
+// record.
+TEST_F(EmulatedGridTrainTest, TinyTrustedModeEqualsCpu) {
+  ASSERT_EQ(Train("cpu", {"--steps", "2", "--mode", "trusted"}), 0) << err_;
+  ASSERT_EQ(Train("sim", {"--steps", "2", "--mode", "trusted", "--device", "cuda-sim"}), 0) << err_;
+  EXPECT_EQ(Compare("cpu", "sim"), 0) << out_ << err_;
+}
+
 TEST_F(EmulatedGridTrainTest, TinyTwoRanksEqualsCpuAndResumesAcrossDevices) {
   const std::vector<std::string> run = {"--steps", "4", "--ranks", "2", "--ckpt-every", "2"};
   ASSERT_EQ(Train("cpu", run), 0) << err_;

@@ -361,6 +361,93 @@ void ExpectEngineEqualsCpu(const GptConfig& config, const DropoutMaskSource* mas
   }
 }
 
+// The emulator, seen as a device whose memory the host does not read: every
+// tensor the engine hands to the host goes through CopyToHost, counted.
+class CountingDevice final : public Launcher {
+ public:
+  Device device() const override { return Device::kCuda; }
+  bool host_memory() const override { return false; }
+  void* Alloc(size_t bytes) override { return sim_.Alloc(bytes); }
+  void Free(void* p) override { sim_.Free(p); }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override { sim_.CopyToDevice(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    ++copies_to_host;
+    sim_.CopyToHost(dst, src, bytes);
+  }
+  void Synchronize() override {}
+#define DGRR_FORWARD_LAUNCH(K) \
+  void Launch(const kernels::K& k) override { sim_.Launch(k); }
+  DGRR_MODEL_KERNELS(DGRR_FORWARD_LAUNCH)
+#undef DGRR_FORWARD_LAUNCH
+  int copies_to_host = 0;
+
+ private:
+  GridEmulator sim_;
+};
+
+// Wants the boundaries whose names contain `part` ("" for all); counts the
+// calls it gets and refuses nothing it was not asked for.
+class PickyObserver final : public BoundaryObserver {
+ public:
+  explicit PickyObserver(std::string part) : part_(std::move(part)) {}
+  bool Wants(std::string_view name, Phase) const override { return name.find(part_) != std::string_view::npos; }
+  void OnBoundary(std::string_view name, Phase phase, Operator, bool, const float*, std::span<const int64_t>,
+                  uint64_t, uint32_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls;
+    if (!Wants(name, phase)) ++unwanted;
+  }
+  int calls = 0;
+  int unwanted = 0;
+
+ private:
+  std::mutex mu_;
+  std::string part_;
+};
+
+GptConfig OddConfig(float dropout);
+
+// On a device, a boundary the observer does not want is not copied to the
+// host at all (a recording mode that skips it costs nothing there), and the
+// arithmetic is the same whatever the observer wants.
+TEST(DeviceEngineObserver, ABoundaryTheObserverDoesNotWantIsNeverCopiedToTheHost) {
+  const GptConfig config = OddConfig(0);
+  Gpt model = *Gpt::Create(config);
+  model.Initialize(SplitMixNormalFill(11));
+  const size_t count = 2, np = model.num_parameters();
+  const auto tokens = Bytes(count * (config.seq_len + 1), 71);
+  struct Result {
+    int copies, calls, unwanted;
+    std::vector<float> losses, grads;
+  };
+  auto run = [&](const char* part) {
+    CountingDevice device;
+    DeviceEngine engine(config, &device, count);
+    PickyObserver observer(part);
+    ExampleHooks hooks{&observer, nullptr, nullptr};
+    Result r{0, 0, 0, std::vector<float>(count), std::vector<float>(count * np)};
+    engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, r.losses.data());
+    engine.BackwardBlock(model.parameters(), tokens.data(), count, 0, r.grads.data(), np, hooks);
+    r.copies = device.copies_to_host;
+    r.calls = observer.calls;
+    r.unwanted = observer.unwanted;
+    return r;
+  };
+  const Result all = run(""), some = run("ln"), none = run("no boundary is called this");
+  ASSERT_GT(all.calls, 40 * static_cast<int>(count));
+  EXPECT_EQ(none.calls, 0);
+  EXPECT_GT(some.calls, 0);
+  EXPECT_LT(some.calls, all.calls);
+  EXPECT_EQ(all.unwanted + some.unwanted + none.unwanted, 0);
+  // One copy to the host per boundary handed over, and none for the others;
+  // the loss, a host value already, is handed over without one (per example).
+  EXPECT_EQ(all.copies - none.copies, all.calls - static_cast<int>(count));
+  EXPECT_EQ(some.copies - none.copies, some.calls);
+  ExpectSameBits(all.losses, none.losses, "losses");
+  ExpectSameBits(all.grads, none.grads, "parameter gradients");
+  ExpectSameBits(all.losses, some.losses, "losses");
+}
+
 GptConfig OddConfig(float dropout) {
   GptConfig c;
   c.seq_len = 7, c.num_layers = 2, c.channels = 12, c.num_heads = 3;
