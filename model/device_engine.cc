@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "fingerprint/fingerprint.h"
+#if DGRR_FINGERPRINT_HAVE_CUDA
+#include "fingerprint/fingerprint_cuda.h"
+#endif
 #include "model/adamw.h"
 #include "rng/distributions.h"
 
@@ -160,6 +164,12 @@ void DeviceEngine::Observe(const Boundary& boundary, Phase phase, float* data,
   if (!observe && hooks.mutator == nullptr) return;
   size_t count = 1;
   for (int64_t d : dims) count *= static_cast<size_t>(d);
+  if (observe && hooks.mutator == nullptr && hooks.observer->TakesFingerprint(boundary.name, phase)) {
+    hooks.observer->OnBoundaryFingerprint(boundary.name, phase, boundary.op, /*is_output=*/true,
+                                          FingerprintWhereItLives(data, count * sizeof(float)),
+                                          std::span<const int64_t>(dims.begin(), dims.size()), example, 1);
+    return;
+  }
   float* host = data;
   if (!launcher_->host_memory()) {  // a copy for the host's hooks, and back
     host_scratch_.resize(count);
@@ -174,6 +184,22 @@ void DeviceEngine::Observe(const Boundary& boundary, Phase phase, float* data,
     hooks.mutator->AfterBoundary(boundary.name, phase, host, count, example);
     if (host != data) launcher_->CopyToDevice(data, host, count * sizeof(float));
   }
+}
+
+Fingerprint DeviceEngine::FingerprintWhereItLives(const float* data, size_t bytes) {
+  if (launcher_->host_memory()) return FingerprintBytes(data, bytes);
+#if DGRR_FINGERPRINT_HAVE_CUDA
+  if (launcher_->device() == Device::kCuda) {
+    // The CUDA launcher runs its kernels on the legacy default stream: the
+    // fingerprint follows them there and only its 16 bytes come back. On a
+    // failure the copy below says what is wrong with the device, if anything.
+    StatusOr<Fingerprint> fp = FingerprintDevice(data, bytes, nullptr);
+    if (fp.ok()) return *fp;
+  }
+#endif
+  host_scratch_.resize(bytes / sizeof(float));
+  launcher_->CopyToHost(host_scratch_.data(), data, bytes);
+  return FingerprintBytes(host_scratch_.data(), bytes);
 }
 
 void DeviceEngine::ObserveEach(const Boundary& boundary, Phase phase, float* data,

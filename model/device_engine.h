@@ -83,6 +83,10 @@ class DeviceEngine {
                    std::initializer_list<int64_t> dims, const ExampleHooks& hooks);
   void Observe(const Boundary& boundary, Phase phase, float* data,
                std::initializer_list<int64_t> dims, uint64_t example, const ExampleHooks& hooks);
+  // FingerprintBytes of `bytes` at `data` in kernel memory, computed where
+  // they live: on the host for the emulator, on the device for CUDA (16
+  // bytes come back), else from a copy.
+  Fingerprint FingerprintWhereItLives(const float* data, size_t bytes);
   void FillMasks(uint8_t* keep, size_t per_example, int layer, DropoutSite site, float p,
                  const ExampleHooks& hooks);
   void Zero(float* p, size_t n);

@@ -10,6 +10,8 @@
 #include <span>
 #include <string_view>
 
+#include "fingerprint/fingerprint.h"
+
 namespace dgrr::model {
 
 // Where a boundary lies in a training step; the trainer maps it to its own.
@@ -52,6 +54,24 @@ class BoundaryObserver {
     (void)name;
     (void)phase;
     return true;
+  }
+  // Whether the tensor's fingerprint is all this observer needs of this
+  // per-example boundary (it may change at each step: a dump needs the
+  // bytes). An engine whose tensors live on a device then fingerprints the
+  // tensor there and calls OnBoundaryFingerprint instead of copying it to the
+  // host for OnBoundary. The default: never (OnBoundary is then called).
+  virtual bool TakesFingerprint(std::string_view name, Phase phase) const {
+    (void)name;
+    (void)phase;
+    return false;
+  }
+  // OnBoundary for an observer that TakesFingerprint: `fp` is FingerprintBytes
+  // of the tensor's bytes, computed where they live.
+  virtual void OnBoundaryFingerprint(std::string_view name, Phase phase, Operator op, bool is_output,
+                                     const Fingerprint& fp, std::span<const int64_t> dims, uint64_t first_example,
+                                     uint32_t example_count) {
+    (void)name, (void)phase, (void)op, (void)is_output, (void)fp, (void)dims, (void)first_example,
+        (void)example_count;
   }
 };
 

@@ -133,6 +133,26 @@ bool StepRecorder::Wants(std::string_view name, Phase phase) const {
   return example_handles_[static_cast<size_t>(it->second)].recorded;
 }
 
+bool StepRecorder::TakesFingerprint(std::string_view name, Phase phase) const {
+  return phase != Phase::kOptimizer && Wants(name, phase) && example_index_.find(name) != example_index_.end() &&
+         dumps_due_.find(name) == dumps_due_.end();
+}
+
+void StepRecorder::OnBoundaryFingerprint(std::string_view name, Phase phase, Operator op, bool is_output,
+                                         const Fingerprint& fp, std::span<const int64_t> dims, uint64_t first_example,
+                                         uint32_t example_count) {
+  (void)op, (void)is_output;
+  if (example_count != 1 || phase == Phase::kOptimizer) return;  // never offered: TakesFingerprint says no
+  const size_t local = first_example - shard_first_;
+  const int index = ExampleBoundaryIndex(name, local);
+  if (index < 0) return;
+  Slot s;
+  s.boundary = index;
+  s.bytes = CopyShape(dims, s.dims, &s.ndim) * sizeof(float);
+  s.fp = fp;
+  slots_[local].push_back(std::move(s));
+}
+
 void StepRecorder::AddExampleEvent(uint64_t example, trace::EventKind kind, std::string payload) {
   Slot event;
   event.kind = kind;

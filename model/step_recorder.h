@@ -72,6 +72,11 @@ class StepRecorder final : public BoundaryObserver {
   // False for a per-example boundary the session's mode does not record
   // (OnBoundary would drop it): a device engine then copies nothing for it.
   bool Wants(std::string_view name, Phase phase) const override;
+  // True for a per-example boundary it records and no control file dumps at
+  // this step: a device engine then hands over the fingerprint alone.
+  bool TakesFingerprint(std::string_view name, Phase phase) const override;
+  void OnBoundaryFingerprint(std::string_view name, Phase phase, Operator op, bool is_output, const Fingerprint& fp,
+                             std::span<const int64_t> dims, uint64_t first_example, uint32_t example_count) override;
 
   // An EVENT recorded among example `example`'s boundaries, before the next
   // one it reports (on the worker running it, like OnBoundary).

@@ -365,7 +365,7 @@ void ExpectEngineEqualsCpu(const GptConfig& config, const DropoutMaskSource* mas
 // tensor the engine hands to the host goes through CopyToHost, counted.
 class CountingDevice final : public Launcher {
  public:
-  Device device() const override { return Device::kCuda; }
+  Device device() const override { return Device::kCudaSim; }
   bool host_memory() const override { return false; }
   void* Alloc(size_t bytes) override { return sim_.Alloc(bytes); }
   void Free(void* p) override { sim_.Free(p); }
@@ -446,6 +446,64 @@ TEST(DeviceEngineObserver, ABoundaryTheObserverDoesNotWantIsNeverCopiedToTheHost
   ExpectSameBits(all.losses, none.losses, "losses");
   ExpectSameBits(all.grads, none.grads, "parameter gradients");
   ExpectSameBits(all.losses, some.losses, "losses");
+}
+
+// Takes fingerprints where it can; keeps what it got by (example, name).
+class FingerprintObserver final : public BoundaryObserver {
+ public:
+  bool TakesFingerprint(std::string_view, Phase) const override { return true; }
+  void OnBoundaryFingerprint(std::string_view name, Phase, Operator, bool, const Fingerprint& fp,
+                             std::span<const int64_t>, uint64_t first_example, uint32_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    got[{first_example, std::string(name)}] = fp;
+  }
+  void OnBoundary(std::string_view name, Phase, Operator, bool, const float* data, std::span<const int64_t> dims,
+                  uint64_t first_example, uint32_t) override {
+    size_t count = 1;
+    for (int64_t d : dims) count *= static_cast<size_t>(d);
+    std::lock_guard<std::mutex> lock(mu_);
+    got[{first_example, std::string(name)}] = FingerprintBytes(data, count * sizeof(float));
+    ++handed_bytes;
+  }
+  std::map<std::pair<uint64_t, std::string>, Fingerprint> got;
+  int handed_bytes = 0;
+
+ private:
+  std::mutex mu_;
+};
+
+// An observer that takes fingerprints gets, for every boundary, the
+// fingerprint of exactly the bytes another observer is handed, on the
+// emulator (fingerprinted in place) and on a device whose memory the host
+// does not read (here: from a copy; on CUDA, on the device).
+TEST(DeviceEngineObserver, FingerprintsHandedOverAreThoseOfTheBytes) {
+  const GptConfig config = OddConfig(0);
+  Gpt model = *Gpt::Create(config);
+  model.Initialize(SplitMixNormalFill(12));
+  const size_t count = 2, np = model.num_parameters();
+  const auto tokens = Bytes(count * (config.seq_len + 1), 72);
+  std::vector<float> losses(count), grads(count * np);
+  GridEmulator reference_device;
+  DeviceEngine reference(config, &reference_device, count);
+  BytesObserver bytes;
+  ExampleHooks bytes_hooks{&bytes, nullptr, nullptr};
+  reference.ForwardBlock(model.parameters(), tokens.data(), count, 0, bytes_hooks, losses.data());
+  reference.BackwardBlock(model.parameters(), tokens.data(), count, 0, grads.data(), np, bytes_hooks);
+  ASSERT_GT(bytes.seen.size(), 40u * count);
+  GridEmulator sim;
+  CountingDevice opaque;
+  for (Launcher* device : {static_cast<Launcher*>(&sim), static_cast<Launcher*>(&opaque)}) {
+    DeviceEngine engine(config, device, count);
+    FingerprintObserver fps;
+    ExampleHooks hooks{&fps, nullptr, nullptr};
+    engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, losses.data());
+    engine.BackwardBlock(model.parameters(), tokens.data(), count, 0, grads.data(), np, hooks);
+    EXPECT_EQ(fps.handed_bytes, static_cast<int>(count)) << "only the loss, a host value, comes as bytes";
+    ASSERT_EQ(fps.got.size(), bytes.seen.size());
+    for (const auto& [key, data] : bytes.seen) {
+      EXPECT_EQ(fps.got[key], FingerprintBytes(data.data(), data.size() * sizeof(float))) << key.second;
+    }
+  }
 }
 
 GptConfig OddConfig(float dropout) {
