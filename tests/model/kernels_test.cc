@@ -407,41 +407,54 @@ class PickyObserver final : public BoundaryObserver {
 
 GptConfig OddConfig(float dropout);
 
+// A two-layer model with `count` examples of tokens, run through a
+// DeviceEngine on any launcher with any observer.
+struct EngineRun {
+  EngineRun(uint64_t seed, size_t examples) : config(OddConfig(0)), model(*Gpt::Create(config)), count(examples) {
+    model.Initialize(SplitMixNormalFill(seed));
+    np = model.num_parameters();
+    tokens = Bytes(count * (config.seq_len + 1), 60 + seed);
+  }
+  // Forward and backward of every example; the losses and gradients.
+  std::pair<std::vector<float>, std::vector<float>> Run(Launcher* device, BoundaryObserver* observer) {
+    DeviceEngine engine(config, device, count);
+    ExampleHooks hooks{observer, nullptr, nullptr};
+    std::vector<float> losses(count), grads(count * np);
+    engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, losses.data());
+    engine.BackwardBlock(model.parameters(), tokens.data(), count, 0, grads.data(), np, hooks);
+    return {losses, grads};
+  }
+  GptConfig config;
+  Gpt model;
+  size_t count, np = 0;
+  std::vector<uint8_t> tokens;
+};
+
 // On a device, a boundary the observer does not want is not copied to the
 // host at all (a recording mode that skips it costs nothing there), and the
 // arithmetic is the same whatever the observer wants.
 TEST(DeviceEngineObserver, ABoundaryTheObserverDoesNotWantIsNeverCopiedToTheHost) {
-  const GptConfig config = OddConfig(0);
-  Gpt model = *Gpt::Create(config);
-  model.Initialize(SplitMixNormalFill(11));
-  const size_t count = 2, np = model.num_parameters();
-  const auto tokens = Bytes(count * (config.seq_len + 1), 71);
+  EngineRun setup(11, 2);
+  const int count = static_cast<int>(setup.count);
   struct Result {
     int copies, calls, unwanted;
     std::vector<float> losses, grads;
   };
   auto run = [&](const char* part) {
     CountingDevice device;
-    DeviceEngine engine(config, &device, count);
     PickyObserver observer(part);
-    ExampleHooks hooks{&observer, nullptr, nullptr};
-    Result r{0, 0, 0, std::vector<float>(count), std::vector<float>(count * np)};
-    engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, r.losses.data());
-    engine.BackwardBlock(model.parameters(), tokens.data(), count, 0, r.grads.data(), np, hooks);
-    r.copies = device.copies_to_host;
-    r.calls = observer.calls;
-    r.unwanted = observer.unwanted;
-    return r;
+    auto [losses, grads] = setup.Run(&device, &observer);
+    return Result{device.copies_to_host, observer.calls, observer.unwanted, losses, grads};
   };
   const Result all = run(""), some = run("ln"), none = run("no boundary is called this");
-  ASSERT_GT(all.calls, 40 * static_cast<int>(count));
+  ASSERT_GT(all.calls, 40 * count);
   EXPECT_EQ(none.calls, 0);
   EXPECT_GT(some.calls, 0);
   EXPECT_LT(some.calls, all.calls);
   EXPECT_EQ(all.unwanted + some.unwanted + none.unwanted, 0);
   // One copy to the host per boundary handed over, and none for the others;
   // the loss, a host value already, is handed over without one (per example).
-  EXPECT_EQ(all.copies - none.copies, all.calls - static_cast<int>(count));
+  EXPECT_EQ(all.copies - none.copies, all.calls - count);
   EXPECT_EQ(some.copies - none.copies, some.calls);
   ExpectSameBits(all.losses, none.losses, "losses");
   ExpectSameBits(all.grads, none.grads, "parameter gradients");
@@ -477,28 +490,17 @@ class FingerprintObserver final : public BoundaryObserver {
 // emulator (fingerprinted in place) and on a device whose memory the host
 // does not read (here: from a copy; on CUDA, on the device).
 TEST(DeviceEngineObserver, FingerprintsHandedOverAreThoseOfTheBytes) {
-  const GptConfig config = OddConfig(0);
-  Gpt model = *Gpt::Create(config);
-  model.Initialize(SplitMixNormalFill(12));
-  const size_t count = 2, np = model.num_parameters();
-  const auto tokens = Bytes(count * (config.seq_len + 1), 72);
-  std::vector<float> losses(count), grads(count * np);
+  EngineRun setup(12, 2);
   GridEmulator reference_device;
-  DeviceEngine reference(config, &reference_device, count);
   BytesObserver bytes;
-  ExampleHooks bytes_hooks{&bytes, nullptr, nullptr};
-  reference.ForwardBlock(model.parameters(), tokens.data(), count, 0, bytes_hooks, losses.data());
-  reference.BackwardBlock(model.parameters(), tokens.data(), count, 0, grads.data(), np, bytes_hooks);
-  ASSERT_GT(bytes.seen.size(), 40u * count);
+  setup.Run(&reference_device, &bytes);
+  ASSERT_GT(bytes.seen.size(), 40u * setup.count);
   GridEmulator sim;
   CountingDevice opaque;
   for (Launcher* device : {static_cast<Launcher*>(&sim), static_cast<Launcher*>(&opaque)}) {
-    DeviceEngine engine(config, device, count);
     FingerprintObserver fps;
-    ExampleHooks hooks{&fps, nullptr, nullptr};
-    engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, losses.data());
-    engine.BackwardBlock(model.parameters(), tokens.data(), count, 0, grads.data(), np, hooks);
-    EXPECT_EQ(fps.handed_bytes, static_cast<int>(count)) << "only the loss, a host value, comes as bytes";
+    setup.Run(device, &fps);
+    EXPECT_EQ(fps.handed_bytes, static_cast<int>(setup.count)) << "only the loss, a host value, comes as bytes";
     ASSERT_EQ(fps.got.size(), bytes.seen.size());
     for (const auto& [key, data] : bytes.seen) {
       EXPECT_EQ(fps.got[key], FingerprintBytes(data.data(), data.size() * sizeof(float))) << key.second;
