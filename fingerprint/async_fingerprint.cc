@@ -148,9 +148,15 @@ class CudaFingerprinter final : public AsyncFingerprinter {
   // consecutive tensors run side by side (one warp each).
   static constexpr int kChainStreams = 4;
 
+  // What a device's scratch pool keeps of freed memory at a synchronization
+  // instead of giving it back: the scratch of a step's fingerprints (1/16 of
+  // their bytes, a few chains at a time) without holding GiBs for good.
+  static constexpr uint64_t kPoolKeeps = uint64_t{256} << 20;
+
   // A device's chain streams and scratch pool. The pool reuses memory only
   // once its release has completed (no reuse that would make the tensor's
-  // stream wait for an earlier chain) and keeps it between steps.
+  // stream wait for an earlier chain) and keeps up to kPoolKeeps between
+  // steps.
   struct DeviceSide {
     std::vector<cudaStream_t> chains;
     cudaMemPool_t pool = nullptr;
@@ -188,7 +194,7 @@ class CudaFingerprinter final : public AsyncFingerprinter {
     props.location.id = device;
     cudaError_t err = cudaMemPoolCreate(&side.pool, &props);
     int no = 0;
-    uint64_t keep = UINT64_MAX;
+    uint64_t keep = kPoolKeeps;
     if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolReuseAllowInternalDependencies, &no);
     if (err == cudaSuccess) err = cudaMemPoolSetAttribute(side.pool, cudaMemPoolAttrReleaseThreshold, &keep);
     if (err != cudaSuccess) {

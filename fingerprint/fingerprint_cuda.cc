@@ -16,7 +16,10 @@ static_assert(sizeof(Fingerprint) == sizeof(DeviceFingerprint) &&
                   offsetof(Fingerprint, xxh3) == offsetof(DeviceFingerprint, xxh3),
               "the device writes a Fingerprint's bytes directly");
 
+// Also clears the runtime's last error, so that a failure here (not a
+// sticky one) is not reported again by the caller's next CUDA call.
 Status CudaFailure(const char* step, int err) {
+  cudaGetLastError();
   return Status::Internal(std::string("fingerprint on device: ") + step + ": " +
                           cudaGetErrorString(static_cast<cudaError_t>(err)));
 }

@@ -335,6 +335,26 @@ int Finish(void* raw, const Fingerprint* result, DeviceFingerprint* out, cudaStr
   return release;
 }
 
+// A short input's result, computed on the reading stream: its copy and the
+// scratch's release still go on the chain stream, where the caller waits for
+// the result (a result copied on `reads` while the caller's event is on
+// `chain` could be read before it lands).
+int ForkAndFinish(void* raw, const Fingerprint* result, DeviceFingerprint* out, const Streams& streams,
+                  const char** failed_step) {
+  cudaStream_t s = streams.reads;
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    *failed_step = "kernel launch";
+    cudaFreeAsync(raw, s);
+    return err;
+  }
+  cudaStream_t rest = s;
+  if (const cudaError_t err = Fork(streams, &rest, failed_step); err != cudaSuccess) {
+    cudaFreeAsync(raw, s);
+    return err;
+  }
+  return Finish(raw, result, out, rest, failed_step);
+}
+
 }  // namespace
 
 int LoadKernels(const char** failed_step) {
@@ -374,7 +394,7 @@ int EnqueueFingerprint(const void* dev_ptr, size_t n, const Streams& streams, co
 
   if (n <= xxh3::kMidSizeMax) {
     Xxh3ShortKernel<<<1, 32, 0, s>>>(in, n, secret, result);
-    return Finish(raw, result, out, s, failed_step);
+    return ForkAndFinish(raw, result, out, streams, failed_step);
   }
   if (blocks > 0) {
     const auto address = reinterpret_cast<uintptr_t>(in);
@@ -441,7 +461,7 @@ int EnqueueSegmentedFingerprint(const uint64_t* host_table, uint32_t count, cons
   }
   if (len <= xxh3::kMidSizeMax) {
     SegmentedShortKernel<<<1, 32, 0, s>>>(table, secret, result);
-    return Finish(raw, result, out, s, failed_step);
+    return ForkAndFinish(raw, result, out, streams, failed_step);
   }
   if (blocks > 0) {
     SegmentedBlocksKernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(table, blocks, secret, deltas,

@@ -8,8 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/cuda_device.h"
@@ -244,6 +247,72 @@ TEST(AsyncFingerprinterCudaTest, SegmentsAndCopiesThroughTheFingerprinter) {
   ASSERT_TRUE(fp.CopyToHost(device.data() + 7, back.size(), where, back.data()).ok());
   EXPECT_EQ(back, ones);
   EXPECT_TRUE(fp.EnqueueSegments({}, Placement::Host()).status().IsInvalidArgument());
+  cudaStreamDestroy(stream);
+}
+
+// Holds a stream at a host function until `open`, or 60 s (a deadlock
+// guard, then `let_go`).
+struct Gate {
+  std::atomic<bool> open{false};
+  std::atomic<bool> let_go{false};
+  static void CUDART_CB Hold(void* self) {
+    auto* gate = static_cast<Gate*>(self);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!gate->open.load()) {
+      if (std::chrono::steady_clock::now() >= until) {
+        gate->let_go.store(true);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+};
+
+// A ticket is ready only once the tensor's stream has passed the tensor,
+// whatever its length: short ones (<= 240 bytes, computed whole on the
+// tensor's stream) as well as long ones (the chain on a stream of the
+// fingerprinter's own), single buffers and segment lists alike.
+TEST(AsyncFingerprinterCudaTest, NoResultIsReadyBeforeTheTensorsStreamPassesIt) {
+  DGRR_SKIP_WITHOUT_CUDA_DEVICE();
+  auto made = MakeCudaFingerprinter();
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  AsyncFingerprinter& fp = **made;
+  const std::vector<uint8_t> host = RandomBytes(100000, 45);
+  DeviceBuffer device(host, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const Placement where = Placement::Cuda(0, stream);
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(stream, &Gate::Hold, &gate), cudaSuccess);
+  std::vector<std::pair<AsyncFingerprinter::Ticket, Fingerprint>> issued;
+  for (size_t len : {0, 1, 17, 240, 241, 1024, 5000, 99999}) {
+    TensorRef t = MakeBytesRef(device.data(), len);
+    t.where = where;
+    auto ticket = fp.Enqueue(t);
+    ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+    issued.push_back({*ticket, FingerprintBytes(host.data(), len)});
+  }
+  for (size_t total : {3, 240, 3000}) {
+    const std::vector<MemorySegment> segments = {{device.data(), total / 3}, {device.data() + 50000, total - total / 3}};
+    std::vector<uint8_t> concatenated(host.begin(), host.begin() + total / 3);
+    concatenated.insert(concatenated.end(), host.begin() + 50000, host.begin() + 50000 + (total - total / 3));
+    auto ticket = fp.EnqueueSegments(segments, where);
+    ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+    issued.push_back({*ticket, FingerprintBytes(concatenated.data(), concatenated.size())});
+  }
+  for (const auto& [ticket, want] : issued) {
+    auto polled = fp.Poll(ticket);
+    ASSERT_TRUE(polled.ok()) << polled.status().ToString();
+    EXPECT_FALSE(polled->has_value()) << "ticket " << ticket << " ready while its stream is held";
+  }
+  gate.open.store(true);
+  for (const auto& [ticket, want] : issued) {
+    auto got = fp.Wait(ticket);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, want) << "ticket " << ticket;
+  }
+  EXPECT_FALSE(gate.let_go.load());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
 }
 
