@@ -8,14 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/support/cuda_device.h"
+#include "tests/support/stream_gate.h"
 
 namespace dgrr {
 namespace {
@@ -250,23 +248,7 @@ TEST(AsyncFingerprinterCudaTest, SegmentsAndCopiesThroughTheFingerprinter) {
   cudaStreamDestroy(stream);
 }
 
-// Holds a stream at a host function until `open`, or 60 s (a deadlock
-// guard, then `let_go`).
-struct Gate {
-  std::atomic<bool> open{false};
-  std::atomic<bool> let_go{false};
-  static void CUDART_CB Hold(void* self) {
-    auto* gate = static_cast<Gate*>(self);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!gate->open.load()) {
-      if (std::chrono::steady_clock::now() >= until) {
-        gate->let_go.store(true);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-};
+using Gate = test_support::StreamGate;
 
 // A ticket is ready only once the tensor's stream has passed the tensor,
 // whatever its length: short ones (<= 240 bytes, computed whole on the

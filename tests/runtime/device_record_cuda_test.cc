@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "runtime/run_directory.h"
@@ -20,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "tests/support/cuda_device.h"
+#include "tests/support/stream_gate.h"
 #endif
 
 namespace dgrr {
@@ -27,26 +26,7 @@ namespace {
 
 #if DGRR_FINGERPRINT_HAVE_CUDA
 
-// Holds a stream at a host function until the test opens the gate, or 60 s
-// pass, so that a session that waits for the stream cannot hang the test: it
-// then finds the gate let go by itself (`let_go`) and fails. The 60 s are a
-// deadlock guard, not a speed limit: a session that never waits returns
-// while the gate is still shut, however slow the machine.
-struct Gate {
-  std::atomic<bool> open{false};
-  std::atomic<bool> let_go{false};
-  static void CUDART_CB Hold(void* self) {
-    auto* gate = static_cast<Gate*>(self);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!gate->open.load()) {
-      if (std::chrono::steady_clock::now() >= until) {
-        gate->let_go.store(true);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-};
+using Gate = test_support::StreamGate;
 
 // Opens a gate when the test leaves its scope, early (a failed ASSERT) or
 // not. Declared after the session, with the gate declared before it: the
