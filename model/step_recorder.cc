@@ -109,15 +109,11 @@ void StepRecorder::OnBoundary(std::string_view name, Phase phase, Operator op, b
     const int index = ExampleBoundaryIndex(name, local);
     if (index < 0) return;  // cannot happen: names learned up front
     if (!example_handles_[static_cast<size_t>(index)].recorded) return;  // the mode skips it
-    Slot s;
-    s.boundary = index;
-    const uint64_t elements = CopyShape(dims, s.dims, &s.ndim);
-    s.bytes = elements * sizeof(float);
+    Slot& s = PushExampleSlot(index, local, dims);
     // A dump takes the very bytes fingerprinted here, while the tensor exists.
     s.captured = dumps_due_.find(name) != dumps_due_.end();
     s.fp = FingerprintBytes(data, s.bytes);
     if (s.captured) s.bytes_captured = CopyBytes(data, s.bytes);
-    slots_[local].push_back(std::move(s));
     return;
   }
   // Per batch, on the rank thread: intern lazily, record at once.
@@ -134,8 +130,17 @@ bool StepRecorder::Wants(std::string_view name, Phase phase) const {
 }
 
 bool StepRecorder::TakesFingerprint(std::string_view name, Phase phase) const {
-  return phase != Phase::kOptimizer && Wants(name, phase) && example_index_.find(name) != example_index_.end() &&
+  if (phase == Phase::kOptimizer) return false;
+  const auto it = example_index_.find(name);
+  return it != example_index_.end() && example_handles_[static_cast<size_t>(it->second)].recorded &&
          dumps_due_.find(name) == dumps_due_.end();
+}
+
+StepRecorder::Slot& StepRecorder::PushExampleSlot(int index, size_t local, std::span<const int64_t> dims) {
+  Slot& s = slots_[local].emplace_back();
+  s.boundary = index;
+  s.bytes = CopyShape(dims, s.dims, &s.ndim) * sizeof(float);
+  return s;
 }
 
 void StepRecorder::OnBoundaryFingerprint(std::string_view name, Phase phase, Operator op, bool is_output,
@@ -146,11 +151,7 @@ void StepRecorder::OnBoundaryFingerprint(std::string_view name, Phase phase, Ope
   const size_t local = first_example - shard_first_;
   const int index = ExampleBoundaryIndex(name, local);
   if (index < 0) return;
-  Slot s;
-  s.boundary = index;
-  s.bytes = CopyShape(dims, s.dims, &s.ndim) * sizeof(float);
-  s.fp = fp;
-  slots_[local].push_back(std::move(s));
+  PushExampleSlot(index, local, dims).fp = fp;
 }
 
 void StepRecorder::AddExampleEvent(uint64_t example, trace::EventKind kind, std::string payload) {

@@ -123,6 +123,9 @@ class StepRecorder final : public BoundaryObserver {
     bool captured = false;                // a dump wants this tensor: `bytes_captured` holds it
     std::vector<uint8_t> bytes_captured;  // exactly the bytes `fp` was computed over
   };
+  // Appends example `local`'s slot for boundary `index` with its shape and
+  // byte count; the caller fills in the fingerprint (and a dump's bytes).
+  Slot& PushExampleSlot(int index, size_t local, std::span<const int64_t> dims);
   // Looks boundary names up by string_view: the workers ask for every
   // boundary of every example, and must not allocate a std::string each time.
   struct NameHash {
