@@ -1,5 +1,6 @@
 #include "model/device_engine.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -42,14 +43,33 @@ void* GridEmulator::Alloc(size_t bytes) {
   return p;
 }
 void GridEmulator::Free(void* p) { std::free(p); }
+namespace {
+// `f` run and, where kernel times are asked for, timed by the host's clock
+// (the emulator runs everything on the calling thread, in order).
+template <typename F>
+void TimedOnHost(KernelTimes* times, const char* name, uint64_t bytes, F&& f) {
+  if (times == nullptr) {
+    f();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  times->Add(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), bytes);
+}
+}  // namespace
+
 void GridEmulator::CopyToDevice(void* dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(dst, src, bytes);
+  TimedOnHost(times_.get(), "copy to device", bytes, [&] {
+    if (bytes) std::memcpy(dst, src, bytes);
+  });
 }
 void GridEmulator::CopyToHost(void* dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(dst, src, bytes);
+  TimedOnHost(times_.get(), "copy to host", bytes, [&] {
+    if (bytes) std::memcpy(dst, src, bytes);
+  });
 }
 #define DGRR_DEFINE_LAUNCH(K) \
-  void GridEmulator::Launch(const kernels::K& k) { EmulateGrid(k); }
+  void GridEmulator::Launch(const kernels::K& k) { TimedOnHost(times_.get(), #K, 0, [&] { EmulateGrid(k); }); }
 DGRR_MODEL_KERNELS(DGRR_DEFINE_LAUNCH)
 #undef DGRR_DEFINE_LAUNCH
 
@@ -66,10 +86,22 @@ StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device, GemmBackend gemm
     return Status::InvalidArgument("--gemm cublas runs on --device cuda only");
   }
   switch (device) {
-    case Device::kCudaSim: return std::unique_ptr<Launcher>(new GridEmulator());
+    case Device::kCudaSim: {
+      DGRR_ASSIGN_OR_RETURN(std::unique_ptr<KernelTimes> times,
+                            KernelTimes::FromEnvironment(DeviceName(device), kEmulatorClock));
+      std::unique_ptr<Launcher> launcher(new GridEmulator());
+      launcher->set_kernel_times(std::move(times));
+      return launcher;
+    }
     case Device::kCuda:
 #if defined(DGRR_MODEL_HAVE_CUDA)
-      return MakeCudaLauncher(gemm);
+    {
+      DGRR_ASSIGN_OR_RETURN(std::unique_ptr<Launcher> launcher, MakeCudaLauncher(gemm));
+      DGRR_ASSIGN_OR_RETURN(std::unique_ptr<KernelTimes> times,
+                            KernelTimes::FromEnvironment(DeviceName(device), kCudaClock));
+      launcher->set_kernel_times(std::move(times));
+      return launcher;
+    }
 #else
       return Status::FailedPrecondition(
           "--device cuda: this dgrr was built without CUDA (no nvcc at configure time)");

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "model/kernel_times.h"
 #include "model/kernels.h"
 
 namespace dgrr::model {
@@ -43,6 +44,16 @@ class Launcher {
 #define DGRR_DECLARE_LAUNCH(K) virtual void Launch(const kernels::K& k) = 0;
   DGRR_MODEL_KERNELS(DGRR_DECLARE_LAUNCH)
 #undef DGRR_DECLARE_LAUNCH
+
+  // DGRR_KERNEL_TIMES (model/kernel_times.h): what this launcher's launches
+  // and copies took, per kernel type; null when not asked for. MakeLauncher
+  // sets it before the first launch; the file is written when the launcher
+  // goes (a derived launcher first adds what it still has pending).
+  KernelTimes* kernel_times() const { return times_.get(); }
+  void set_kernel_times(std::unique_ptr<KernelTimes> times) { times_ = std::move(times); }
+
+ protected:
+  std::unique_ptr<KernelTimes> times_;
 };
 
 // Runs the grid of `k` on the calling thread: for each block, for each of
@@ -93,6 +104,10 @@ enum class GemmBackend { kExact, kCublas };
 // one line when this build has no CUDA or no device is usable. kCublas on
 // another device than cuda: InvalidArgument.
 StatusOr<std::unique_ptr<Launcher>> MakeLauncher(Device device, GemmBackend gemm = GemmBackend::kExact);
+
+// The clock each launcher's kernel times are read with (kernel_times.h).
+inline constexpr const char* kEmulatorClock = "host steady clock";
+inline constexpr const char* kCudaClock = "cuda events";
 
 // Whether this build has the CUDA launcher.
 bool CudaLauncherBuilt();

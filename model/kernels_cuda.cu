@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/grid.h"
 #include "runtime/cublas_handle.h"
@@ -89,6 +90,10 @@ bool Describe(ptrdiff_t rs, ptrdiff_t cs, int as_is_rows, int transposed_rows, C
 class CudaLauncher final : public Launcher {
  public:
   explicit CudaLauncher(std::optional<CublasHandle> cublas) : cublas_(std::move(cublas)) {}
+  ~CudaLauncher() override {
+    if (times_) Drain();
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  }
   Device device() const override { return Device::kCuda; }
   bool host_memory() const override { return false; }
   void* Alloc(size_t bytes) override {
@@ -99,21 +104,79 @@ class CudaLauncher final : public Launcher {
   }
   void Free(void* p) override { cudaFree(p); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    if (bytes) Check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    Timed("copy to device", bytes, [&] {
+      if (bytes) Check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    });
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    if (bytes) Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    Timed("copy to host", bytes, [&] {
+      if (bytes) Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    });
   }
-  void Synchronize() override { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+  void Synchronize() override {
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (times_) Drain();
+  }
 #define DGRR_DEFINE_LAUNCH(K) \
-  void Launch(const kernels::K& k) override { LaunchOnDevice(k); }
+  void Launch(const kernels::K& k) override { Timed(#K, 0, [&] { LaunchOnDevice(k); }); }
   DGRR_MODEL_KERNELS_BUT_GEMM(DGRR_DEFINE_LAUNCH)
 #undef DGRR_DEFINE_LAUNCH
   void Launch(const kernels::GemmKernel& k) override {
-    if (!cublas_ || !GemmOnCublas(k)) LaunchOnDevice(k);
+    if (cublas_) {
+      bool done = false;
+      Timed("GemmKernel on cublas", 0, [&] { done = GemmOnCublas(k); });
+      if (done) return;
+    }
+    Timed("GemmKernel", 0, [&] { LaunchOnDevice(k); });
   }
 
  private:
+  // DGRR_KERNEL_TIMES: `f` between two events on the legacy default stream
+  // (the stream every launch and copy here is on), read back in batches.
+  struct Pending {
+    const char* name;
+    cudaEvent_t start, stop;
+    uint64_t bytes;
+  };
+  template <typename F>
+  void Timed(const char* name, uint64_t bytes, F&& f) {
+    if (!times_) {
+      f();
+      return;
+    }
+    const cudaEvent_t start = Event(), stop = Event();
+    Check(cudaEventRecord(start, 0), "cudaEventRecord");
+    f();
+    Check(cudaEventRecord(stop, 0), "cudaEventRecord");
+    pending_.push_back(Pending{name, start, stop, bytes});
+    if (pending_.size() >= kKernelTimesBatch) Drain();
+  }
+  cudaEvent_t Event() {
+    if (!free_events_.empty()) {
+      const cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    Check(cudaEventCreate(&e), "cudaEventCreate");
+    return e;
+  }
+  // Waits for the last pending event, adds every pending interval.
+  void Drain() {
+    if (pending_.empty()) return;
+    Check(cudaEventSynchronize(pending_.back().stop), "cudaEventSynchronize");
+    for (const Pending& p : pending_) {
+      float ms = 0;
+      Check(cudaEventElapsedTime(&ms, p.start, p.stop), "cudaEventElapsedTime");
+      times_->Add(p.name, static_cast<double>(ms) / 1e3, p.bytes);
+      free_events_.push_back(p.start);
+      free_events_.push_back(p.stop);
+    }
+    pending_.clear();
+  }
+
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
   // The product on cuBLAS: one strided-batched SGEMM per second-batch index
   // (the first batch dimension is cuBLAS's batch), beta 1 when the kernel
   // accumulates, then the bias. False (nothing done) when an operand has no

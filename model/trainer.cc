@@ -680,9 +680,10 @@ Status Trainer::Validate() {
         "--audit-every recomputes examples with the exact products and cannot check a --gemm "
         "cublas run: use --gemm exact, or leave --audit-every out");
   }
-  if (device_ == Device::kCuda) {
-    // Before anything is written: a run that cannot start says so at once.
-    DGRR_RETURN_IF_ERROR(MakeLauncher(Device::kCuda, gemm_).status());
+  if (device_ != Device::kCpu) {
+    // Before anything is written: a run that cannot start (no device, or a
+    // DGRR_KERNEL_TIMES folder that cannot be made) says so at once.
+    DGRR_RETURN_IF_ERROR(MakeLauncher(device_, gemm_).status());
   }
   DGRR_ASSIGN_OR_RETURN(preset_, PresetByName(o.preset));
   if (o.layers) preset_.model.num_layers = *o.layers;

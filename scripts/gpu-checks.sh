@@ -10,7 +10,8 @@
 #    train --device cuda` against cpu), listed by name with their verdicts;
 # 2. `dgrr train --device cuda` against --device cpu, `dgrr compare` exit 0:
 #    tiny (1 and 2 ranks), small, and resumes crossing cpu -> cuda -> cpu;
-# 3. tokens/s of --device cuda with --gemm exact and --gemm cublas;
+# 3. tokens/s of --device cuda with --gemm exact and --gemm cublas (and the
+#    recording modes), each with its time per kernel (DGRR_KERNEL_TIMES);
 # 4. the device fingerprint against a device-to-device copy (bench);
 # 5. nvidia-smi and the library versions, for the figures' record;
 # 6. dgrr.torch's CUDA tests, where an interpreter has torch with CUDA;
@@ -20,7 +21,8 @@
 # device ones, a smaller small run: the emulator is slow), so that on the GPU
 # only the device differs (docs/gpu.md).
 # Logs go to OUTDIR (gpu-tests.log, train-*.log, python-cuda.log,
-# device-fingerprint.txt, machine.txt, table.txt).
+# device-fingerprint.txt, machine.txt, table.txt, and kernel-times.txt: where
+# each throughput run's device time went, per kernel).
 # Exit status: 0 when every check passed (or skipped with its reason).
 set -uo pipefail
 build=${1:?usage: scripts/gpu-checks.sh BUILD OUTDIR}
@@ -79,7 +81,7 @@ if [[ "$device" == cuda ]]; then
   timed=(--model small --steps 8)  # throughput: the first step's setup spread over 8
 else
   small=(--model small --steps 1 --batch 4)  # the emulator runs every thread in turn
-  timed=("${small[@]}")
+  timed=(--model small --steps 2 --batch 4)
 fi
 # train NAME ARGS...: one run, its log in train-NAME.log; rc in $?.
 train() {
@@ -132,17 +134,38 @@ fi
 # 3. Throughput: tokens/s of the small preset on the device and the CPU, per
 # --gemm (cublas: deterministic run to run, not equal to cpu; refused where
 # it is not built or not on cuda, which the row then says).
+# Each run also writes where its device time went (DGRR_KERNEL_TIMES, one
+# file per launcher), summed per kernel into kernel-times.txt
+# (scripts/kernel-times.py); the row gives the whole run's rate (set-up and
+# the first step included) and the median of the steps after the first
+# (metrics.jsonl), the steady rate.
+steps_timed=$(printf '%s\n' "${timed[@]}" | grep -A1 -- '--steps' | tail -1)
+steady_rate() {  # steady_rate RUN: median tokens/s of steps >= 1, or "-"
+  python3 - "$1/metrics.jsonl" <<'PY' 2>/dev/null || echo -
+import json, statistics, sys
+rates = [r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if r.get("step", 0) >= 1]
+print(f"{statistics.median(rates):.0f}" if rates else "-")
+PY
+}
 speed() {  # speed LABEL NAME ARGS...
   local label=$1 name=$2
   shift 2
-  if "$dgrr" train --out "$runs/$name" --json --quiet "${timed[@]}" "$@" > "$out/train-$name.json" 2> "$out/train-$name.log"; then
+  rm -rf "$out/kernel-times/$name"
+  if DGRR_KERNEL_TIMES="$out/kernel-times/$name" "$dgrr" train --out "$runs/$name" --json --quiet "${timed[@]}" "$@" \
+      > "$out/train-$name.json" 2> "$out/train-$name.log"; then
     local rate
     rate=$(grep -o '"tokens_per_s": *[0-9.e+]*' "$out/train-$name.json" | grep -o '[0-9.e+]*$')
-    row "$label" ran "$(printf '%.0f' "$rate") tokens/s"
+    row "$label" ran "$(printf '%.0f' "$rate") tokens/s (steps after the first: $(steady_rate "$runs/$name"))"
+    if [[ -d "$out/kernel-times/$name" ]]; then
+      { echo "## $label (${timed[*]} $*)"
+        python3 "$(dirname "$0")/kernel-times.py" --steps "$steps_timed" --top 16 "$out/kernel-times/$name" 2>&1
+        echo; } >> "$out/kernel-times.txt"
+    fi
   else
     row "$label" refused "$(head -1 "$out/train-$name.log")"
   fi
 }
+rm -f "$out/kernel-times.txt"
 speed "tokens/s small, cpu" speed-cpu
 speed "tokens/s small, $device --gemm exact" speed-exact --device "$device" --gemm exact
 speed "tokens/s small, $device --gemm cublas" speed-cublas --device "$device" --gemm cublas

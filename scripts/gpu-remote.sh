@@ -3,7 +3,8 @@
 # (scripts/gpu-bundle.sh, made on the build machine) and runs
 # scripts/gpu-checks.sh on it (docs/gpu.md section 5).
 #   scripts/gpu-remote.sh OUTDIR
-# OUTDIR gets gpu-checks.sh's table and main logs, all-logs.tar.gz with
+# OUTDIR gets gpu-checks.sh's table, kernel times and main logs (8 files in all, the
+# device tool's limit), all-logs.tar.gz with
 # the rest, and libraries.txt: which system libraries came from the bundle
 # and where NVIDIA's were found.
 set -uo pipefail
@@ -56,7 +57,7 @@ export DGRR_CLI="$here/cli/dgrr" PATH="$here/cli:$PATH" PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 scripts/gpu-checks.sh build "$work"
 rc=$?
-for f in table.txt machine.txt gpu-tests.log device-fingerprint.txt python-cuda.log; do
+for f in table.txt kernel-times.txt machine.txt gpu-tests.log device-fingerprint.txt python-cuda.log; do
   [[ -f "$work/$f" ]] && cp "$work/$f" "$out/"
 done
 tar -C "$work" --exclude='./runs/*/ckpt' -czf "$out/all-logs.tar.gz" .

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -98,6 +100,80 @@ TEST_F(EmulatedGridTrainTest, ReducedSmallEqualsCpu) {
   sim.insert(sim.end(), {"--device", "cuda-sim"});
   ASSERT_EQ(Train("sim", sim), 0) << err_;
   EXPECT_EQ(Compare("cpu", "sim"), 0) << out_ << err_;
+}
+
+// DGRR_KERNEL_TIMES=DIR (model/kernel_times.h): each launcher of the run (the
+// batch's and the optimizer's) writes one dgrr.kernel_times/1 file, whose
+// rows add up to its timed total and are counted per launch: a run of two
+// steps launches every kernel and copies exactly twice as often as a run of
+// one.
+class KernelTimesTrainTest : public EmulatedGridTrainTest {
+ protected:
+  void TearDown() override { ::unsetenv("DGRR_KERNEL_TIMES"); }
+  // The run's files, merged: kernel name -> calls.
+  std::map<std::string, uint64_t> TimedRun(const std::string& name, const std::string& steps) {
+    ::setenv("DGRR_KERNEL_TIMES", Path(name + "-times").c_str(), 1);
+    EXPECT_EQ(Train(name, {"--steps", steps, "--device", "cuda-sim"}), 0) << err_;
+    ::unsetenv("DGRR_KERNEL_TIMES");
+    std::map<std::string, uint64_t> calls;
+    int files = 0;
+    for (const auto& entry : fs::directory_iterator(Path(name + "-times"))) {
+      ++files;
+      const std::string file = entry.path().filename().string();
+      EXPECT_EQ(file.rfind("kernel-times-", 0), 0u) << file;
+      auto text = ReadFileToString(entry.path().string());
+      EXPECT_TRUE(text.ok());
+      if (!text.ok()) continue;
+      const nlohmann::json j = nlohmann::json::parse(*text);
+      EXPECT_EQ(j.at("schema"), "dgrr.kernel_times/1");
+      EXPECT_EQ(j.at("device"), "cuda-sim");
+      EXPECT_EQ(j.at("clock"), "host steady clock");
+      double sum = 0, previous = 1e300;
+      for (const auto& row : j.at("rows")) {
+        const double seconds = row.at("seconds").get<double>();
+        EXPECT_LE(seconds, previous) << "rows are the longest first";
+        previous = seconds;
+        EXPECT_GE(seconds, 0.0);
+        EXPECT_GT(row.at("calls").get<uint64_t>(), 0u);
+        sum += seconds;
+        calls[row.at("name").get<std::string>()] += row.at("calls").get<uint64_t>();
+      }
+      EXPECT_NEAR(sum, j.at("timed_s").get<double>(), 1e-9 + 1e-12 * sum);
+      // The emulator's timed intervals lie inside the launcher's life.
+      EXPECT_LE(j.at("timed_s").get<double>(), j.at("lifetime_s").get<double>());
+    }
+    EXPECT_EQ(files, 2) << "the batch's launcher and the optimizer's";
+    return calls;
+  }
+};
+
+TEST_F(KernelTimesTrainTest, EveryLauncherWritesItsLaunchesPerKernel) {
+  const auto one = TimedRun("one", "1");
+  const auto two = TimedRun("two", "2");
+  for (const char* kernel : {"GemmKernel", "CausalProductKernel", "SoftmaxForwardKernel", "TreeSumKernel",
+                             "SumOfSquaresKernel", "AdamWKernel", "DropoutMaskKernel"}) {
+    EXPECT_GT(one.count(kernel), 0u) << kernel;
+  }
+  EXPECT_EQ(one.at("SumOfSquaresKernel"), 1u);  // the global norm, once a step
+  ASSERT_EQ(one.size(), two.size());
+  for (const auto& [name, n] : one) {
+    ASSERT_EQ(two.count(name), 1u) << name;
+    EXPECT_EQ(two.at(name), 2 * n) << name;
+  }
+  // Timing changes no bit.
+  ASSERT_EQ(Train("plain", {"--steps", "2", "--device", "cuda-sim"}), 0) << err_;
+  EXPECT_EQ(Compare("plain", "two"), 0) << out_ << err_;
+}
+
+TEST_F(KernelTimesTrainTest, AFolderThatCannotBeMadeIsRefusedBeforeTheRunStarts) {
+  ASSERT_TRUE(WriteFileAtomically(Path("a-file"), "x").ok());
+  ::setenv("DGRR_KERNEL_TIMES", Path("a-file").c_str(), 1);
+  EXPECT_EQ(Train("run", {"--steps", "1", "--device", "cuda-sim"}), 2);
+  EXPECT_NE(err_.find("DGRR_KERNEL_TIMES=" + Path("a-file")), std::string::npos) << err_;
+  EXPECT_EQ(std::count(err_.begin(), err_.end(), '\n'), 1) << err_;
+  EXPECT_FALSE(fs::exists(Path("run"))) << "nothing of the run is written";
+  // The cpu device has no launcher: the variable is not read.
+  EXPECT_EQ(Train("cpu", {"--steps", "1"}), 0) << err_;
 }
 
 TEST_F(EmulatedGridTrainTest, BadDeviceAndGemmSettingsAreOneLineUsageErrors) {
