@@ -16,6 +16,44 @@ namespace {
 constexpr size_t kScrambleKeyOffset = xxh3::kSecretSize - xxh3::kStripeLen;  // 128
 constexpr size_t kLastStripeKeyOffset = xxh3::kSecretSize - xxh3::kStripeLen - 7;
 
+// The software prefetch of the streaming consumers (AVX2 and AVX-512) is
+// tuned per vendor; either way the bits are the same.
+//   - AMD (tuned on Zen 3 with AVX2, Zen 5 with AVX-512): into L1 (T0), near
+//     (the AVX2 consumer 2 KiB ahead, each line; the AVX-512 pairs 6 KiB,
+//     a pair's 32 lines at its start).
+//   - Others (Intel; tuned on a 2-vCPU Xeon, family 6 model 167, 2026-11-30):
+//     into L2 (T1), kFarPrefetchAhead ahead, one line per stripe of each
+//     block in flight, issued with that stripe's work. Streaming 256 MiB
+//     from memory (bench/fingerprint/compare_torch.sh, CPU time, against
+//     one-thread torch.sum on the same tensor, medians of paired ratios of
+//     11 rounds, runs alternated): AVX-512 pairs 1.13-1.16x at 16 KiB
+//     (8 KiB 1.12-1.14, 4 KiB 1.09-1.14) against 0.95-0.97x without
+//     prefetch; the pairs' 32 T1 prefetches as a loop at their start
+//     1.02-1.07x (8-32 KiB), T0 at 4 KiB 0.88-0.89x; the AVX2 consumer
+//     1.12-1.15x at 16 KiB (4-32 KiB the same within the noise) against
+//     0.91-0.94x with its T0 at 2 KiB. A T0 prefetch holds one of the
+//     core's few L1 miss buffers until its line arrives; T1 leaves the
+//     line in L2, where the next L1 miss finds it.
+// A prefetch into L2 of `line` that stays where the source puts it: tied to
+// `v` (which the caller updates once a stripe), so the compiler can neither
+// hoist the unrolled block's prefetches into one burst at its start (it
+// did: 32 prefetches ahead of the first stripe's work ran at the rate of no
+// prefetch at all, 0.98-1.01x torch.sum against 1.16x paced) nor sink them.
+template <typename V>
+[[gnu::always_inline]] inline void PacedPrefetchToL2(const void* line, V& v) {
+  asm volatile("prefetcht1 %1" : "+v"(v) : "m"(*static_cast<const char*>(line)));
+}
+
+bool CpuIsAmd() {
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+}
+constexpr size_t kFarPrefetchAhead = 16 * 1024;
+enum PrefetchMode { kNoPrefetch, kNearToL1, kFarToL2 };
+
 }  // namespace
 
 StripeState InitialStripeState() {
@@ -170,15 +208,19 @@ DGRR_AVX2_INLINE void FoldSums4(__m256i& acc, __m256i& products, __m256i& sums) 
 constexpr size_t kAvx2PrefetchAhead = 2 * 1024;
 
 // One whole block: 16 stripes, keys read from the secret (16 registers do
-// not hold 32 key vectors), prefetching kAvx2PrefetchAhead ahead if asked.
-template <bool kPrefetch>
+// not hold 32 key vectors), each stripe prefetching one line ahead as
+// kMode says (near: kAvx2PrefetchAhead into L1; far: kFarPrefetchAhead
+// into L2).
+template <PrefetchMode kMode>
 DGRR_AVX2_INLINE void Block4(__m256i (&products)[2], __m256i (&sums)[2], __m256i (&xors)[2],
                              const uint8_t* p, const uint8_t* secret) {
 #pragma GCC unroll 16
   for (size_t s = 0; s < xxh3::kStripesPerBlock; ++s) {
     const uint8_t* stripe = p + xxh3::kStripeLen * s;
-    if constexpr (kPrefetch) {
+    if constexpr (kMode == kNearToL1) {
       _mm_prefetch(reinterpret_cast<const char*>(stripe + kAvx2PrefetchAhead), _MM_HINT_T0);
+    } else if constexpr (kMode == kFarToL2) {
+      PacedPrefetchToL2(stripe + kFarPrefetchAhead, products[0]);
     }
     HalfStripe(products[0], sums[0], xors[0], Load256(stripe), secret + 8 * s);
     HalfStripe(products[1], sums[1], xors[1], Load256(stripe + 32), secret + 8 * s + 32);
@@ -227,13 +269,17 @@ __attribute__((target("avx2"))) void ConsumeStripesAvx2(StripeState* state, cons
   }
   const size_t blocks = count / xxh3::kStripesPerBlock;
   const size_t bytes = count * xxh3::kStripeLen;
-  // Block b prefetches up to byte (b + 1) * 1024 + kAvx2PrefetchAhead.
-  const size_t prefetching = bytes < kAvx2PrefetchAhead ? 0 : (bytes - kAvx2PrefetchAhead) / xxh3::kBlockLen;
+  // Block b prefetches up to byte (b + 1) * 1024 + the distance.
+  const bool amd = CpuIsAmd();
+  const size_t ahead = amd ? kAvx2PrefetchAhead : kFarPrefetchAhead;
+  const size_t prefetching = bytes < ahead ? 0 : (bytes - ahead) / xxh3::kBlockLen;
   for (size_t b = 0; b < blocks; ++b, p += xxh3::kBlockLen) {
-    if (b < prefetching) {
-      Block4<true>(products, sums, xors, p, secret);
+    if (b >= prefetching) {
+      Block4<kNoPrefetch>(products, sums, xors, p, secret);
+    } else if (amd) {
+      Block4<kNearToL1>(products, sums, xors, p, secret);
     } else {
-      Block4<false>(products, sums, xors, p, secret);
+      Block4<kFarToL2>(products, sums, xors, p, secret);
     }
     FoldSums4(acc[0], products[0], sums[0]);
     FoldSums4(acc[1], products[1], sums[1]);
@@ -365,19 +411,12 @@ DGRR_AVX512_INLINE void StripeOfTwoBlocks(__m512i& products_a, __m512i& sums_a,
 // model 167, KVM; 2026-11-29) 256 MiB from memory ran at 7.6-7.8 GB/s with it
 // and 10.1-10.6 GB/s without (the pairs kept; blocks one at a time without
 // prefetch 9.8-10.3, with a 2 KiB prefetch 8.9-9.3; the AVX2 consumer, whose
-// 2 KiB prefetch does help there, 9.4-9.8), three interleaved sets. So the
-// prefetch runs on AMD CPUs only; either way the bits are the same.
+// 2 KiB prefetch does help there, 9.4-9.8), three interleaved sets. So this
+// prefetch runs on AMD CPUs only; the others prefetch far into L2 instead
+// (kFarToL2, at the top: 1.13-1.16x torch.sum's rate there).
 constexpr size_t kPrefetchAhead = 6 * 1024;
 constexpr size_t kPairLen = 2 * xxh3::kBlockLen;
 constexpr size_t kPairedMinBytes = 48 * 1024;
-
-bool PrefetchPairsAhead() {
-  static const bool amd = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd") != 0;
-  }();
-  return amd;
-}
 
 DGRR_AVX512_INLINE void PrefetchPair(const uint8_t* pair) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(pair) + kPrefetchAhead;
@@ -398,15 +437,22 @@ DGRR_AVX512_INLINE void EndBlock(__m512i& acc, __m512i& products, __m512i& sums,
 }
 
 // Two whole blocks: 16 stripes each, keys in registers, then both scrambles.
-template <bool kPrefetch>
+// Near (AMD): the pair's lines kPrefetchAhead ahead, as a loop first; far:
+// each stripe's two lines kFarPrefetchAhead ahead into L2, with its work.
+template <PrefetchMode kMode>
 DGRR_AVX512_INLINE void BlockPair(__m512i& acc, __m512i& xors, const uint8_t* p,
                                   const __m512i (&keys)[xxh3::kStripesPerBlock],
                                   const __m512i& scramble_key) {
-  if constexpr (kPrefetch) PrefetchPair(p);
+  if constexpr (kMode == kNearToL1) PrefetchPair(p);
   __m512i products_a = _mm512_setzero_si512(), sums_a = _mm512_setzero_si512();
   __m512i products_b = _mm512_setzero_si512(), sums_b = _mm512_setzero_si512();
 #pragma GCC unroll 16
   for (size_t s = 0; s < xxh3::kStripesPerBlock; ++s) {
+    if constexpr (kMode == kFarToL2) {
+      const uint8_t* line = p + xxh3::kStripeLen * s + kFarPrefetchAhead;
+      PacedPrefetchToL2(line, products_a);
+      PacedPrefetchToL2(line + xxh3::kBlockLen, products_b);
+    }
     StripeOfTwoBlocks(products_a, sums_a, products_b, sums_b, xors, p + xxh3::kStripeLen * s,
                       keys[s]);
   }
@@ -465,14 +511,22 @@ __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state,
     size_t done = 0;
     const size_t bytes = count * xxh3::kStripeLen;
     if (bytes >= kPairedMinBytes) {
-      // Prefetch only what this call will read, and only where it helps.
+      // Prefetch only what this call will read.
       const size_t pairs = blocks / 2;
-      const size_t prefetch_pairs = PrefetchPairsAhead() ? std::min(pairs, (bytes - kPrefetchAhead) / kPairLen) : 0;
-      for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
-        BlockPair<true>(acc, xors, p, keys, scramble_key);
+      const bool amd = CpuIsAmd();
+      const size_t ahead = amd ? kPrefetchAhead : kFarPrefetchAhead;
+      const size_t prefetch_pairs = bytes < ahead ? 0 : std::min(pairs, (bytes - ahead) / kPairLen);
+      if (amd) {
+        for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
+          BlockPair<kNearToL1>(acc, xors, p, keys, scramble_key);
+        }
+      } else {
+        for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
+          BlockPair<kFarToL2>(acc, xors, p, keys, scramble_key);
+        }
       }
       for (; done < 2 * pairs; done += 2, p += kPairLen) {
-        BlockPair<false>(acc, xors, p, keys, scramble_key);
+        BlockPair<kNoPrefetch>(acc, xors, p, keys, scramble_key);
       }
     }
     for (; done < blocks; ++done, p += xxh3::kBlockLen) {
