@@ -6,6 +6,7 @@
 // against the CPU code the trainer runs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -271,6 +272,29 @@ TEST_F(GridKernels, TreeSumEqualsTheCanonicalTreeForEveryCount) {
     sim.Launch(kernels::TreeSumKernel{data2.data(), n, count, n});
     ExpectSameBits(std::vector<float>(data.begin(), data.begin() + n),
                    std::vector<float>(data2.begin(), data2.begin() + n), "tree sum");
+  }
+}
+
+// The sum of squares loads a batch ahead of its chain; every length around
+// the batch (empty, shorter, exact multiples, tails) gives the plain loop's
+// double bit for bit, including gradients whose squares underflow or are
+// huge.
+TEST_F(GridKernels, SumOfSquaresIsThePlainChainForEveryLengthAroundTheBatch) {
+  constexpr size_t kBatch = kernels::SumOfSquaresKernel::kBatch;
+  // Exponents spread over 2^-20..2^20, so that partial sums round and any
+  // other order of the terms would show.
+  auto grad = Random(5 * kBatch + 7, 62, 3.0f);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = std::ldexp(grad[i], static_cast<int>((i * 7919) % 41) - 20);
+  grad[3] = 1e-30f, grad[kBatch + 2] = -2e-45f;
+  DeviceArray<double> out(&sim, 1);
+  for (size_t n : {size_t{0}, size_t{1}, kBatch - 1, kBatch, kBatch + 1, 2 * kBatch - 1, 2 * kBatch,
+                   2 * kBatch + 1, 3 * kBatch + 5, 5 * kBatch + 7}) {
+    double plain = 0.0;
+    for (size_t i = 0; i < n; ++i) plain = std::fma(double{grad[i]}, double{grad[i]}, plain);
+    sim.Launch(kernels::SumOfSquaresKernel{out.data(), grad.data(), n});
+    double got = -1.0;
+    sim.CopyToHost(&got, out.data(), sizeof got);
+    EXPECT_EQ(std::memcmp(&got, &plain, sizeof got), 0) << "n = " << n << ": " << got << " vs " << plain;
   }
 }
 
