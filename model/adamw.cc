@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/det_math.h"
+#include "model/device_engine.h"
 #include "model/vector_isa.h"
 
 namespace dgrr::model {
@@ -37,6 +38,33 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
   const float c1 = static_cast<float>(1.0 - PowInt(b1, step_));
   const float c2 = static_cast<float>(1.0 - PowInt(b2, step_));
   const std::vector<NamedTensor>& tensors = layout_.tensors();
+  if (launcher_ != nullptr) {
+    // Every tensor at once on the device, then the boundaries in the order
+    // the loop below reports them: the gradient is read only, and no
+    // tensor's update reads another's, so each is the same bytes.
+    segments_.clear();
+    for (const NamedTensor& t : tensors) {
+      const float wd = t.weight_decay ? options_.weight_decay : 0.0f;
+      segments_.push_back(kernels::AdamWSegment{
+          t.offset, t.offset + t.size, AdamWCoefficients{b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd}});
+    }
+    if (!device_) device_.reset(NewDeviceAdamW(launcher_, layout_.total_size()));
+    device_->Step(params, m_.data(), v_.data(), grad, segments_);
+    if (observer == nullptr) return;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const NamedTensor& t = tensors[k];
+      const ObservedNames& names = observed_names_[k];
+      observer->OnBoundary(names.grad, Phase::kOptimizer, Operator::kElementwise, false, grad + t.offset, t.shape,
+                           first_example, example_count);
+      observer->OnBoundary(names.param, Phase::kOptimizer, Operator::kOptimizer, true, params + t.offset, t.shape,
+                           first_example, example_count);
+      observer->OnBoundary(names.m, Phase::kOptimizer, Operator::kElementwise, true, m_.data() + t.offset, t.shape,
+                           first_example, example_count);
+      observer->OnBoundary(names.v, Phase::kOptimizer, Operator::kElementwise, true, v_.data() + t.offset, t.shape,
+                           first_example, example_count);
+    }
+    return;
+  }
   for (size_t k = 0; k < tensors.size(); ++k) {
     const NamedTensor& t = tensors[k];
     const ObservedNames& names = observed_names_[k];
@@ -52,11 +80,7 @@ void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* o
     // Elementwise (no sum across elements), so the widest vector build runs
     // it with the same operations per element (model/vector_isa.h).
     const AdamWCoefficients coefficients{b1, b2, one_minus_b1, one_minus_b2, c1, c2, lr, eps, wd};
-    if (launcher_ != nullptr) {
-      AdamWUpdateOnDevice(*launcher_, p, m, v, g, t.size, coefficients);
-    } else {
-      RunWithBestIsa([&] { UpdateTensor(p, m, v, g, t.size, coefficients); });
-    }
+    RunWithBestIsa([&] { UpdateTensor(p, m, v, g, t.size, coefficients); });
     if (observer != nullptr) {
       observer->OnBoundary(names.param, Phase::kOptimizer, Operator::kOptimizer, true, p, t.shape, first_example,
                            example_count);

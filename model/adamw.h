@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "model/adamw_update.h"
 #include "model/det_math.h"
 #include "model/hooks.h"
+#include "model/kernels.h"
 #include "model/numerics.h"
 
 namespace dgrr::model {
@@ -39,7 +41,10 @@ struct AdamWOptions {
   float weight_decay = 0.0f;
 };
 
-class Launcher;  // model/grid.h
+class Launcher;    // model/grid.h
+class DeviceAdamW;  // model/device_engine.h
+DeviceAdamW* NewDeviceAdamW(Launcher* launcher, size_t n);
+void DeleteDeviceAdamW(DeviceAdamW* device);
 
 class AdamW {
  public:
@@ -59,9 +64,15 @@ class AdamW {
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
   const AdamWOptions& options() const { return options_; }
-  // Run the update as model/kernels.h's AdamWKernel through `launcher`
-  // (cuda-sim, cuda) instead of the CPU loop; the same bits. nullptr: CPU.
-  void set_launcher(Launcher* launcher) { launcher_ = launcher; }
+  // Run the update through `launcher` (cuda-sim, cuda) instead of the CPU
+  // loop: every tensor in one launch of model/kernels.h's
+  // AdamWSegmentsKernel, over buffers kept on the device between steps
+  // (DeviceAdamW); the same bits, and the observer sees the same tensors in
+  // the same order. nullptr: CPU. The launcher must outlive this object.
+  void set_launcher(Launcher* launcher) {
+    launcher_ = launcher;
+    device_.reset();
+  }
 
  private:
   ParameterLayout layout_;  // a copy: small, and no lifetime coupling to the model
@@ -69,6 +80,8 @@ class AdamW {
   int64_t step_ = 0;
   std::vector<float> m_, v_;
   Launcher* launcher_ = nullptr;
+  std::unique_ptr<DeviceAdamW, void (*)(DeviceAdamW*)> device_{nullptr, DeleteDeviceAdamW};
+  std::vector<kernels::AdamWSegment> segments_;  // this step's, on the host
   // The names Step reports, per tensor, made once rather than at every step.
   struct ObservedNames {
     std::string grad, param, m, v;

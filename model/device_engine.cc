@@ -638,6 +638,37 @@ class Staged {
 };
 }  // namespace
 
+DeviceAdamW::DeviceAdamW(Launcher* launcher, size_t n) : launcher_(launcher), n_(n) {
+  if (!launcher_->host_memory()) {
+    p_ = DeviceArray<float>(launcher_, n), m_ = DeviceArray<float>(launcher_, n);
+    v_ = DeviceArray<float>(launcher_, n), g_ = DeviceArray<float>(launcher_, n);
+  }
+}
+
+void DeviceAdamW::Step(float* p, float* m, float* v, const float* g,
+                       const std::vector<kernels::AdamWSegment>& segments) {
+  Launcher& L = *launcher_;
+  if (L.host_memory()) {
+    L.Launch(kernels::AdamWSegmentsKernel{p, m, v, g, segments.data(), segments.size(), n_});
+    return;
+  }
+  const size_t bytes = n_ * sizeof(float);
+  if (segments_.size() != segments.size()) segments_ = DeviceArray<kernels::AdamWSegment>(launcher_, segments.size());
+  L.CopyToDevice(segments_.data(), segments.data(), segments.size() * sizeof(kernels::AdamWSegment));
+  L.CopyToDevice(p_.data(), p, bytes);
+  L.CopyToDevice(m_.data(), m, bytes);
+  L.CopyToDevice(v_.data(), v, bytes);
+  L.CopyToDevice(g_.data(), g, bytes);
+  L.Launch(kernels::AdamWSegmentsKernel{p_.data(), m_.data(), v_.data(), g_.data(), segments_.data(),
+                                         segments.size(), n_});
+  L.CopyToHost(p, p_.data(), bytes);
+  L.CopyToHost(m, m_.data(), bytes);
+  L.CopyToHost(v, v_.data(), bytes);
+}
+
+DeviceAdamW* NewDeviceAdamW(Launcher* launcher, size_t n) { return new DeviceAdamW(launcher, n); }
+void DeleteDeviceAdamW(DeviceAdamW* device) { delete device; }
+
 void AdamWUpdateOnDevice(Launcher& launcher, float* p, float* m, float* v, const float* g, size_t n,
                          const AdamWCoefficients& k) {
   Staged dp(launcher, p, n), dm(launcher, m, n), dv(launcher, v, n);

@@ -54,6 +54,25 @@ class DeviceArray {
   T* p_ = nullptr;
 };
 
+// AdamW's update of every tensor in one launch (AdamWSegmentsKernel) over
+// buffers kept on the device between steps: on a GPU the parameters,
+// moments and gradient go up once a step and the parameters and moments come
+// back once, instead of per tensor through a fresh allocation each; on the
+// emulator the kernel runs on the host arrays themselves. model/adamw.h's
+// AdamW holds one while it has a launcher.
+class DeviceAdamW {
+ public:
+  DeviceAdamW(Launcher* launcher, size_t n);
+  // p, m, v (updated) and g: host arrays of n floats.
+  void Step(float* p, float* m, float* v, const float* g, const std::vector<kernels::AdamWSegment>& segments);
+
+ private:
+  Launcher* launcher_;
+  size_t n_;
+  DeviceArray<float> p_, m_, v_, g_;
+  DeviceArray<kernels::AdamWSegment> segments_;
+};
+
 class DeviceEngine {
  public:
   DeviceEngine(const GptConfig& config, Launcher* launcher, size_t max_examples = 1);

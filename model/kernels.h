@@ -600,6 +600,38 @@ struct AdamWKernel {
   DGRR_HD void At(size_t i) const { AdamWUpdateAt(k, p[i], m[i], v[i], g[i]); }
 };
 
+// AdamW over every tensor at once: segment s covers elements [begin, end)
+// with its tensor's coefficients (the weight decay differs by tensor).
+// Segments are sorted and do not overlap; an element outside every segment
+// is left alone. One thread per element, the element's update exactly
+// AdamWKernel's.
+struct AdamWSegment {
+  size_t begin = 0, end = 0;
+  AdamWCoefficients k{};
+};
+struct AdamWSegmentsKernel {
+  float *p = nullptr, *m = nullptr, *v = nullptr;
+  const float* g = nullptr;
+  const AdamWSegment* segments = nullptr;  // kernel memory
+  size_t segment_count = 0;
+  size_t n = 0;
+  DGRR_HD size_t threads() const { return n; }
+  DGRR_HD void At(size_t i) const {
+    // The last segment that begins at or before i.
+    size_t lo = 0, hi = segment_count;
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (segments[mid].begin <= i) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    if (segment_count == 0 || i < segments[lo].begin || i >= segments[lo].end) return;
+    AdamWUpdateAt(segments[lo].k, p[i], m[i], v[i], g[i]);
+  }
+};
+
 // Every kernel type, for the launchers' explicit instantiations (the CUDA
 // launcher defines GemmKernel's launch apart: it may go to cuBLAS).
 #define DGRR_MODEL_KERNELS(X) X(GemmKernel) DGRR_MODEL_KERNELS_BUT_GEMM(X)
@@ -611,6 +643,6 @@ struct AdamWKernel {
   X(ResidualBackwardKernel) X(DropoutForwardKernel) X(DropoutBackwardKernel)                     \
   X(DropoutMaskKernel) X(CrossEntropyForwardKernel) X(MeanLossKernel)                            \
   X(CrossEntropyBackwardKernel) X(FillKernel) X(TreeSumKernel) X(DivideKernel)                   \
-  X(SumOfSquaresKernel) X(ScaleKernel) X(AdamWKernel)
+  X(SumOfSquaresKernel) X(ScaleKernel) X(AdamWKernel) X(AdamWSegmentsKernel)
 
 }  // namespace dgrr::model::kernels

@@ -202,8 +202,10 @@ struct Trainer::Impl::Rank {
   std::unique_ptr<Session> session;
   BatchGradients batch;
   std::vector<float> params, grad;
-  AdamW adamw;
+  // Before adamw, which keeps device buffers of this launcher's (destroyed
+  // after it).
   std::unique_ptr<Launcher> optimizer_launcher;  // --device cuda-sim / cuda
+  AdamW adamw;
   std::vector<uint8_t> tokens;
   StepRecorder recorder;  // the step's boundaries into the session
   uint64_t shard_first = 0;                       // global example index of the shard's first

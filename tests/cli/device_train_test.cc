@@ -151,10 +151,12 @@ TEST_F(KernelTimesTrainTest, EveryLauncherWritesItsLaunchesPerKernel) {
   const auto one = TimedRun("one", "1");
   const auto two = TimedRun("two", "2");
   for (const char* kernel : {"GemmKernel", "CausalProductKernel", "SoftmaxForwardKernel", "TreeSumKernel",
-                             "SumOfSquaresKernel", "AdamWKernel", "DropoutMaskKernel"}) {
+                             "SumOfSquaresKernel", "AdamWSegmentsKernel", "DropoutMaskKernel"}) {
     EXPECT_GT(one.count(kernel), 0u) << kernel;
   }
-  EXPECT_EQ(one.at("SumOfSquaresKernel"), 1u);  // the global norm, once a step
+  EXPECT_EQ(one.at("SumOfSquaresKernel"), 1u);   // the global norm, once a step
+  EXPECT_EQ(one.at("AdamWSegmentsKernel"), 1u);  // every tensor's update in one launch
+  EXPECT_EQ(one.count("AdamWKernel"), 0u);
   ASSERT_EQ(one.size(), two.size());
   for (const auto& [name, n] : one) {
     ASSERT_EQ(two.count(name), 1u) << name;

@@ -391,9 +391,15 @@ class CountingDevice final : public Launcher {
  public:
   Device device() const override { return Device::kCudaSim; }
   bool host_memory() const override { return false; }
-  void* Alloc(size_t bytes) override { return sim_.Alloc(bytes); }
+  void* Alloc(size_t bytes) override {
+    ++allocations;
+    return sim_.Alloc(bytes);
+  }
   void Free(void* p) override { sim_.Free(p); }
-  void CopyToDevice(void* dst, const void* src, size_t bytes) override { sim_.CopyToDevice(dst, src, bytes); }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    ++copies_to_device;
+    sim_.CopyToDevice(dst, src, bytes);
+  }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     ++copies_to_host;
     sim_.CopyToHost(dst, src, bytes);
@@ -403,11 +409,66 @@ class CountingDevice final : public Launcher {
   void Launch(const kernels::K& k) override { sim_.Launch(k); }
   DGRR_MODEL_KERNELS(DGRR_FORWARD_LAUNCH)
 #undef DGRR_FORWARD_LAUNCH
-  int copies_to_host = 0;
+  int copies_to_host = 0, copies_to_device = 0, allocations = 0;
 
  private:
   GridEmulator sim_;
 };
+
+// AdamW on a device whose memory the host does not read: each step the
+// CPU's bits and the CPU's boundaries in the CPU's order, one launch, the
+// arrays up once and back once (5 copies up with the segment table, 3
+// back), and no allocation after the first step.
+TEST(DeviceAdamWTest, EveryTensorInOneLaunchWithTheCpusBitsAndBoundaries) {
+  GptConfig config;
+  config.seq_len = 5, config.num_layers = 2, config.channels = 6, config.num_heads = 2;
+  const ParameterLayout layout(config);
+  const size_t n = layout.total_size();
+  auto params = Random(n, 80), grad = Random(n, 81, 2.0f);
+  auto params2 = params;
+  const AdamWOptions options{0.9f, 0.95f, 1e-8f, 0.1f};
+  CountingDevice device;  // outlives the AdamW that keeps buffers of its
+  AdamW cpu(layout, options), dev(layout, options);
+  dev.set_launcher(&device);
+  int allocations_after_first = -1;
+  for (int step = 0; step < 3; ++step) {
+    BytesObserver seen_cpu, seen_dev;
+    const int up = device.copies_to_device, down = device.copies_to_host;
+    cpu.Step(params.data(), grad.data(), 1e-2f, &seen_cpu, 8, 4);
+    dev.Step(params2.data(), grad.data(), 1e-2f, &seen_dev, 8, 4);
+    EXPECT_EQ(device.copies_to_device - up, 5);
+    EXPECT_EQ(device.copies_to_host - down, 3);
+    ExpectSameBits(params, params2, "AdamW parameters");
+    ExpectSameBits(cpu.m(), dev.m(), "AdamW m");
+    ExpectSameBits(cpu.v(), dev.v(), "AdamW v");
+    EXPECT_EQ(seen_cpu.order, seen_dev.order);
+    ASSERT_EQ(seen_cpu.order.size(), 4 * layout.tensors().size());
+    for (const auto& [key, want] : seen_cpu.seen) ExpectSameBits(want, seen_dev.seen[key], key.second.c_str());
+    if (step == 0) allocations_after_first = device.allocations;
+  }
+  EXPECT_EQ(device.allocations, allocations_after_first) << "buffers kept from the first step";
+}
+
+// A segment table with a gap and one-element segments: elements outside
+// every segment are left alone, the others get their segment's coefficients.
+TEST_F(GridKernels, AdamWSegmentsLeaveGapsAloneAndUseEachSegmentsCoefficients) {
+  const size_t n = 40;
+  auto p = Random(n, 90), m = Random(n, 91, 0.1f), v = Random(n, 92, 0.1f), g = Random(n, 93);
+  for (float& x : v) x = std::fabs(x);
+  const AdamWCoefficients a{0.9f, 0.95f, 0.1f, 0.05f, 0.5f, 0.25f, 1e-2f, 1e-8f, 0.0f};
+  AdamWCoefficients b = a;
+  b.wd = 0.3f;
+  const std::vector<kernels::AdamWSegment> segments = {{0, 10, a}, {10, 11, b}, {15, 16, a}, {16, 40, b}};
+  auto want_p = p, want_m = m, want_v = v;
+  for (size_t i = 0; i < n; ++i) {
+    if (i >= 11 && i < 15) continue;  // the gap
+    AdamWUpdateAt((i < 10 || i == 15) ? a : b, want_p[i], want_m[i], want_v[i], g[i]);
+  }
+  sim.Launch(kernels::AdamWSegmentsKernel{p.data(), m.data(), v.data(), g.data(), segments.data(), segments.size(), n});
+  ExpectSameBits(want_p, p, "p");
+  ExpectSameBits(want_m, m, "m");
+  ExpectSameBits(want_v, v, "v");
+}
 
 // Wants the boundaries whose names contain `part` ("" for all); counts the
 // calls it gets and refuses nothing it was not asked for.
