@@ -16,7 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "fingerprint/async_fingerprint.h"
 
 #include "model/config.h"
 #include "model/gpt.h"
@@ -86,6 +89,21 @@ class DeviceEngine {
   size_t max_examples() const { return max_examples_; }
   Launcher& launcher() const { return *launcher_; }
 
+  // Where the fingerprints of boundaries the observer takes as fingerprints
+  // (BoundaryObserver::TakesFingerprint) are computed: each is enqueued
+  // behind the kernel that wrote the tensor and handed to the observer, in
+  // the order the boundaries came, when something else is handed over or
+  // the block ends, so the host waits for the device about once a block
+  // instead of once a boundary. On --device cuda the engine makes a CUDA
+  // fingerprinter (fingerprint/async_fingerprint.h) on the launcher's
+  // stream the first time it needs one; where that fails, and on the
+  // emulator, each fingerprint is computed at once as before. Tests set one
+  // (not owned; it must outlive the engine's blocks).
+  void set_fingerprinter(AsyncFingerprinter* fingerprinter) {
+    fingerprinter_ = fingerprinter;
+    fingerprinter_tried_ = true;
+  }
+
  private:
   struct LayerActs {
     DeviceArray<float> ln1, ln1_mean, ln1_rstd, qkv, preatt, att, att_dropped, atty, attproj,
@@ -106,6 +124,12 @@ class DeviceEngine {
   // they live: on the host for the emulator, on the device for CUDA (16
   // bytes come back), else from a copy.
   Fingerprint FingerprintWhereItLives(const float* data, size_t bytes);
+  // The fingerprinter boundaries' fingerprints are enqueued on, or null.
+  AsyncFingerprinter* Fingerprinter();
+  // Waits for the enqueued fingerprints and hands them to their observer,
+  // in order. Called before anything else reaches an observer, and at the
+  // end of each block.
+  void HandOverFingerprints();
   void FillMasks(uint8_t* keep, size_t per_example, int layer, DropoutSite site, float p,
                  const ExampleHooks& hooks);
   void Zero(float* p, size_t n);
@@ -135,6 +159,20 @@ class DeviceEngine {
   std::vector<size_t> accumulated_tensors_;
   std::vector<float> host_scratch_;     // boundary tensors of a launcher without host memory
   std::vector<uint8_t> host_keep_;      // masks filled on the host
+  // Fingerprints enqueued and not yet handed over (HandOverFingerprints).
+  struct PendingFingerprint {
+    const Boundary* boundary;
+    Phase phase;
+    int64_t dims[kMaxTensorDims];
+    size_t ndim;
+    uint64_t example;
+    BoundaryObserver* observer;
+    AsyncFingerprinter::Ticket ticket;
+  };
+  std::vector<PendingFingerprint> pending_;
+  AsyncFingerprinter* fingerprinter_ = nullptr;
+  std::unique_ptr<AsyncFingerprinter> own_fingerprinter_;
+  bool fingerprinter_tried_ = false;
 };
 
 }  // namespace dgrr::model

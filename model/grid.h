@@ -41,6 +41,9 @@ class Launcher {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Waits for every launch so far (a no-op for the emulator).
   virtual void Synchronize() = 0;
+  // The CUDA device the launcher's memory and launches are on (the current
+  // one when it was made); 0 for the emulator.
+  virtual int device_ordinal() const { return 0; }
 #define DGRR_DECLARE_LAUNCH(K) virtual void Launch(const kernels::K& k) = 0;
   DGRR_MODEL_KERNELS(DGRR_DECLARE_LAUNCH)
 #undef DGRR_DECLARE_LAUNCH

@@ -89,7 +89,10 @@ bool Describe(ptrdiff_t rs, ptrdiff_t cs, int as_is_rows, int transposed_rows, C
 
 class CudaLauncher final : public Launcher {
  public:
-  explicit CudaLauncher(std::optional<CublasHandle> cublas) : cublas_(std::move(cublas)) {}
+  explicit CudaLauncher(std::optional<CublasHandle> cublas) : cublas_(std::move(cublas)) {
+    if (cudaGetDevice(&ordinal_) != cudaSuccess) ordinal_ = 0;
+  }
+  int device_ordinal() const override { return ordinal_; }
   ~CudaLauncher() override {
     if (times_) Drain();
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
@@ -177,6 +180,7 @@ class CudaLauncher final : public Launcher {
 
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  int ordinal_ = 0;
   // The product on cuBLAS: one strided-batched SGEMM per second-batch index
   // (the first batch dimension is cuBLAS's batch), beta 1 when the kernel
   // accumulates, then the bias. False (nothing done) when an operand has no

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fingerprint/async_fingerprint.h"
 #include "model/adamw.h"
 #include "model/batch.h"
 #include "model/device_engine.h"
@@ -501,8 +502,10 @@ struct EngineRun {
     tokens = Bytes(count * (config.seq_len + 1), 60 + seed);
   }
   // Forward and backward of every example; the losses and gradients.
-  std::pair<std::vector<float>, std::vector<float>> Run(Launcher* device, BoundaryObserver* observer) {
+  std::pair<std::vector<float>, std::vector<float>> Run(Launcher* device, BoundaryObserver* observer,
+                                                        AsyncFingerprinter* fingerprinter = nullptr) {
     DeviceEngine engine(config, device, count);
+    if (fingerprinter != nullptr) engine.set_fingerprinter(fingerprinter);
     ExampleHooks hooks{observer, nullptr, nullptr};
     std::vector<float> losses(count), grads(count * np);
     engine.ForwardBlock(model.parameters(), tokens.data(), count, 0, hooks, losses.data());
@@ -554,6 +557,7 @@ class FingerprintObserver final : public BoundaryObserver {
                              std::span<const int64_t>, uint64_t first_example, uint32_t) override {
     std::lock_guard<std::mutex> lock(mu_);
     got[{first_example, std::string(name)}] = fp;
+    order.push_back(std::to_string(first_example) + " " + std::string(name));
   }
   void OnBoundary(std::string_view name, Phase, Operator, bool, const float* data, std::span<const int64_t> dims,
                   uint64_t first_example, uint32_t) override {
@@ -561,9 +565,11 @@ class FingerprintObserver final : public BoundaryObserver {
     for (int64_t d : dims) count *= static_cast<size_t>(d);
     std::lock_guard<std::mutex> lock(mu_);
     got[{first_example, std::string(name)}] = FingerprintBytes(data, count * sizeof(float));
+    order.push_back(std::to_string(first_example) + " " + std::string(name));
     ++handed_bytes;
   }
   std::map<std::pair<uint64_t, std::string>, Fingerprint> got;
+  std::vector<std::string> order;  // every call, in order
   int handed_bytes = 0;
 
  private:
@@ -591,6 +597,68 @@ TEST(DeviceEngineObserver, FingerprintsHandedOverAreThoseOfTheBytes) {
       EXPECT_EQ(fps.got[key], FingerprintBytes(data.data(), data.size() * sizeof(float))) << key.second;
     }
   }
+}
+
+// A device fingerprinter for memory the host can read (the counting
+// device's): computes each fingerprint when it is enqueued, hands it out at
+// Wait, and notes how many were waiting when each wait came.
+class EagerFingerprinter final : public AsyncFingerprinter {
+ public:
+  StatusOr<Ticket> Enqueue(const TensorRef& tensor) override {
+    results_[next_] = FingerprintBytes(tensor.data, tensor.bytes);
+    ++enqueued;
+    return next_++;
+  }
+  StatusOr<std::optional<Fingerprint>> Poll(Ticket ticket) override { return std::optional<Fingerprint>(*Wait(ticket)); }
+  StatusOr<Fingerprint> Wait(Ticket ticket) override {
+    auto it = results_.find(ticket);
+    if (it == results_.end()) return Status::InvalidArgument("unknown ticket");
+    max_waiting = std::max(max_waiting, results_.size());
+    const Fingerprint fp = it->second;
+    results_.erase(it);
+    ++waited;
+    return fp;
+  }
+  StatusOr<Ticket> EnqueueSegments(std::span<const MemorySegment>, const Placement&) override {
+    return Status::InvalidArgument("not used here");
+  }
+  Status CopyToHost(const void*, uint64_t, const Placement&, void*) override { return Status::InvalidArgument("unused"); }
+  Status CopyToDevice(const void*, uint64_t, const Placement&, void*) override {
+    return Status::InvalidArgument("unused");
+  }
+  size_t enqueued = 0, waited = 0, max_waiting = 0;
+  size_t pending() const { return results_.size(); }
+
+ private:
+  std::map<Ticket, Fingerprint> results_;
+  Ticket next_ = 1;
+};
+
+// With a device fingerprinter, the engine enqueues each boundary's
+// fingerprint behind the kernel that wrote it and hands them over in a batch
+// when the block's work is done: the observer gets the same fingerprints in
+// the same order as when each is computed at once, no boundary tensor comes
+// to the host, and the host waits once a block, not once a boundary.
+TEST(DeviceEngineObserver, FingerprintsEnqueuedOnTheDeviceComeInTheSameOrderInOneWaitABlock) {
+  EngineRun setup(13, 2);
+  CountingDevice at_once_device, deferred_device;
+  FingerprintObserver at_once, deferred;
+  EagerFingerprinter device_fingerprints;
+  const auto plain = setup.Run(&at_once_device, &at_once);
+  const auto timed = setup.Run(&deferred_device, &deferred, &device_fingerprints);
+  ASSERT_GT(at_once.got.size(), 40u * setup.count);
+  EXPECT_EQ(deferred.order, at_once.order);
+  EXPECT_EQ(deferred.got, at_once.got);
+  EXPECT_EQ(device_fingerprints.enqueued, at_once.got.size() - setup.count) << "every boundary but the losses";
+  EXPECT_EQ(device_fingerprints.waited, device_fingerprints.enqueued);
+  EXPECT_EQ(device_fingerprints.pending(), 0u);
+  // Each block's boundaries wait together: the forward's and the backward's.
+  EXPECT_GT(device_fingerprints.max_waiting, 15u * setup.count);
+  // Only the losses come to the host (one copy a block), none of the tensors.
+  EXPECT_EQ(deferred_device.copies_to_host, 1);
+  EXPECT_GT(at_once_device.copies_to_host, 40 * static_cast<int>(setup.count));
+  ExpectSameBits(plain.first, timed.first, "losses");
+  ExpectSameBits(plain.second, timed.second, "parameter gradients");
 }
 
 GptConfig OddConfig(float dropout) {
