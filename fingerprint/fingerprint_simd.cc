@@ -23,7 +23,8 @@ constexpr size_t kLastStripeKeyOffset = xxh3::kSecretSize - xxh3::kStripeLen - 7
 //     a pair's 32 lines at its start).
 //   - Others (Intel; tuned on a 2-vCPU Xeon, family 6 model 167, 2026-11-30):
 //     into L2 (T1), kFarPrefetchAhead ahead, one line per stripe of each
-//     block in flight, issued with that stripe's work. Streaming 256 MiB
+//     block in flight, issued with that stripe's work, in calls of
+//     kFarPrefetchMinBytes or more. Streaming 256 MiB
 //     from memory (bench/fingerprint/compare_torch.sh, CPU time, against
 //     one-thread torch.sum on the same tensor, medians of paired ratios of
 //     11 rounds, runs alternated): AVX-512 pairs 1.13-1.16x at 16 KiB
@@ -52,6 +53,12 @@ bool CpuIsAmd() {
   return amd;
 }
 constexpr size_t kFarPrefetchAhead = 16 * 1024;
+// Calls shorter than this take no far prefetch: their bytes are likely in
+// cache (a boundary tensor its op just wrote), where the prefetches are
+// instructions for nothing (1 MiB in L2: 7-8% slower with them, 256 KiB
+// 2-4%), and from memory they gained little (pieces of 1 MiB: AVX-512 the
+// same, AVX2 +6%). 2 MiB is this Xeon's L2.
+constexpr size_t kFarPrefetchMinBytes = size_t{2} << 20;
 enum PrefetchMode { kNoPrefetch, kNearToL1, kFarToL2 };
 
 }  // namespace
@@ -272,7 +279,8 @@ __attribute__((target("avx2"))) void ConsumeStripesAvx2(StripeState* state, cons
   // Block b prefetches up to byte (b + 1) * 1024 + the distance.
   const bool amd = CpuIsAmd();
   const size_t ahead = amd ? kAvx2PrefetchAhead : kFarPrefetchAhead;
-  const size_t prefetching = bytes < ahead ? 0 : (bytes - ahead) / xxh3::kBlockLen;
+  const bool prefetch = amd || bytes >= kFarPrefetchMinBytes;
+  const size_t prefetching = !prefetch || bytes < ahead ? 0 : (bytes - ahead) / xxh3::kBlockLen;
   for (size_t b = 0; b < blocks; ++b, p += xxh3::kBlockLen) {
     if (b >= prefetching) {
       Block4<kNoPrefetch>(products, sums, xors, p, secret);
@@ -515,7 +523,8 @@ __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state,
       const size_t pairs = blocks / 2;
       const bool amd = CpuIsAmd();
       const size_t ahead = amd ? kPrefetchAhead : kFarPrefetchAhead;
-      const size_t prefetch_pairs = bytes < ahead ? 0 : std::min(pairs, (bytes - ahead) / kPairLen);
+      const bool prefetch = amd || bytes >= kFarPrefetchMinBytes;
+      const size_t prefetch_pairs = !prefetch || bytes < ahead ? 0 : std::min(pairs, (bytes - ahead) / kPairLen);
       if (amd) {
         for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
           BlockPair<kNearToL1>(acc, xors, p, keys, scramble_key);
