@@ -230,17 +230,19 @@ TEST(FingerprintTest, EveryConsumerThisCpuCanRunIsListed) {
 }
 
 TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
-  const std::vector<uint8_t> data = RandomBytes((1 << 20) + 64, 16);
+  const std::vector<uint8_t> data = RandomBytes((5 << 19) + 64, 16);
   std::vector<uint8_t> storage(data.size() + 8);
   std::copy(data.begin(), data.end(), storage.begin() + 3);  // misaligned copy
   // Whole blocks go through the AVX-512 consumer in interleaved pairs: an odd
   // count leaves one block after the pairs (3073: one pair and one; 5121; and
-  // 1 MiB - 1023 with the pairs prefetching), an even count none.
+  // 1 MiB - 1023 with the pairs prefetching on AMD), an even count none.
+  // From 2 MiB the consumers on other CPUs prefetch far ahead into L2
+  // (kFarPrefetchMinBytes): 2 MiB - 1, 2 MiB + 1025 and the whole buffer.
   std::vector<size_t> lengths = {1023, 1024,       1025,          1088,
                                  1089, 2048,       2049,          3073,
                                  4096, 4097,       5121,          65536 + 63,
                                  65536 + 1024 + 1, (1 << 20) - 1023, (1 << 20) + 1,
-                                 data.size()};
+                                 (2 << 20) - 1, (2 << 20) + 1025, data.size()};
   for (size_t n = 241; n <= 1100; ++n) lengths.push_back(n);
   for (const auto& [name, consume] : Consumers()) {
     for (size_t n : lengths) {
