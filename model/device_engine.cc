@@ -304,7 +304,19 @@ void DeviceEngine::FillMasks(uint8_t* keep, size_t per_example, int layer, Dropo
   launcher_->CopyToDevice(keep, host_keep_.data(), host_keep_.size());
 }
 
-void DeviceEngine::Zero(float* p, size_t n) { launcher_->Launch(kernels::FillKernel{p, 0.0f, n}); }
+void DeviceEngine::ZeroRanges() {
+  if (zero_ranges_.empty()) return;
+  Launcher& L = *launcher_;
+  const kernels::ZeroRange* table = zero_ranges_.data();
+  if (!L.host_memory()) {
+    if (zero_table_.size() < zero_ranges_.size()) zero_table_ = DeviceArray<kernels::ZeroRange>(launcher_, zero_ranges_.size());
+    L.CopyToDevice(zero_table_.data(), zero_ranges_.data(), zero_ranges_.size() * sizeof(kernels::ZeroRange));
+    table = zero_table_.data();
+  }
+  L.Launch(kernels::ZeroRangesKernel{table, zero_ranges_.size(), zero_total_});
+  zero_ranges_.clear();
+  zero_total_ = 0;
+}
 
 // out[rows, out_ch] = inp[rows, in] . w[in, out_ch] + b.
 void DeviceEngine::Linear(float* out, const float* inp, const float* w, const float* b, int in,
@@ -618,6 +630,7 @@ void DeviceEngine::BackwardBlock(const float* params, const uint8_t* tokens, siz
       if (v->data() != nullptr) Zero(v->data(), v->size());
     }
   }
+  ZeroRanges();  // one launch for all of them (there were ~170 a step for small)
   L.Launch(kernels::CrossEntropyBackwardKernel{dlogits_.data(), probs_.data(), tokens_.data(),
                                                1.0f / static_cast<float>(T), T, V, count});
   ObserveEach(kLossDinp, bwd, dlogits_.data(), {T, V}, hooks);

@@ -132,7 +132,13 @@ class DeviceEngine {
   void HandOverFingerprints();
   void FillMasks(uint8_t* keep, size_t per_example, int layer, DropoutSite site, float p,
                  const ExampleHooks& hooks);
-  void Zero(float* p, size_t n);
+  // Every buffer in `zero_ranges_` set to +0.0 in one launch (their table
+  // goes up first where kernel memory is not the host's), then the table
+  // emptied.
+  void ZeroRanges();
+  void Zero(float* p, size_t n) {
+    if (n > 0) zero_ranges_.push_back(kernels::ZeroRange{p, n, zero_total_}), zero_total_ += n;
+  }
   void Linear(float* out, const float* inp, const float* w, const float* b, int in, int out_ch);
   void LinearBackward(float* dinp, const float* params, size_t w, size_t b, const float* dout,
                       const float* inp, int in, int out_ch, float* grad0, size_t grad_stride);
@@ -170,6 +176,9 @@ class DeviceEngine {
     AsyncFingerprinter::Ticket ticket;
   };
   std::vector<PendingFingerprint> pending_;
+  std::vector<kernels::ZeroRange> zero_ranges_;  // Zero's ranges, for ZeroRanges
+  size_t zero_total_ = 0;
+  DeviceArray<kernels::ZeroRange> zero_table_;
   AsyncFingerprinter* fingerprinter_ = nullptr;
   std::unique_ptr<AsyncFingerprinter> own_fingerprinter_;
   bool fingerprinter_tried_ = false;

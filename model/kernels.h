@@ -491,6 +491,33 @@ struct FillKernel {
   DGRR_HD void At(size_t i) const { out[i] = value; }
 };
 
+// Zeroes many ranges of floats in one launch: range r is ranges[r].n floats
+// at ranges[r].p, and the threads of range r are [first, first + n), where
+// first is the sum of the ranges before it. One thread per float.
+struct ZeroRange {
+  float* p = nullptr;
+  size_t n = 0, first = 0;
+};
+struct ZeroRangesKernel {
+  const ZeroRange* ranges = nullptr;  // kernel memory
+  size_t range_count = 0;
+  size_t total = 0;  // the sum of the ranges' n
+  DGRR_HD size_t threads() const { return total; }
+  DGRR_HD void At(size_t g) const {
+    size_t lo = 0, hi = range_count;  // the last range whose first <= g
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (ranges[mid].first <= g) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    const ZeroRange& r = ranges[lo];
+    if (g >= r.first && g - r.first < r.n) r.p[g - r.first] = 0.0f;
+  }
+};
+
 // ------------------------------------------------------------------ the batch
 // The canonical tree sum (runtime/tree_reduce.h) of `count` buffers at
 // base + i*stride, per element, left in buffer 0 (the others clobbered, as
@@ -643,6 +670,6 @@ struct AdamWSegmentsKernel {
   X(ResidualBackwardKernel) X(DropoutForwardKernel) X(DropoutBackwardKernel)                     \
   X(DropoutMaskKernel) X(CrossEntropyForwardKernel) X(MeanLossKernel)                            \
   X(CrossEntropyBackwardKernel) X(FillKernel) X(TreeSumKernel) X(DivideKernel)                   \
-  X(SumOfSquaresKernel) X(ScaleKernel) X(AdamWKernel) X(AdamWSegmentsKernel)
+  X(SumOfSquaresKernel) X(ScaleKernel) X(AdamWKernel) X(AdamWSegmentsKernel) X(ZeroRangesKernel)
 
 }  // namespace dgrr::model::kernels

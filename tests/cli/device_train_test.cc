@@ -157,6 +157,10 @@ TEST_F(KernelTimesTrainTest, EveryLauncherWritesItsLaunchesPerKernel) {
   EXPECT_EQ(one.at("SumOfSquaresKernel"), 1u);   // the global norm, once a step
   EXPECT_EQ(one.at("AdamWSegmentsKernel"), 1u);  // every tensor's update in one launch
   EXPECT_EQ(one.count("AdamWKernel"), 0u);
+  // Every buffer a backward block accumulates into, zeroed in one launch
+  // (tiny: one worker, one block).
+  EXPECT_EQ(one.at("ZeroRangesKernel"), 1u);
+  EXPECT_EQ(one.count("FillKernel"), 0u);
   ASSERT_EQ(one.size(), two.size());
   for (const auto& [name, n] : one) {
     ASSERT_EQ(two.count(name), 1u) << name;

@@ -450,6 +450,27 @@ TEST(DeviceAdamWTest, EveryTensorInOneLaunchWithTheCpusBitsAndBoundaries) {
   EXPECT_EQ(device.allocations, allocations_after_first) << "buffers kept from the first step";
 }
 
+// Ranges of every length (empty ones included) in separate buffers, zeroed
+// in one launch; the floats around them untouched.
+TEST_F(GridKernels, ZeroRangesZeroesExactlyItsRanges) {
+  std::vector<float> a(50, 7.0f), b(9, 8.0f);
+  std::vector<kernels::ZeroRange> ranges;
+  size_t total = 0;
+  for (auto [p, n] : {std::pair{a.data() + 3, size_t{10}}, std::pair{a.data() + 20, size_t{0}},
+                      std::pair{a.data() + 20, size_t{1}}, std::pair{b.data(), size_t{9}},
+                      std::pair{a.data() + 30, size_t{19}}}) {
+    ranges.push_back(kernels::ZeroRange{p, n, total});
+    total += n;
+  }
+  sim.Launch(kernels::ZeroRangesKernel{ranges.data(), ranges.size(), total});
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool zeroed = (i >= 3 && i < 13) || i == 20 || (i >= 30 && i < 49);
+    EXPECT_EQ(a[i], zeroed ? 0.0f : 7.0f) << i;
+    if (zeroed) EXPECT_FALSE(std::signbit(a[i])) << i;
+  }
+  for (float x : b) EXPECT_EQ(x, 0.0f);
+}
+
 // A segment table with a gap and one-element segments: elements outside
 // every segment are left alone, the others get their segment's coefficients.
 TEST_F(GridKernels, AdamWSegmentsLeaveGapsAloneAndUseEachSegmentsCoefficients) {
