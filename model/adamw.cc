@@ -30,6 +30,12 @@ inline void UpdateTensor(float* p, float* m, float* v, const float* g, size_t n,
 
 }  // namespace
 
+float AdamW::ClipGradients(float* grad, float max_norm) {
+  if (launcher_ == nullptr) return ClipGradientsByGlobalNorm(grad, layout_.total_size(), max_norm);
+  if (!device_) device_.reset(NewDeviceAdamW(launcher_, layout_.total_size()));
+  return device_->ClipGradients(grad, max_norm);
+}
+
 void AdamW::Step(float* params, const float* grad, float lr, BoundaryObserver* observer,
                  uint64_t first_example, uint32_t example_count) {
   ++step_;

@@ -64,6 +64,11 @@ class AdamW {
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
   const AdamWOptions& options() const { return options_; }
+  // ClipGradientsByGlobalNorm (below) of grad[0, total size), on this
+  // optimizer's launcher when it has one (its kept device buffers: nothing
+  // allocated after the first step), else on the CPU; the same bits.
+  float ClipGradients(float* grad, float max_norm);
+
   // Run the update through `launcher` (cuda-sim, cuda) instead of the CPU
   // loop: every tensor in one launch of model/kernels.h's
   // AdamWSegmentsKernel, over buffers kept on the device between steps

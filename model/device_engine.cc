@@ -721,6 +721,27 @@ void DeviceAdamW::Step(float* p, float* m, float* v, const float* g,
   L.CopyToHost(v, v_.data(), bytes);
 }
 
+float DeviceAdamW::ClipGradients(float* grad, float max_norm) {
+  Launcher& L = *launcher_;
+  if (sum_.size() == 0) sum_ = DeviceArray<double>(launcher_, 1);
+  float* g = grad;
+  if (!L.host_memory()) {
+    L.CopyToDevice(g_.data(), grad, n_ * sizeof(float));
+    g = g_.data();
+  }
+  L.Launch(kernels::SumOfSquaresKernel{sum_.data(), g, n_});
+  double sum_sq = 0.0;
+  L.CopyToHost(&sum_sq, sum_.data(), sizeof sum_sq);
+  // The rest as ClipGradientsByGlobalNorm does it.
+  const double norm = std::sqrt(sum_sq);
+  if (max_norm > 0 && norm > static_cast<double>(max_norm)) {
+    const float scale = static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
+    L.Launch(kernels::ScaleKernel{g, scale, n_});
+    if (!L.host_memory()) L.CopyToHost(grad, g_.data(), n_ * sizeof(float));
+  }
+  return static_cast<float>(norm);
+}
+
 DeviceAdamW* NewDeviceAdamW(Launcher* launcher, size_t n) { return new DeviceAdamW(launcher, n); }
 void DeleteDeviceAdamW(DeviceAdamW* device) { delete device; }
 

@@ -68,11 +68,15 @@ class DeviceAdamW {
   DeviceAdamW(Launcher* launcher, size_t n);
   // p, m, v (updated) and g: host arrays of n floats.
   void Step(float* p, float* m, float* v, const float* g, const std::vector<kernels::AdamWSegment>& segments);
+  // ClipGradientsByGlobalNorm of the host array grad[0, n) on the device
+  // (SumOfSquaresKernel, ScaleKernel), in the same buffers.
+  float ClipGradients(float* grad, float max_norm);
 
  private:
   Launcher* launcher_;
   size_t n_;
   DeviceArray<float> p_, m_, v_, g_;
+  DeviceArray<double> sum_;
   DeviceArray<kernels::AdamWSegment> segments_;
 };
 

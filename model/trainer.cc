@@ -475,8 +475,7 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
   DGRR_RETURN_IF_ERROR(faulting ? faulting->RecordCollective(rank.grad.data(), batch_first, batch_count)
                                 : rank.recorder.RecordCollective(rank.grad.data(), batch_first, batch_count));
 
-  const float grad_norm = ClipGradientsByGlobalNorm(rank.grad.data(), num_params, t.preset_.train.grad_clip,
-                                                    rank.optimizer_launcher.get());
+  const float grad_norm = rank.adamw.ClipGradients(rank.grad.data(), t.preset_.train.grad_clip);
   const float lr = schedule.At(step);
   BoundaryObserver* opt_observer =
       t.options_.mode == RecordMode::kFull || t.options_.mode == RecordMode::kTrusted ||

@@ -416,10 +416,10 @@ class CountingDevice final : public Launcher {
   GridEmulator sim_;
 };
 
-// AdamW on a device whose memory the host does not read: each step the
-// CPU's bits and the CPU's boundaries in the CPU's order, one launch, the
-// arrays up once and back once (5 copies up with the segment table, 3
-// back), and no allocation after the first step.
+// Clipping and AdamW on a device whose memory the host does not read: each
+// step the CPU's bits and the CPU's boundaries in the CPU's order, one
+// launch, the arrays up once and back once (5 copies up with the segment
+// table, 3 back), and no allocation after the first step.
 TEST(DeviceAdamWTest, EveryTensorInOneLaunchWithTheCpusBitsAndBoundaries) {
   GptConfig config;
   config.seq_len = 5, config.num_layers = 2, config.channels = 6, config.num_heads = 2;
@@ -434,9 +434,18 @@ TEST(DeviceAdamWTest, EveryTensorInOneLaunchWithTheCpusBitsAndBoundaries) {
   int allocations_after_first = -1;
   for (int step = 0; step < 3; ++step) {
     BytesObserver seen_cpu, seen_dev;
-    const int up = device.copies_to_device, down = device.copies_to_host;
-    cpu.Step(params.data(), grad.data(), 1e-2f, &seen_cpu, 8, 4);
-    dev.Step(params2.data(), grad.data(), 1e-2f, &seen_dev, 8, 4);
+    // Clipping in the same buffers: one copy up, the sum back, the clipped
+    // gradient back; the CPU's norm and gradient.
+    auto g_cpu = grad, g_dev = grad;
+    int up = device.copies_to_device, down = device.copies_to_host;
+    const float norm_cpu = cpu.ClipGradients(g_cpu.data(), 0.5f), norm_dev = dev.ClipGradients(g_dev.data(), 0.5f);
+    EXPECT_EQ(std::memcmp(&norm_cpu, &norm_dev, sizeof norm_cpu), 0);
+    ExpectSameBits(g_cpu, g_dev, "clipped gradient");
+    EXPECT_EQ(device.copies_to_device - up, 1);
+    EXPECT_EQ(device.copies_to_host - down, 2);
+    up = device.copies_to_device, down = device.copies_to_host;
+    cpu.Step(params.data(), g_cpu.data(), 1e-2f, &seen_cpu, 8, 4);
+    dev.Step(params2.data(), g_dev.data(), 1e-2f, &seen_dev, 8, 4);
     EXPECT_EQ(device.copies_to_device - up, 5);
     EXPECT_EQ(device.copies_to_host - down, 3);
     ExpectSameBits(params, params2, "AdamW parameters");
