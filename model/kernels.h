@@ -491,6 +491,23 @@ struct FillKernel {
   DGRR_HD void At(size_t i) const { out[i] = value; }
 };
 
+// The index of the last of `count` (>= 1) table entries, sorted by `key`,
+// whose key is at most g; 0 when none is. A binary search one thread runs:
+// the kernels below find their entry with it.
+template <typename T>
+DGRR_HD inline size_t LastAtOrBefore(const T* table, size_t count, size_t g, size_t T::*key) {
+  size_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (table[mid].*key <= g) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // Zeroes many ranges of floats in one launch: range r is ranges[r].n floats
 // at ranges[r].p, and the threads of range r are [first, first + n), where
 // first is the sum of the ranges before it. One thread per float.
@@ -504,16 +521,8 @@ struct ZeroRangesKernel {
   size_t total = 0;  // the sum of the ranges' n
   DGRR_HD size_t threads() const { return total; }
   DGRR_HD void At(size_t g) const {
-    size_t lo = 0, hi = range_count;  // the last range whose first <= g
-    while (hi - lo > 1) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (ranges[mid].first <= g) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
-    const ZeroRange& r = ranges[lo];
+    if (range_count == 0) return;
+    const ZeroRange& r = ranges[LastAtOrBefore(ranges, range_count, g, &ZeroRange::first)];
     if (g >= r.first && g - r.first < r.n) r.p[g - r.first] = 0.0f;
   }
 };
@@ -644,18 +653,10 @@ struct AdamWSegmentsKernel {
   size_t n = 0;
   DGRR_HD size_t threads() const { return n; }
   DGRR_HD void At(size_t i) const {
-    // The last segment that begins at or before i.
-    size_t lo = 0, hi = segment_count;
-    while (hi - lo > 1) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (segments[mid].begin <= i) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
-    if (segment_count == 0 || i < segments[lo].begin || i >= segments[lo].end) return;
-    AdamWUpdateAt(segments[lo].k, p[i], m[i], v[i], g[i]);
+    if (segment_count == 0) return;
+    const AdamWSegment& s = segments[LastAtOrBefore(segments, segment_count, i, &AdamWSegment::begin)];
+    if (i < s.begin || i >= s.end) return;
+    AdamWUpdateAt(s.k, p[i], m[i], v[i], g[i]);
   }
 };
 
