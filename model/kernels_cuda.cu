@@ -125,24 +125,27 @@ class CudaLauncher final : public Launcher {
   DGRR_MODEL_KERNELS_BUT_GEMM(DGRR_DEFINE_LAUNCH)
 #undef DGRR_DEFINE_LAUNCH
   void Launch(const kernels::GemmKernel& k) override {
-    if (cublas_) {
-      bool done = false;
-      Timed("GemmKernel on cublas", 0, [&] { done = GemmOnCublas(k); });
-      if (done) return;
-    }
-    Timed("GemmKernel", 0, [&] { LaunchOnDevice(k); });
+    const char* name = "GemmKernel";  // named once it is known who ran it
+    Timed(name, 0, [&] {
+      if (cublas_ && GemmOnCublas(k)) {
+        name = "GemmKernel on cublas";
+      } else {
+        LaunchOnDevice(k);
+      }
+    });
   }
 
  private:
   // DGRR_KERNEL_TIMES: `f` between two events on the legacy default stream
-  // (the stream every launch and copy here is on), read back in batches.
+  // (the stream every launch and copy here is on), read back in batches;
+  // `name` is read after `f` ran.
   struct Pending {
     const char* name;
     cudaEvent_t start, stop;
     uint64_t bytes;
   };
   template <typename F>
-  void Timed(const char* name, uint64_t bytes, F&& f) {
+  void Timed(const char* const& name, uint64_t bytes, F&& f) {
     if (!times_) {
       f();
       return;
