@@ -35,15 +35,14 @@ constexpr size_t kLastStripeKeyOffset = xxh3::kSecretSize - xxh3::kStripeLen - 7
 //     0.91-0.94x with its T0 at 2 KiB. A T0 prefetch holds one of the
 //     core's few L1 miss buffers until its line arrives; T1 leaves the
 //     line in L2, where the next L1 miss finds it.
-// A prefetch into L2 of `line` that stays where the source puts it: tied to
-// `v` (which the caller updates once a stripe), so the compiler can neither
-// hoist the unrolled block's prefetches into one burst at its start (it
-// did: 32 prefetches ahead of the first stripe's work ran at the rate of no
-// prefetch at all, 0.98-1.01x torch.sum against 1.16x paced) nor sink them.
-template <typename V>
-[[gnu::always_inline]] inline void PacedPrefetchToL2(const void* line, V& v) {
-  asm volatile("prefetcht1 %1" : "+v"(v) : "m"(*static_cast<const char*>(line)));
-}
+// PacedPrefetchToL2(line, v), in each consumer's section below: a prefetch
+// into L2 of `line` that stays where the source puts it, tied to `v` (which
+// the caller updates once a stripe), so the compiler can neither hoist the
+// unrolled block's prefetches into one burst at its start (it did: 32
+// prefetches ahead of the first stripe's work ran at the rate of no prefetch
+// at all, 0.98-1.01x torch.sum against 1.16x paced) nor sink them. Defined
+// with each section's target, so that the vector register's width is one
+// the compiler (GCC or clang) allows there.
 
 bool CpuIsAmd() {
   static const bool amd = [] {
@@ -166,6 +165,10 @@ void ConsumeStripesSse2(StripeState* state, const uint8_t* p, size_t count, cons
 namespace {
 
 #define DGRR_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+
+DGRR_AVX2_INLINE void PacedPrefetchToL2(const void* line, __m256i& v) {
+  asm volatile("prefetcht1 %1" : "+x"(v) : "m"(*static_cast<const char*>(line)));
+}
 
 DGRR_AVX2_INLINE __m256i Load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -319,6 +322,10 @@ __attribute__((target("avx2"))) void ConsumeStripesAvx2(StripeState* state, cons
 namespace {
 
 #define DGRR_AVX512_INLINE __attribute__((target("avx512f"), always_inline)) inline
+
+DGRR_AVX512_INLINE void PacedPrefetchToL2(const void* line, __m512i& v) {
+  asm volatile("prefetcht1 %1" : "+v"(v) : "m"(*static_cast<const char*>(line)));
+}
 
 DGRR_AVX512_INLINE __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
 
