@@ -215,6 +215,13 @@ DGRR_AVX2_INLINE void FoldSums4(__m256i& acc, __m256i& products, __m256i& sums) 
 // better. The six vector operations that wait on each load fill the
 // scheduler long before enough cache lines are in flight; the prefetches
 // retire at once and keep the memory busy.
+// Open question for the next AMD machine (2026-11-30): GCC places these 16
+// `_mm_prefetch` calls as one burst at the start of the unrolled block (read
+// in objdump of this build), as it did the far ones before they were tied
+// to their stripe (PacedPrefetchToL2), and on Zen 5 a burst of the AVX-512
+// pair's prefetches ran at 0.80-0.86x of the paced loop. So the figures above
+// were of a burst; a paced T0 (and the paced far T1 that Intel runs) is
+// untried on AMD. Not changed blind: nothing here measures an AMD CPU.
 constexpr size_t kAvx2PrefetchAhead = 2 * 1024;
 
 // One whole block: 16 stripes, keys read from the secret (16 registers do
