@@ -1,6 +1,7 @@
 #include "fingerprint/fingerprint_simd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/cpu_isa.h"
@@ -58,9 +59,41 @@ constexpr size_t kFarPrefetchAhead = 16 * 1024;
 // 2-4%), and from memory they gained little (pieces of 1 MiB: AVX-512 the
 // same, AVX2 +6%). 2 MiB is this Xeon's L2.
 constexpr size_t kFarPrefetchMinBytes = size_t{2} << 20;
-enum PrefetchMode { kNoPrefetch, kNearToL1, kFarToL2 };
+enum PrefetchMode { kNoPrefetch, kNearToL1, kNearPacedToL1, kFarToL2 };
+
+std::atomic<int> prefetch_plan{static_cast<int>(PrefetchPlan::kAuto)};
+
+// The plan this call runs: kAuto resolved by vendor.
+PrefetchPlan PlanNow() {
+  const auto plan = static_cast<PrefetchPlan>(prefetch_plan.load(std::memory_order_relaxed));
+  if (plan != PrefetchPlan::kAuto) return plan;
+  return CpuIsAmd() ? PrefetchPlan::kNear : PrefetchPlan::kFar;
+}
 
 }  // namespace
+
+void SetPrefetchPlan(PrefetchPlan plan) { prefetch_plan.store(static_cast<int>(plan), std::memory_order_relaxed); }
+PrefetchPlan CurrentPrefetchPlan() { return PlanNow(); }
+const char* PrefetchPlanName(PrefetchPlan plan) {
+  switch (plan) {
+    case PrefetchPlan::kAuto: return "auto";
+    case PrefetchPlan::kNone: return "none";
+    case PrefetchPlan::kNear: return "near";
+    case PrefetchPlan::kNearPaced: return "near-paced";
+    case PrefetchPlan::kFar: return "far";
+  }
+  return "unknown";
+}
+bool ParsePrefetchPlan(const char* name, PrefetchPlan* plan) {
+  for (PrefetchPlan p : {PrefetchPlan::kAuto, PrefetchPlan::kNone, PrefetchPlan::kNear, PrefetchPlan::kNearPaced,
+                         PrefetchPlan::kFar}) {
+    if (name != nullptr && std::strcmp(name, PrefetchPlanName(p)) == 0) {
+      *plan = p;
+      return true;
+    }
+  }
+  return false;
+}
 
 StripeState InitialStripeState() {
   StripeState state;
@@ -169,6 +202,9 @@ namespace {
 DGRR_AVX2_INLINE void PacedPrefetchToL2(const void* line, __m256i& v) {
   asm volatile("prefetcht1 %1" : "+x"(v) : "m"(*static_cast<const char*>(line)));
 }
+DGRR_AVX2_INLINE void PacedPrefetchToL1(const void* line, __m256i& v) {
+  asm volatile("prefetcht0 %1" : "+x"(v) : "m"(*static_cast<const char*>(line)));
+}
 
 DGRR_AVX2_INLINE __m256i Load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -220,8 +256,10 @@ DGRR_AVX2_INLINE void FoldSums4(__m256i& acc, __m256i& products, __m256i& sums) 
 // in objdump of this build), as it did the far ones before they were tied
 // to their stripe (PacedPrefetchToL2), and on Zen 5 a burst of the AVX-512
 // pair's prefetches ran at 0.80-0.86x of the paced loop. So the figures above
-// were of a burst; a paced T0 (and the paced far T1 that Intel runs) is
-// untried on AMD. Not changed blind: nothing here measures an AMD CPU.
+// were of a burst; a paced T0 (PrefetchPlan::kNearPaced) and the paced far T1
+// that Intel runs (kFar) are untried on AMD: DGRR_BENCH_PREFETCH=near-paced
+// or far with compare_torch.sh measures them. Not changed blind: nothing
+// here measures an AMD CPU.
 constexpr size_t kAvx2PrefetchAhead = 2 * 1024;
 
 // One whole block: 16 stripes, keys read from the secret (16 registers do
@@ -236,6 +274,8 @@ DGRR_AVX2_INLINE void Block4(__m256i (&products)[2], __m256i (&sums)[2], __m256i
     const uint8_t* stripe = p + xxh3::kStripeLen * s;
     if constexpr (kMode == kNearToL1) {
       _mm_prefetch(reinterpret_cast<const char*>(stripe + kAvx2PrefetchAhead), _MM_HINT_T0);
+    } else if constexpr (kMode == kNearPacedToL1) {
+      PacedPrefetchToL1(stripe + kAvx2PrefetchAhead, products[0]);
     } else if constexpr (kMode == kFarToL2) {
       PacedPrefetchToL2(stripe + kFarPrefetchAhead, products[0]);
     }
@@ -287,17 +327,20 @@ __attribute__((target("avx2"))) void ConsumeStripesAvx2(StripeState* state, cons
   const size_t blocks = count / xxh3::kStripesPerBlock;
   const size_t bytes = count * xxh3::kStripeLen;
   // Block b prefetches up to byte (b + 1) * 1024 + the distance.
-  const bool amd = CpuIsAmd();
-  const size_t ahead = amd ? kAvx2PrefetchAhead : kFarPrefetchAhead;
-  const bool prefetch = amd || bytes >= kFarPrefetchMinBytes;
+  const PrefetchPlan plan = PlanNow();
+  const bool far = plan == PrefetchPlan::kFar;
+  const size_t ahead = far ? kFarPrefetchAhead : kAvx2PrefetchAhead;
+  const bool prefetch = plan != PrefetchPlan::kNone && (!far || bytes >= kFarPrefetchMinBytes);
   const size_t prefetching = !prefetch || bytes < ahead ? 0 : (bytes - ahead) / xxh3::kBlockLen;
   for (size_t b = 0; b < blocks; ++b, p += xxh3::kBlockLen) {
     if (b >= prefetching) {
       Block4<kNoPrefetch>(products, sums, xors, p, secret);
-    } else if (amd) {
-      Block4<kNearToL1>(products, sums, xors, p, secret);
-    } else {
+    } else if (far) {
       Block4<kFarToL2>(products, sums, xors, p, secret);
+    } else if (plan == PrefetchPlan::kNearPaced) {
+      Block4<kNearPacedToL1>(products, sums, xors, p, secret);
+    } else {
+      Block4<kNearToL1>(products, sums, xors, p, secret);
     }
     FoldSums4(acc[0], products[0], sums[0]);
     FoldSums4(acc[1], products[1], sums[1]);
@@ -535,17 +578,20 @@ __attribute__((target("avx512f"))) void ConsumeStripesAvx512(StripeState* state,
     if (bytes >= kPairedMinBytes) {
       // Prefetch only what this call will read.
       const size_t pairs = blocks / 2;
-      const bool amd = CpuIsAmd();
-      const size_t ahead = amd ? kPrefetchAhead : kFarPrefetchAhead;
-      const bool prefetch = amd || bytes >= kFarPrefetchMinBytes;
+      // The pair's near prefetch is a paced loop already: kNear and
+      // kNearPaced are the same here.
+      const PrefetchPlan plan = PlanNow();
+      const bool far = plan == PrefetchPlan::kFar;
+      const size_t ahead = far ? kFarPrefetchAhead : kPrefetchAhead;
+      const bool prefetch = plan != PrefetchPlan::kNone && (!far || bytes >= kFarPrefetchMinBytes);
       const size_t prefetch_pairs = !prefetch || bytes < ahead ? 0 : std::min(pairs, (bytes - ahead) / kPairLen);
-      if (amd) {
+      if (far) {
         for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
-          BlockPair<kNearToL1>(acc, xors, p, keys, scramble_key);
+          BlockPair<kFarToL2>(acc, xors, p, keys, scramble_key);
         }
       } else {
         for (; done < 2 * prefetch_pairs; done += 2, p += kPairLen) {
-          BlockPair<kFarToL2>(acc, xors, p, keys, scramble_key);
+          BlockPair<kNearToL1>(acc, xors, p, keys, scramble_key);
         }
       }
       for (; done < 2 * pairs; done += 2, p += kPairLen) {

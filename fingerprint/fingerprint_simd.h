@@ -47,6 +47,26 @@ std::vector<NamedStripeConsumer> AvailableStripeConsumers();
 // "avx512", "avx2", "sse2" or "scalar": which one BestStripeConsumer picked.
 const char* BestStripeConsumerName();
 
+// Which software prefetch the streaming consumers (AVX2, AVX-512) issue, for
+// measuring them on a CPU (bench/fingerprint/compare_torch.sh with
+// DGRR_BENCH_PREFETCH; the tests run every plan): every plan gives the same
+// bits. kAuto, the default, is kNear on AMD CPUs (what they were tuned with)
+// and kFar on the others (fingerprint_simd.cc says what was measured).
+//   kNone   no software prefetch
+//   kNear   into L1: the AVX2 blocks 2 KiB ahead, each line, the compiler free
+//           to place them (it issues them as a burst); the AVX-512 pairs
+//           6 KiB ahead, a pair's 32 lines as a loop at its start
+//   kNearPaced  the same distances, each line issued with its stripe's work
+//   kFar    into L2, 16 KiB ahead, each line with its stripe's work, in calls
+//           of 2 MiB or more
+enum class PrefetchPlan { kAuto, kNone, kNear, kNearPaced, kFar };
+// Process-wide; for benchmarks and tests.
+void SetPrefetchPlan(PrefetchPlan plan);
+PrefetchPlan CurrentPrefetchPlan();  // kAuto resolved to what runs here
+const char* PrefetchPlanName(PrefetchPlan plan);  // "auto", "none", "near", "near-paced", "far"
+// The plan of that name; false when none has it.
+bool ParsePrefetchPlan(const char* name, PrefetchPlan* plan);
+
 // XXH3's final stripe (the last 64 bytes of the whole input, which may overlap
 // consumed ones; not XORed) and the merge. `total_len` > 240.
 uint64_t FinishLong(const StripeState& state, const uint8_t* last_stripe, uint64_t total_len,

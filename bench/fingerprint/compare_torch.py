@@ -18,6 +18,7 @@ torch.sum time / candidate time (>= 1.0: the candidate is at least as fast).
 """
 import argparse
 import ctypes
+import sys
 import json
 import os
 import random
@@ -44,6 +45,14 @@ def main():
     lib.dgrr_bench_read_pass.restype = ctypes.c_uint64
     lib.dgrr_bench_best_consumer.restype = ctypes.c_char_p
     lib.dgrr_bench_read_pass_isa.restype = ctypes.c_char_p
+    lib.dgrr_bench_set_prefetch.argtypes = [ctypes.c_char_p]
+    lib.dgrr_bench_set_prefetch.restype = ctypes.c_int
+    lib.dgrr_bench_prefetch.restype = ctypes.c_char_p
+    # DGRR_BENCH_PREFETCH picks the consumers' software prefetch (none, near,
+    # near-paced, far; auto by default): fingerprint_simd.h, PrefetchPlan.
+    prefetch = os.environ.get("DGRR_BENCH_PREFETCH", "auto")
+    if not lib.dgrr_bench_set_prefetch(prefetch.encode()):
+        sys.exit("compare_torch.py: DGRR_BENCH_PREFETCH=%s: not one of auto, none, near, near-paced, far" % prefetch)
 
     torch.manual_seed(0)
     x = torch.randn(args.mib * (1 << 20) // 4, dtype=torch.float32)
@@ -108,8 +117,9 @@ def main():
 
     # First what ran and the ratios that answer the question, then the rows.
     isa = lib.dgrr_bench_best_consumer().decode()
-    print("# instruction set: fingerprint consumer %s, read pass %s; torch %s (CPU); %s MiB float32, "
-          "%d rounds, load %s" % (isa, lib.dgrr_bench_read_pass_isa().decode(), torch.__version__,
+    print("# instruction set: fingerprint consumer %s (prefetch %s), read pass %s; torch %s (CPU); %s MiB float32, "
+          "%d rounds, load %s" % (isa, lib.dgrr_bench_prefetch().decode(), lib.dgrr_bench_read_pass_isa().decode(),
+                                  torch.__version__,
                                   args.mib, args.rounds,
                                   " ".join(open("/proc/loadavg").read().split()[:3])))
     base = cpu["torch.sum 1 thread"]

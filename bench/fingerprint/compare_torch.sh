@@ -6,6 +6,8 @@
 # $DGRR_TORCH_PYTHON when set, else /opt/dgrr/venv-torch/bin/python when it
 # exists, else /usr/bin/python3 with Debian's python3-torch
 # (scripts/install-bench-deps.sh). torch runs on the CPU only.
+# DGRR_BENCH_PREFETCH=none|near|near-paced|far picks the consumers' software
+# prefetch (default auto: near on AMD, far elsewhere; fingerprint_simd.h).
 set -eu
 build=${1:-build}
 runs=${2:-3}

@@ -55,6 +55,20 @@ __attribute__((visibility("default"))) const char* dgrr_bench_read_pass_isa() {
   return dgrr::bench::ReadPassIsa();
 }
 
+// The consumers' software prefetch (fingerprint_internal::PrefetchPlan) by
+// name ("auto", "none", "near", "near-paced", "far"); 0 for an unknown name.
+__attribute__((visibility("default"))) int dgrr_bench_set_prefetch(const char* name) {
+  dgrr::fingerprint_internal::PrefetchPlan plan;
+  if (!dgrr::fingerprint_internal::ParsePrefetchPlan(name, &plan)) return 0;
+  dgrr::fingerprint_internal::SetPrefetchPlan(plan);
+  return 1;
+}
+
+// The prefetch the consumers run now ("auto" resolved).
+__attribute__((visibility("default"))) const char* dgrr_bench_prefetch() {
+  return dgrr::fingerprint_internal::PrefetchPlanName(dgrr::fingerprint_internal::CurrentPrefetchPlan());
+}
+
 // Which consumer FingerprintBytes uses on this CPU.
 __attribute__((visibility("default"))) const char* dgrr_bench_best_consumer() {
   return dgrr::fingerprint_internal::BestStripeConsumerName();

@@ -229,6 +229,27 @@ TEST(FingerprintTest, EveryConsumerThisCpuCanRunIsListed) {
   EXPECT_EQ(std::string(fingerprint_internal::BestStripeConsumerName()), expected.back());
 }
 
+// The benchmarks name the consumers' prefetch plans; auto resolves to one
+// that runs (near on AMD, far elsewhere), never to itself.
+TEST(FingerprintTest, PrefetchPlansParseByNameAndAutoResolves) {
+  using fingerprint_internal::PrefetchPlan;
+  for (PrefetchPlan plan : {PrefetchPlan::kAuto, PrefetchPlan::kNone, PrefetchPlan::kNear, PrefetchPlan::kNearPaced,
+                            PrefetchPlan::kFar}) {
+    PrefetchPlan parsed = PrefetchPlan::kNone;
+    ASSERT_TRUE(fingerprint_internal::ParsePrefetchPlan(fingerprint_internal::PrefetchPlanName(plan), &parsed));
+    EXPECT_EQ(parsed, plan);
+    fingerprint_internal::SetPrefetchPlan(plan);
+    if (plan != PrefetchPlan::kAuto) EXPECT_EQ(fingerprint_internal::CurrentPrefetchPlan(), plan);
+  }
+  fingerprint_internal::SetPrefetchPlan(PrefetchPlan::kAuto);
+  const PrefetchPlan resolved = fingerprint_internal::CurrentPrefetchPlan();
+  EXPECT_TRUE(resolved == PrefetchPlan::kNear || resolved == PrefetchPlan::kFar);
+  PrefetchPlan unchanged = PrefetchPlan::kNone;
+  EXPECT_FALSE(fingerprint_internal::ParsePrefetchPlan("nearest", &unchanged));
+  EXPECT_FALSE(fingerprint_internal::ParsePrefetchPlan(nullptr, &unchanged));
+  EXPECT_EQ(unchanged, PrefetchPlan::kNone);
+}
+
 TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
   const std::vector<uint8_t> data = RandomBytes((5 << 19) + 64, 16);
   std::vector<uint8_t> storage(data.size() + 8);
@@ -244,14 +265,21 @@ TEST(FingerprintTest, EveryStripeConsumerMatchesLibxxhash) {
                                  65536 + 1024 + 1, (1 << 20) - 1023, (1 << 20) + 1,
                                  (2 << 20) - 1, (2 << 20) + 1025, data.size()};
   for (size_t n = 241; n <= 1100; ++n) lengths.push_back(n);
+  using fingerprint_internal::PrefetchPlan;
   for (const auto& [name, consume] : Consumers()) {
-    for (size_t n : lengths) {
-      const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
-      ASSERT_EQ(fingerprint_internal::FingerprintLong(data.data(), n, consume), expected)
-          << name << " n=" << n;
-      ASSERT_EQ(fingerprint_internal::FingerprintLong(storage.data() + 3, n, consume), expected)
-          << name << " misaligned n=" << n;
+    // Every software prefetch the consumers can issue: the same bits.
+    for (PrefetchPlan plan : {PrefetchPlan::kAuto, PrefetchPlan::kNone, PrefetchPlan::kNear,
+                              PrefetchPlan::kNearPaced, PrefetchPlan::kFar}) {
+      fingerprint_internal::SetPrefetchPlan(plan);
+      const std::string what = std::string(name) + " prefetch " + fingerprint_internal::PrefetchPlanName(plan);
+      for (size_t n : lengths) {
+        const Fingerprint expected{Xor64(data.data(), n), Xxh3(data.data(), n)};
+        ASSERT_EQ(fingerprint_internal::FingerprintLong(data.data(), n, consume), expected) << what << " n=" << n;
+        ASSERT_EQ(fingerprint_internal::FingerprintLong(storage.data() + 3, n, consume), expected)
+            << what << " misaligned n=" << n;
+      }
     }
+    fingerprint_internal::SetPrefetchPlan(PrefetchPlan::kAuto);
   }
   EXPECT_NE(std::string(fingerprint_internal::BestStripeConsumerName()), "");
 }
