@@ -94,7 +94,12 @@ class CudaLauncher final : public Launcher {
   }
   int device_ordinal() const override { return ordinal_; }
   ~CudaLauncher() override {
-    if (times_) Drain();
+    // Never aborts: a launcher that outlives the CUDA runtime (destroyed at
+    // exit) only loses the times still pending.
+    if (times_ && !pending_.empty() && cudaEventSynchronize(pending_.back().stop) == cudaSuccess) {
+      AddPending(/*checked=*/false);
+    }
+    for (const Pending& p : pending_) cudaEventDestroy(p.start), cudaEventDestroy(p.stop);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   }
   Device device() const override { return Device::kCuda; }
@@ -171,10 +176,17 @@ class CudaLauncher final : public Launcher {
   void Drain() {
     if (pending_.empty()) return;
     Check(cudaEventSynchronize(pending_.back().stop), "cudaEventSynchronize");
+    AddPending(/*checked=*/true);
+  }
+  // Adds every pending interval (the last event has passed) and frees its
+  // events for reuse; `checked`: a failed read aborts, as every CUDA call
+  // here does, else the interval is left out.
+  void AddPending(bool checked) {
     for (const Pending& p : pending_) {
       float ms = 0;
-      Check(cudaEventElapsedTime(&ms, p.start, p.stop), "cudaEventElapsedTime");
-      times_->Add(p.name, static_cast<double>(ms) / 1e3, p.bytes);
+      const cudaError_t err = cudaEventElapsedTime(&ms, p.start, p.stop);
+      if (checked) Check(err, "cudaEventElapsedTime");
+      if (err == cudaSuccess) times_->Add(p.name, static_cast<double>(ms) / 1e3, p.bytes);
       free_events_.push_back(p.start);
       free_events_.push_back(p.stop);
     }
