@@ -99,13 +99,9 @@ class AdamW {
 // float scale max_norm / (norm + 1e-6). Returns the norm before clipping.
 // max_norm <= 0 disables clipping (the norm is still returned).
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm);
-// The same on a device (model/kernels.h SumOfSquaresKernel, ScaleKernel);
-// grad is host memory; the same bits. nullptr: the CPU version.
+// The same on a device (model/kernels.h SumOfSquaresKernel, ScaleKernel,
+// through a DeviceAdamW made for the call); grad is host memory; the same
+// bits. nullptr: the CPU version. AdamW::ClipGradients keeps the buffers.
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm, Launcher* launcher);
-
-// One tensor's AdamW update through `launcher` (host arrays; copied to and
-// from the device where its memory is not the host's).
-void AdamWUpdateOnDevice(Launcher& launcher, float* p, float* m, float* v, const float* g, size_t n,
-                         const AdamWCoefficients& k);
 
 }  // namespace dgrr::model

@@ -668,30 +668,6 @@ void DeviceEngine::BackwardBlock(const float* params, const uint8_t* tokens, siz
 // ---------------------------------------------------------------- optimizer
 
 namespace dgrr::model {
-namespace {
-// Host arrays as kernel memory: themselves on the emulator, device copies
-// (uploaded now, downloaded by Finish) on a GPU.
-class Staged {
- public:
-  Staged(Launcher& launcher, float* host, size_t n, bool upload = true)
-      : launcher_(launcher), host_(host), n_(n) {
-    if (!launcher.host_memory()) {
-      copy_ = DeviceArray<float>(&launcher, n);
-      if (upload) launcher.CopyToDevice(copy_.data(), host, n * sizeof(float));
-    }
-  }
-  float* data() const { return launcher_.host_memory() ? host_ : copy_.data(); }
-  void Finish() {
-    if (!launcher_.host_memory()) launcher_.CopyToHost(host_, copy_.data(), n_ * sizeof(float));
-  }
-
- private:
-  Launcher& launcher_;
-  float* host_;
-  size_t n_;
-  DeviceArray<float> copy_;
-};
-}  // namespace
 
 DeviceAdamW::DeviceAdamW(Launcher* launcher, size_t n) : launcher_(launcher), n_(n) {
   if (!launcher_->host_memory()) {
@@ -745,28 +721,10 @@ float DeviceAdamW::ClipGradients(float* grad, float max_norm) {
 DeviceAdamW* NewDeviceAdamW(Launcher* launcher, size_t n) { return new DeviceAdamW(launcher, n); }
 void DeleteDeviceAdamW(DeviceAdamW* device) { delete device; }
 
-void AdamWUpdateOnDevice(Launcher& launcher, float* p, float* m, float* v, const float* g, size_t n,
-                         const AdamWCoefficients& k) {
-  Staged dp(launcher, p, n), dm(launcher, m, n), dv(launcher, v, n);
-  Staged dg(launcher, const_cast<float*>(g), n);
-  launcher.Launch(kernels::AdamWKernel{dp.data(), dm.data(), dv.data(), dg.data(), k, n});
-  dp.Finish(), dm.Finish(), dv.Finish();
-}
-
+// The one-off form: a DeviceAdamW's buffers for this call only.
 float ClipGradientsByGlobalNorm(float* grad, size_t n, float max_norm, Launcher* launcher) {
   if (launcher == nullptr) return ClipGradientsByGlobalNorm(grad, n, max_norm);
-  Staged dg(*launcher, grad, n);
-  double sum_sq = 0.0;
-  DeviceArray<double> sum(launcher, 1);
-  launcher->Launch(kernels::SumOfSquaresKernel{sum.data(), dg.data(), n});
-  launcher->CopyToHost(&sum_sq, sum.data(), sizeof sum_sq);
-  const double norm = std::sqrt(sum_sq);
-  if (max_norm > 0 && norm > static_cast<double>(max_norm)) {
-    const float scale = static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
-    launcher->Launch(kernels::ScaleKernel{dg.data(), scale, n});
-    dg.Finish();
-  }
-  return static_cast<float>(norm);
+  return DeviceAdamW(launcher, n).ClipGradients(grad, max_norm);
 }
 
 }  // namespace dgrr::model
