@@ -8,12 +8,15 @@
 namespace dgrr {
 namespace {
 
-// Sum of buffers[lo..hi) over elements [e0, e1), left in buffers[lo].
-void ReduceRange(std::span<float* const> buffers, size_t lo, size_t hi, size_t e0, size_t e1) {
+// Sum of buffers[lo..hi) over elements [e0, e1), left in buffers[lo]; a
+// two-leaf node flagged in pair_summed (empty: none) is already summed.
+void ReduceRange(std::span<float* const> buffers, size_t lo, size_t hi, size_t e0, size_t e1,
+                 std::span<const uint8_t> pair_summed) {
   if (hi - lo == 1) return;
+  if (hi - lo == 2 && !pair_summed.empty() && pair_summed[lo] != 0) return;
   const size_t mid = TreeSplit(lo, hi);
-  ReduceRange(buffers, lo, mid, e0, e1);
-  ReduceRange(buffers, mid, hi, e0, e1);
+  ReduceRange(buffers, lo, mid, e0, e1, pair_summed);
+  ReduceRange(buffers, mid, hi, e0, e1, pair_summed);
   float* left = buffers[lo];
   const float* right = buffers[mid];
   for (size_t e = e0; e < e1; ++e) left[e] += right[e];
@@ -46,13 +49,32 @@ bool IsCanonicalNode(size_t lo, size_t hi, size_t total) {
 }
 
 void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads) {
-  if (buffers.size() <= 1 || n == 0) return;
+  (void)TreeReduceInPlace(buffers, n, num_threads, {});
+}
+
+Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
+                         std::span<const uint8_t> pair_summed) {
+  if (!pair_summed.empty()) {
+    if (pair_summed.size() != buffers.size()) {
+      return Status::InvalidArgument("tree reduce: " + std::to_string(pair_summed.size()) +
+                                     " pair flags for " + std::to_string(buffers.size()) + " buffers");
+    }
+    for (size_t i = 0; i < pair_summed.size(); ++i) {
+      if (pair_summed[i] != 0 && !IsCanonicalNode(i, i + 2, buffers.size())) {
+        return Status::InvalidArgument("tree reduce: buffers [" + std::to_string(i) + ", " +
+                                       std::to_string(i + 2) + ") were summed as a pair but are not a node of the tree over " +
+                                       std::to_string(buffers.size()));
+      }
+    }
+  }
+  if (buffers.size() <= 1 || n == 0) return Status::OK();
   // Blocks of elements small enough that one block of every buffer stays in cache.
   constexpr size_t kBlock = 4096;
   const size_t blocks = (n + kBlock - 1) / kBlock;
   ParallelFor(blocks, num_threads, [&](size_t b, int) {
-    ReduceRange(buffers, 0, buffers.size(), b * kBlock, std::min(n, (b + 1) * kBlock));
+    ReduceRange(buffers, 0, buffers.size(), b * kBlock, std::min(n, (b + 1) * kBlock), pair_summed);
   });
+  return Status::OK();
 }
 
 Status TreeReduceAlignedBlock(std::span<float* const> buffers, uint64_t first_index, size_t n,

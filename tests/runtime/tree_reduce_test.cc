@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -104,6 +106,53 @@ TEST(TreeReduce, ShardPreReductionComposes) {
           << "ranks " << ranks << " shard " << shard;
     }
   }
+}
+
+// Pairs (2j, 2j + 1) summed beforehand (left + right into the left buffer,
+// the right one then garbage) and flagged: the rest of the tree gives the
+// bits of the whole tree, for any count, any subset of pairs and any thread
+// count; the right buffer of a flagged pair is never read.
+TEST(TreeReduce, PairsSummedBeforehandGiveTheWholeTreesBits) {
+  const size_t n = 5000;
+  for (size_t count = 2; count <= 11; ++count) {
+    const auto original = RandomBuffers(count, n, 300 + count);
+    auto whole = original;
+    TreeReduceInPlace(Pointers(whole), n, 1);
+    for (unsigned mask = 1; mask < (1u << (count / 2)); mask += 3) {
+      auto pieces = original;
+      std::vector<uint8_t> flags(count, 0);
+      for (size_t j = 0; j < count / 2; ++j) {
+        if ((mask >> j & 1) == 0) continue;
+        for (size_t e = 0; e < n; ++e) pieces[2 * j][e] = pieces[2 * j][e] + pieces[2 * j + 1][e];
+        std::fill(pieces[2 * j + 1].begin(), pieces[2 * j + 1].end(), NAN);  // never to be read
+        flags[2 * j] = 1;
+      }
+      for (int threads : {1, 2}) {
+        auto run = pieces;
+        ASSERT_TRUE(TreeReduceInPlace(Pointers(run), n, threads, flags).ok());
+        EXPECT_EQ(0, std::memcmp(whole[0].data(), run[0].data(), n * sizeof(float)))
+            << "count " << count << " pairs " << mask << " threads " << threads;
+      }
+    }
+  }
+}
+
+// A flag on a pair that is not a node of the tree ([1, 3) of 4; the last
+// buffer of an odd count), or a flag list of the wrong length, is refused
+// before anything is summed.
+TEST(TreeReduce, PairFlagsOffTheTreeAreRefused) {
+  auto buffers = RandomBuffers(4, 3, 11);
+  const auto before = buffers;
+  auto pointers = Pointers(buffers);
+  const std::vector<uint8_t> off_tree = {0, 1, 0, 0};
+  EXPECT_TRUE(TreeReduceInPlace(pointers, 3, 1, off_tree).IsInvalidArgument());
+  EXPECT_EQ(buffers, before);
+  std::span<float* const> three(pointers.data(), 3);
+  const std::vector<uint8_t> last = {0, 0, 1};
+  EXPECT_TRUE(TreeReduceInPlace(three, 3, 1, last).IsInvalidArgument());
+  const std::vector<uint8_t> short_list = {1};
+  EXPECT_TRUE(TreeReduceInPlace(pointers, 3, 1, short_list).IsInvalidArgument());
+  EXPECT_EQ(buffers, before);
 }
 
 TEST(TreeReduce, AlignedBlockRejectsMisalignedShards) {
