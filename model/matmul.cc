@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "base/cpu_isa.h"
 #include "model/numerics.h"
@@ -67,10 +68,12 @@ template <typename Vec>
 // in ascending k, exactly as the reference loop does, each term one fma
 // (acc = fma(a_ik, b_kj, acc)). Lanes are independent (GCC vector
 // extensions), so the vector width cannot change a result.
+// With `left` (MR rows of NR floats, contiguous), each result is left + the
+// product before it is stored (GemmTransAPairSum's first tree level).
 template <typename Vec, int MR>
 [[gnu::always_inline]] inline void Tile(float* c, int ldc, const float* a, ptrdiff_t a_rs,
                                         ptrdiff_t a_cs, const float* packed, int kc, int nv,
-                                        bool load_c) {
+                                        bool load_c, const float* left = nullptr) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
   Vec acc[MR][2];
   for (int i = 0; i < MR; ++i) {
@@ -100,6 +103,15 @@ template <typename Vec, int MR>
       FmaLanes(a_ik, b1, acc[i][1]);
     }
   }
+  if (left != nullptr) {
+    for (int i = 0; i < MR; ++i) {
+      Vec l0, l1;
+      std::memcpy(&l0, left + i * NR, sizeof(Vec));
+      std::memcpy(&l1, left + i * NR + W, sizeof(Vec));
+      acc[i][0] = l0 + acc[i][0];
+      acc[i][1] = l1 + acc[i][1];
+    }
+  }
   for (int i = 0; i < MR; ++i) {
     float* row = c + static_cast<size_t>(i) * ldc;
     if (nv == NR) {
@@ -118,12 +130,13 @@ template <typename Vec, int MR>
 template <typename Vec, int R>
 [[gnu::always_inline]] inline void TileOfRows(int rows, float* c, int ldc, const float* a,
                                               ptrdiff_t a_rs, ptrdiff_t a_cs, const float* packed,
-                                              int kc, int nv, bool load_c) {
+                                              int kc, int nv, bool load_c,
+                                              const float* left = nullptr) {
   if constexpr (R > 0) {
     if (rows == R) {
-      Tile<Vec, R>(c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c);
+      Tile<Vec, R>(c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c, left);
     } else {
-      TileOfRows<Vec, R - 1>(rows, c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c);
+      TileOfRows<Vec, R - 1>(rows, c, ldc, a, a_rs, a_cs, packed, kc, nv, load_c, left);
     }
   }
 }
@@ -131,6 +144,9 @@ template <typename Vec, int R>
 // k in blocks of KC (a packed panel stays in L1), then panels of NR columns,
 // then tiles of MR rows. Each output element still sees k ascending: a block
 // after the first starts from the float the previous block stored.
+// The deepest product the pair kernel takes in one k block (BlockedGemm's KC).
+constexpr int kPairMaxK = 256;
+
 template <typename Vec, int MR>
 [[gnu::always_inline]] inline void BlockedGemm(float* c, int ldc, Strided a, Strided b, int M,
                                                int K, int N, bool accumulate) {
@@ -162,6 +178,45 @@ template <typename Vec, int MR>
   }
 }
 
+// c = a0^T.b0 + a1^T.b1 where each product is exactly what BlockedGemm
+// writes for it (K <= KC: one k block, no accumulation) and the two floats
+// are then added: the first level of the canonical tree (left + right) done
+// while the products are in registers, so c is stored once for the pair
+// instead of once per product. Per register tile: the left product into a
+// small tile in L1 (whole width: its lanes past nv are zero columns, never
+// stored to c), then the right one, added to left in registers and stored.
+template <typename Vec, int R>
+[[gnu::always_inline]] inline void PairTileOfRows(int rows, float* c, int ldc, Strided a0,
+                                                  Strided a1, int m0, const float* packed0,
+                                                  const float* packed1, int K, int nv) {
+  constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
+  alignas(64) float left[R * NR];
+  TileOfRows<Vec, R>(rows, left, NR, a0.p + m0 * a0.rs, a0.rs, a0.cs, packed0, K, NR, false);
+  TileOfRows<Vec, R>(rows, c, ldc, a1.p + m0 * a1.rs, a1.rs, a1.cs, packed1, K, nv, false, left);
+}
+
+template <typename Vec, int MR>
+[[gnu::always_inline]] inline void BlockedPairSumGemm(float* c, int ldc, Strided a0, Strided b0,
+                                                      Strided a1, Strided b1, int M, int K, int N) {
+  constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
+  alignas(64) float packed0[kPairMaxK * NR];
+  alignas(64) float packed1[kPairMaxK * NR];
+  for (int n0 = 0; n0 < N; n0 += NR) {
+    const int nv = std::min(NR, N - n0);
+    PackPanel<NR>(packed0, b0, 0, K, n0, nv);
+    PackPanel<NR>(packed1, b1, 0, K, n0, nv);
+    int m0 = 0;
+    for (; m0 + MR <= M; m0 += MR) {
+      PairTileOfRows<Vec, MR>(MR, c + static_cast<size_t>(m0) * ldc + n0, ldc, a0, a1, m0, packed0,
+                              packed1, K, nv);
+    }
+    if (m0 < M) {
+      PairTileOfRows<Vec, MR - 1>(M - m0, c + static_cast<size_t>(m0) * ldc + n0, ldc, a0, a1, m0,
+                                  packed0, packed1, K, nv);
+    }
+  }
+}
+
 // Builds of the same source for three vector widths, chosen at run time:
 // wider vectors hold more output elements, the per-element order is
 // untouched, so all give identical bits (tested). Register tiles: SSE2 and
@@ -180,6 +235,18 @@ template <typename Vec, int MR>
 
 void GemmSse2(float* c, int ldc, Strided a, Strided b, int M, int K, int N, bool accumulate) {
   BlockedGemm<Float4, 4>(c, ldc, a, b, M, K, N, accumulate);
+}
+
+[[gnu::target("avx512f,fma")]] void PairSumAvx512(float* c, Strided a0, Strided b0, Strided a1,
+                                               Strided b1, int M, int K, int N) {
+  BlockedPairSumGemm<Float16, 8>(c, N, a0, b0, a1, b1, M, K, N);
+}
+[[gnu::target("avx2,fma")]] void PairSumAvx2(float* c, Strided a0, Strided b0, Strided a1,
+                                          Strided b1, int M, int K, int N) {
+  BlockedPairSumGemm<Float8, 6>(c, N, a0, b0, a1, b1, M, K, N);
+}
+void PairSumSse2(float* c, Strided a0, Strided b0, Strided a1, Strided b1, int M, int K, int N) {
+  BlockedPairSumGemm<Float4, 4>(c, N, a0, b0, a1, b1, M, K, N);
 }
 
 Strided ViewA(const float* a, int M, int K, bool trans) {
@@ -300,6 +367,37 @@ template <>
 void GemmTransB<double>(double* c, const double* a, const double* b, int M, int K, int N,
                         bool accumulate) {
   ReferenceLoop(c, a, b, M, K, N, accumulate, false, true);
+}
+
+namespace {
+// Both products, then their sum: the form every shape and type can take.
+template <typename S>
+void PairSumByParts(S* c, const S* a0, const S* b0, const S* a1, const S* b1, int M, int K, int N) {
+  GemmTransA(c, a0, b0, M, K, N, /*accumulate=*/false);
+  std::vector<S> right(static_cast<size_t>(std::max(M, 0)) * static_cast<size_t>(std::max(N, 0)));
+  GemmTransA(right.data(), a1, b1, M, K, N, /*accumulate=*/false);
+  for (size_t i = 0; i < right.size(); ++i) c[i] = c[i] + right[i];
+}
+}  // namespace
+
+template <>
+void GemmTransAPairSum<float>(float* c, const float* a0, const float* b0, const float* a1,
+                              const float* b1, int M, int K, int N) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || K > kPairMaxK) return PairSumByParts(c, a0, b0, a1, b1, M, K, N);
+  const Strided va0 = ViewA(a0, M, K, true), vb0 = ViewB(b0, K, N, false);
+  const Strided va1 = ViewA(a1, M, K, true), vb1 = ViewB(b1, K, N, false);
+  switch (CurrentGemmIsa()) {
+    case GemmIsa::kAvx512: return PairSumAvx512(c, va0, vb0, va1, vb1, M, K, N);
+    case GemmIsa::kAvx2: return PairSumAvx2(c, va0, vb0, va1, vb1, M, K, N);
+    case GemmIsa::kSse2: return PairSumSse2(c, va0, vb0, va1, vb1, M, K, N);
+  }
+}
+template <>
+void GemmTransAPairSum<double>(double* c, const double* a0, const double* b0, const double* a1,
+                               const double* b1, int M, int K, int N) {
+  if (M <= 0 || N <= 0) return;
+  PairSumByParts(c, a0, b0, a1, b1, M, K, N);
 }
 
 template <>

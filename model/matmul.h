@@ -34,6 +34,15 @@ void Gemm(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
 template <typename S>
 void GemmTransA(S* c, const S* a, const S* b, int M, int K, int N, bool accumulate);
 
+// c[M,N] = a0^T . b0 + a1^T . b1, each product exactly GemmTransA's (written,
+// not accumulated) and the two floats then added: what the canonical tree's
+// first level makes of two examples' weight gradients, computed with c
+// stored once instead of each product stored to its own buffer (one of the
+// two is never written). The operands are laid out as GemmTransA's.
+template <typename S>
+void GemmTransAPairSum(S* c, const S* a0, const S* b0, const S* a1, const S* b1, int M, int K,
+                       int N);
+
 // c[M,N] (+)= a . b^T where b is stored [N,K] (e.g. dinp = dout . W^T, or the
 // LM head's inp . wte^T).
 template <typename S>

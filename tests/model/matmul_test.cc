@@ -203,6 +203,41 @@ TEST(Matmul, StackedRowsEqualSeparateCalls) {
   }
 }
 
+// The pair kernel writes what two GemmTransA calls and the tree's first
+// level (left + right) make, on every instruction set, on ragged shapes, on
+// a k beyond one block (the by-parts path) and on k = 0; the two operand
+// pairs lie wherever the caller's examples do.
+template <typename S>
+void ExpectPairSumEqualsTwoProducts(int M, int K, int N, const char* what) {
+  const auto a0 = RandomVector<S>(static_cast<size_t>(K) * M, 51);
+  const auto b0 = RandomVector<S>(static_cast<size_t>(K) * N, 52);
+  const auto a1 = RandomVector<S>(static_cast<size_t>(K) * M, 53);
+  const auto b1 = RandomVector<S>(static_cast<size_t>(K) * N, 54);
+  std::vector<S> left(static_cast<size_t>(M) * N), right(left.size());
+  GemmTransA(left.data(), a0.data(), b0.data(), M, K, N, false);
+  GemmTransA(right.data(), a1.data(), b1.data(), M, K, N, false);
+  std::vector<S> want(left.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = left[i] + right[i];
+  auto got = RandomVector<S>(want.size(), 55);  // overwritten, never read
+  GemmTransAPairSum(got.data(), a0.data(), b0.data(), a1.data(), b1.data(), M, K, N);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(S)))
+      << what << " M=" << M << " K=" << K << " N=" << N;
+}
+
+TEST(Matmul, PairSumEqualsTwoProductsThenTheirSum) {
+  for (GemmIsa isa : SupportedIsas()) {
+    const ScopedGemmIsa scoped(isa);
+    for (int M : {1, 5, 6, 8, 13, 128}) {
+      for (int K : {0, 1, 7, 64, 256, 300}) {
+        for (int N : {1, 9, 16, 33, 130}) {
+          ExpectPairSumEqualsTwoProducts<float>(M, K, N, GemmIsaName(isa));
+        }
+      }
+    }
+  }
+  ExpectPairSumEqualsTwoProducts<double>(9, 64, 40, "double");
+}
+
 // The SSE2 baseline entry point keeps working (benchmarks compare with it).
 TEST(Matmul, DispatchTargetsAgreeBitwise) {
   const int M = 32, K = 64, N = 192;
