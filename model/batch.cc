@@ -1,6 +1,8 @@
 #include "model/batch.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "model/config.h"
@@ -54,7 +56,7 @@ BatchGradients::BatchGradients(const GptConfig& config, int num_threads, size_t 
 
 Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examples,
                                        size_t count, uint64_t first_example,
-                                       const ExampleHooks& hooks) {
+                                       const ExampleHooks& hooks, std::optional<uint64_t> pairs_at) {
   if (count == 0 || count > pointers_.size()) {
     return Status::InvalidArgument("batch of " + std::to_string(count) +
                                    " examples; this BatchGradients holds 1 to " +
@@ -64,6 +66,7 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
     return Status::InvalidArgument("dropout is on but no DropoutMaskSource was given");
   }
   count_ = count;
+  pair_summed_.assign(count, 0);
   const size_t window = static_cast<size_t>(config_.seq_len) + 1;
   // The same static partition ParallelFor gives indices, taken a block at a
   // time: each worker stacks a block's examples (up to kCpuBlockRows rows on
@@ -101,17 +104,36 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   ParallelFor(static_cast<size_t>(workers), workers, [&](size_t w, int) {
     ExampleEngine<float>& engine = *engines_[w];
     const IndexRange range = StaticPartition(count_, workers, static_cast<int>(w));
-    for (size_t i = range.begin; i < range.end; i += engine.max_examples()) {
-      const size_t n = std::min(engine.max_examples(), range.end - i);
+    for (size_t i = range.begin, n = 0; i < range.end; i += n) {
+      n = std::min(engine.max_examples(), range.end - i);
+      // Summing pairs from an odd tree position: one example alone first,
+      // so that the blocks after it start at even positions.
+      if (pairs_at.has_value() && (*pairs_at + i) % 2 == 1 && i == range.begin) n = 1;
       const uint8_t* tokens = examples + i * window;
       engine.ForwardBlock(params, tokens, n, first_example + i, hooks, losses_.data() + i);
-      engine.BackwardBlock(params, tokens, n, first_example + i, pointers_.data() + i, hooks);
+      // A block whose first example sits at an even tree position holds
+      // whole pairs (2j, 2j + 1): every one of them is a node of the tree.
+      if (pairs_at.has_value() && (*pairs_at + i) % 2 == 0) {
+        engine.BackwardBlockSummingPairs(params, tokens, n, first_example + i, pointers_.data() + i, hooks);
+        for (size_t j = 0; j + 1 < n; j += 2) pair_summed_[i + j] = 1;
+      } else {
+        engine.BackwardBlock(params, tokens, n, first_example + i, pointers_.data() + i, hooks);
+      }
     }
   });
   return Status::OK();
 }
 
+size_t BatchGradients::summed_pairs() const {
+  return static_cast<size_t>(std::count(pair_summed_.begin(), pair_summed_.end(), uint8_t{1}));
+}
+
 std::span<float* const> BatchGradients::gradients() {
+  if (summed_pairs() > 0) {
+    // A programming error: the caller asked for pair sums (pairs_at).
+    std::fprintf(stderr, "dgrr::model: per-example gradients asked for after ComputeExamples summed them in pairs\n");
+    std::abort();
+  }
   if (host_stale_) {
     launchers_[0]->CopyToHost(storage_.data(), device_grads_.data(),
                               count_ * num_params_ * sizeof(float));
@@ -127,6 +149,17 @@ StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count) {
   }
   if (device_ == Device::kCpu || (!host_stale_ && !launchers_[0]->host_memory())) {
     // On the host: the CPU's batch, or a device batch already copied back.
+    if (summed_pairs() > 0) {
+      if (begin > 0 && pair_summed_[begin - 1] != 0) {
+        return Status::InvalidArgument("tree sum of examples [" + std::to_string(begin) + ", " +
+                                       std::to_string(begin + count) + ") starts inside the summed pair [" +
+                                       std::to_string(begin - 1) + ", " + std::to_string(begin + 1) + ")");
+      }
+      const std::span<float* const> buffers = gradient_buffers().subspan(begin, count);
+      DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_,
+                                             std::span<const uint8_t>(pair_summed_).subspan(begin, count)));
+      return static_cast<const float*>(buffers[0]);
+    }
     const std::span<float* const> buffers = gradients().subspan(begin, count);
     TreeReduceInPlace(buffers, num_params_, num_threads_);
     return static_cast<const float*>(buffers[0]);
@@ -141,7 +174,7 @@ StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count) {
 StatusOr<float> BatchGradients::ComputeMeanGradient(const float* params, const uint8_t* examples,
                                                     size_t count, uint64_t first_example,
                                                     const ExampleHooks& hooks, float* grad_out) {
-  DGRR_RETURN_IF_ERROR(ComputeExamples(params, examples, count, first_example, hooks));
+  DGRR_RETURN_IF_ERROR(ComputeExamples(params, examples, count, first_example, hooks, /*pairs_at=*/0));
   DGRR_ASSIGN_OR_RETURN(const float* sum, ReduceNode(0, count_));
   const float divisor = static_cast<float>(count_);
   for (size_t k = 0; k < num_params_; ++k) grad_out[k] = sum[k] / divisor;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -38,18 +39,32 @@ class BatchGradients {
   // global example first_example + i, each into its own gradient buffer.
   // InvalidArgument if count is 0 or above max_examples, or if the config has
   // dropout and hooks.masks is null.
+  //
+  // `pairs_at`, when given, is the position of examples[0] in the batch's
+  // canonical tree (the tree over [0, B) of runtime/tree_reduce.h) and lets
+  // the CPU engines sum the tree's first level as they go: two examples at
+  // positions 2j and 2j + 1 that one block computes leave only their sum,
+  // left + right bit for bit, in the first one's buffer (model/gpt.h,
+  // BackwardBlockSummingPairs), so half the per-example gradients are never
+  // stored. ReduceNode then takes those pairs as summed, and gradients()
+  // is not to be called (it aborts): for callers that read node sums only.
   Status ComputeExamples(const float* params, const uint8_t* examples, size_t count,
-                       uint64_t first_example, const ExampleHooks& hooks);
+                       uint64_t first_example, const ExampleHooks& hooks,
+                       std::optional<uint64_t> pairs_at = std::nullopt);
 
   // Per-example results of the last ComputeExamples, in host memory (on a
   // GPU the gradients are copied back at the first call after a compute).
   std::span<float* const> gradients();
+  // How many pairs the last ComputeExamples summed (0 without pairs_at, on
+  // a device, or where no block held a whole pair).
+  size_t summed_pairs() const;
   // The same buffers without copying anything back: for CanonicalAllReduce
   // with node_reducer(), which reads only the node sums it asks for.
   std::span<float* const> gradient_buffers() const { return {pointers_.data(), count_}; }
   std::span<const float> losses() const { return {losses_.data(), count_}; }
 
-  // Single-rank step: ComputeExamples, tree-reduce gradients and losses, then
+  // Single-rank step: ComputeExamples (summing pairs: the tree is over these
+  // examples, position 0 first), tree-reduce gradients and losses, then
   // divide both by count (a division, not a multiply by 1/count: one
   // rounding). Writes the mean gradient to grad_out and returns the mean loss.
   // If hooks.observer is set, reports every parameter gradient (per batch).
@@ -62,7 +77,8 @@ class BatchGradients {
   // TreeReduceInPlace), only the sum brought back to the host, into buffer
   // `begin`, which is returned (the other buffers of the node are clobbered,
   // as TreeReduceInPlace leaves them). On the CPU: TreeReduceInPlace. For
-  // CanonicalAllReduce's reduce_node.
+  // CanonicalAllReduce's reduce_node. Where pairs were summed, [begin,
+  // begin + count) must not split one (InvalidArgument).
   StatusOr<const float*> ReduceNode(size_t begin, size_t count);
   NodeReducer node_reducer() {
     return [this](size_t begin, size_t count) { return ReduceNode(begin, count); };
@@ -88,6 +104,9 @@ class BatchGradients {
   std::vector<float> storage_;                                  // max_examples x num_params
   std::vector<float*> pointers_;
   std::vector<float> losses_;
+  // pair_summed_[i] != 0: buffer i holds examples i and i + 1 summed (the
+  // last ComputeExamples with pairs_at), buffer i + 1 is scratch.
+  std::vector<uint8_t> pair_summed_;
   // The per-example gradients are on a device that does not share host
   // memory and have not been copied back since the last compute.
   bool host_stale_ = false;

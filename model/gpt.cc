@@ -156,6 +156,13 @@ ExampleEngine<S>::ExampleEngine(const GptConfig& config, size_t max_examples)
                 t.offset == o.fc_w || t.offset == o.mlp_proj_w;
     }
     if (!written) accumulated_tensors_.push_back(i);
+    bool block_matrix = false;
+    for (int l = 0; l < config.num_layers; ++l) {
+      const BlockOffsets& o = layout_.block(l);
+      block_matrix = block_matrix || t.offset == o.qkv_w || t.offset == o.attn_proj_w ||
+                     t.offset == o.fc_w || t.offset == o.mlp_proj_w;
+    }
+    if (!block_matrix) pair_added_tensors_.push_back(i);
   }
   for (LayerGrads& g : grads_) {
     g.ln1.resize(TC), g.qkv.resize(3 * TC), g.preatt.resize(att), g.att.resize(att);
@@ -372,8 +379,15 @@ void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
     GemmTransB(dinp, dout, params + w, rows, out, in, /*accumulate=*/false);
     for (size_t e = 0; e < count_; ++e) {
       const S* dout_e = dout + e * T * static_cast<size_t>(out);
-      GemmTransA(grads[e] + w, inp + e * T * static_cast<size_t>(in), dout_e, in, T, out,
-                 /*accumulate=*/false);
+      const S* inp_e = inp + e * T * static_cast<size_t>(in);
+      if (!sum_pairs_) {
+        GemmTransA(grads[e] + w, inp_e, dout_e, in, T, out, /*accumulate=*/false);
+      } else if (e % 2 == 0 && e + 1 < count_) {  // the pair's sum; the odd one is never written
+        GemmTransAPairSum(grads[e] + w, inp_e, dout_e, inp_e + T * static_cast<size_t>(in),
+                          dout_e + T * static_cast<size_t>(out), in, T, out);
+      } else if (e % 2 == 0) {  // an odd count's last example, alone
+        GemmTransA(grads[e] + w, inp_e, dout_e, in, T, out, /*accumulate=*/false);
+      }
       S* dbias = grads[e] + b;
       for (int t = 0; t < T; ++t) {
         for (int k = 0; k < out; ++k) dbias[k] += dout_e[static_cast<size_t>(t) * out + k];
@@ -452,14 +466,24 @@ template <typename S>
 void ExampleEngine<S>::BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
                                      uint64_t first_example, S* const* grads,
                                      const ExampleHooks& hooks) {
-  RunInVectorBuild<S>(vector_isa_,
-                      [&] { BackwardBlockBody(params, tokens, count, first_example, grads, hooks); });
+  RunInVectorBuild<S>(vector_isa_, [&] {
+    BackwardBlockBody(params, tokens, count, first_example, grads, hooks, /*sum_pairs=*/false);
+  });
+}
+
+template <typename S>
+void ExampleEngine<S>::BackwardBlockSummingPairs(const S* params, const uint8_t* tokens,
+                                                 size_t count, uint64_t first_example,
+                                                 S* const* grads, const ExampleHooks& hooks) {
+  RunInVectorBuild<S>(vector_isa_, [&] {
+    BackwardBlockBody(params, tokens, count, first_example, grads, hooks, /*sum_pairs=*/true);
+  });
 }
 
 template <typename S>
 void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
                                          uint64_t first_example, S* const* grads,
-                                         const ExampleHooks& hooks) {
+                                         const ExampleHooks& hooks, bool sum_pairs) {
   const int T = config_.seq_len, C = config_.channels, V = config_.vocab_size;
   const int L = config_.num_layers;
   const size_t TC = static_cast<size_t>(T) * C, window = static_cast<size_t>(T) + 1;
@@ -469,6 +493,7 @@ void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens,
     std::fprintf(stderr, "dgrr::model: BackwardBlock is not for the block last run forward\n");
     std::abort();
   }
+  sum_pairs_ = sum_pairs;
   // Fresh buffers: each example's gradient is its own, never an accumulation.
   // Only what is accumulated into is zeroed; what a product or the attention
   // backward writes whole (the matrices' gradients, their input gradients,
@@ -521,6 +546,18 @@ void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens,
     EncoderBackward(grads[e] + layout_.wte(), grads[e] + layout_.wpe(), dencoded_.data() + e * TC,
                     tokens + e * window, T, C);
   }
+  if (sum_pairs) {
+    // The tensors the products did not sum: left + right, as the tree does.
+    for (size_t e = 0; e + 1 < count; e += 2) {
+      for (size_t i : pair_added_tensors_) {
+        const NamedTensor& t = layout_.tensors()[i];
+        S* left = grads[e] + t.offset;
+        const S* right = grads[e + 1] + t.offset;
+        for (size_t k = 0; k < t.size; ++k) left[k] = left[k] + right[k];
+      }
+    }
+  }
+  sum_pairs_ = false;
 }
 
 template class ExampleEngine<float>;

@@ -70,6 +70,17 @@ class ExampleEngine {
                     const ExampleHooks& hooks, S* losses);
   void BackwardBlock(const S* params, const uint8_t* tokens, size_t count,
                      uint64_t first_example, S* const* grads, const ExampleHooks& hooks);
+  // The same, with each pair of examples (0, 1), (2, 3), ... of the block
+  // (an odd last example stays alone) summed as the canonical tree's first
+  // level sums them: grads[2j] receives grads[2j] + grads[2j + 1], every
+  // element bit for bit what TreeReduceInPlace's left + right gives, and
+  // grads[2j + 1] is left as scratch. The matrices' weight gradients are
+  // summed inside their products (GemmTransAPairSum: stored once per pair,
+  // the odd example's never written), the rest after the backward. For
+  // callers that read the pairs' sums only (BatchGradients).
+  void BackwardBlockSummingPairs(const S* params, const uint8_t* tokens, size_t count,
+                                 uint64_t first_example, S* const* grads,
+                                 const ExampleHooks& hooks);
 
   const GptConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -102,7 +113,8 @@ class ExampleEngine {
   void ForwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
                         uint64_t first_example, const ExampleHooks& hooks, S* losses);
   void BackwardBlockBody(const S* params, const uint8_t* tokens, size_t count,
-                         uint64_t first_example, S* const* grads, const ExampleHooks& hooks);
+                         uint64_t first_example, S* const* grads, const ExampleHooks& hooks,
+                         bool sum_pairs);
   void BlockForward(int l, const S* params, const S* block_in, const ExampleHooks& hooks);
   void BlockBackward(int l, const S* params, const S* block_in, const S* dblock_out,
                      S* dblock_in, S* const* grads, const ExampleHooks& hooks);
@@ -121,6 +133,10 @@ class ExampleEngine {
   std::vector<S> dencoded_, dlnf_, dlogits_, dlosses_;
   std::vector<LayerGrads> grads_;
   std::vector<size_t> accumulated_tensors_;  // indices into layout_.tensors(), zeroed first
+  // Indices of the tensors not summed by GemmTransAPairSum (all but the
+  // blocks' four matrices): added pair by pair after a summing backward.
+  std::vector<size_t> pair_added_tensors_;
+  bool sum_pairs_ = false;  // the current backward sums pairs (BlockBackward)
 };
 
 // The model: its configuration, layout and the one contiguous parameter array.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <mutex>
@@ -441,9 +442,17 @@ Status Trainer::Impl::Step(Rank& rank, int64_t step, bool* stop) {
     hooks.observer = &tap;
     hooks.mutator = &tap;
   }
+  // The batch may sum the canonical tree's first level as it goes (pairs of
+  // examples, model/batch.h) unless something reads every example's own
+  // gradient this step: the audit, and the data-parallel faults' reductions.
+  std::optional<uint64_t> pairs_at;
+  if (!audit && FaultAt(FaultKind::kRace, step) == nullptr &&
+      FaultAt(FaultKind::kReduceOrder, step) == nullptr) {
+    pairs_at = rank.shard_first - static_cast<uint64_t>(step) * static_cast<uint64_t>(t.batch_);
+  }
   DGRR_RETURN_IF_ERROR(rank.batch.ComputeExamples(rank.params.data(), rank.tokens.data(),
                                                   static_cast<size_t>(shard), rank.shard_first,
-                                                  hooks));
+                                                  hooks, pairs_at));
   if (shared_rng) {
     DGRR_RETURN_IF_ERROR(s.RecordEvent(trace::EventKind::kFaultInjected, shared_rng->text));
   }

@@ -406,6 +406,59 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
   }
 }
 
+// Summing pairs as the batch goes (pairs_at) changes no bit of any node sum:
+// the whole batch's and the canonical nodes of shards that start at even and
+// at odd tree positions, for blocks of 2 (seq_len 48) and of 8 (seq_len 16),
+// any thread count (3 workers split 8 examples at odd places, so some blocks
+// hold no whole pair). A node that would split a summed pair is refused, and
+// the per-example buffers are not handed out.
+TEST(BatchGradients, SummedPairsGiveTheTreesBits) {
+  for (int seq_len : {48, 16}) {
+    GptConfig config = SmallTestConfig(0.1f);
+    config.seq_len = seq_len;
+    auto model = Gpt::Create(config);
+    ASSERT_TRUE(model.ok());
+    model->Initialize(SplitMixNormalFill(81));
+    const size_t B = 8, window = config.seq_len + 1, n = model->num_parameters();
+    const auto examples = Tokens(static_cast<int>(B * window), 82);
+    SplitMixDropoutMasks masks(83);
+    ExampleHooks hooks{nullptr, nullptr, &masks};
+    // Nodes of the tree over [0, 8) and of a shard's own positions.
+    struct Case {
+      uint64_t position;  // of the call's first example in the batch's tree
+      size_t count;
+      std::vector<std::pair<size_t, size_t>> nodes;  // local [begin, begin + count)
+    };
+    const std::vector<Case> cases = {
+        {0, 8, {{0, 8}}}, {0, 8, {{0, 4}, {4, 2}, {6, 2}}}, {3, 5, {{0, 1}, {1, 4}}}, {2, 6, {{0, 2}, {2, 4}}}};
+    for (const Case& c : cases) {
+      for (int threads : {1, 2, 3}) {
+        BatchGradients plain(config, threads, c.count), paired(config, threads, c.count);
+        const uint8_t* tokens = examples.data() + c.position * window;
+        ASSERT_TRUE(plain.ComputeExamples(model->parameters(), tokens, c.count, c.position, hooks).ok());
+        ASSERT_TRUE(paired.ComputeExamples(model->parameters(), tokens, c.count, c.position, hooks,
+                                           c.position).ok());
+        EXPECT_GT(paired.summed_pairs(), 0u) << seq_len << " " << c.position << " " << threads;
+        EXPECT_EQ(plain.summed_pairs(), 0u);
+        for (auto [begin, count] : c.nodes) {
+          auto want = plain.ReduceNode(begin, count);
+          auto got = paired.ReduceNode(begin, count);
+          ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+          EXPECT_EQ(0, std::memcmp(*want, *got, n * sizeof(float)))
+              << "seq_len " << seq_len << " position " << c.position << " node [" << begin << ", "
+              << begin + count << ") threads " << threads;
+        }
+      }
+    }
+    BatchGradients paired(config, 1, B);
+    ASSERT_TRUE(paired.ComputeExamples(model->parameters(), examples.data(), B, 0, hooks, 0).ok());
+    EXPECT_EQ(paired.summed_pairs(), 4u);
+    EXPECT_TRUE(paired.ReduceNode(1, 2).status().IsInvalidArgument());  // starts inside (0, 1)
+    EXPECT_TRUE(paired.ReduceNode(0, 3).status().IsInvalidArgument());  // [0, 3) is no node here
+    EXPECT_DEATH(paired.gradients(), "summed them in pairs");
+  }
+}
+
 // Parameter gradients are reported once per batch, after the reduction; the
 // optimizer reports its input gradient and its outputs per tensor.
 TEST(GptBoundaries, PerBatchGradientAndOptimizerBoundaries) {
