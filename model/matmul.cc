@@ -186,13 +186,31 @@ template <typename Vec, int MR>
 // small tile in L1 (whole width: its lanes past nv are zero columns, never
 // stored to c), then the right one, added to left in registers and stored.
 template <typename Vec, int R>
-[[gnu::always_inline]] inline void PairTileOfRows(int rows, float* c, int ldc, Strided a0,
-                                                  Strided a1, int m0, const float* packed0,
-                                                  const float* packed1, int K, int nv) {
+[[gnu::always_inline]] inline void PairTileOfRows(int rows, float* c, int ldc, const float* a0,
+                                                  const float* a1, ptrdiff_t a_cs,
+                                                  const float* packed0, const float* packed1, int K,
+                                                  int nv) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
   alignas(64) float left[R * NR];
-  TileOfRows<Vec, R>(rows, left, NR, a0.p + m0 * a0.rs, a0.rs, a0.cs, packed0, K, NR, false);
-  TileOfRows<Vec, R>(rows, c, ldc, a1.p + m0 * a1.rs, a1.rs, a1.cs, packed1, K, nv, false, left);
+  TileOfRows<Vec, R>(rows, left, NR, a0, 1, a_cs, packed0, K, NR, false);
+  TileOfRows<Vec, R>(rows, c, ldc, a1, 1, a_cs, packed1, K, nv, false, left);
+}
+
+// A's rows m0..m0+MR for every k, as [tile][k][MR] (rows past M zero): the
+// tile then reads its MR values of each k from one contiguous run instead
+// of from one cache line per k (A is a transposed activation, read down its
+// columns), which kept both examples' operands from staying in L1.
+template <int MR>
+[[gnu::always_inline]] inline void PackRowTiles(float* packed, Strided a, int M, int K) {
+  const int tiles = (M + MR - 1) / MR;
+  for (int k = 0; k < K; ++k) {
+    for (int t = 0; t < tiles; ++t) {
+      float* dst = packed + (static_cast<size_t>(t) * K + k) * MR;
+      const int m0 = t * MR, rows = std::min(MR, M - m0);
+      for (int i = 0; i < rows; ++i) dst[i] = a.p[(m0 + i) * a.rs + k * a.cs];
+      for (int i = rows; i < MR; ++i) dst[i] = 0.0f;
+    }
+  }
 }
 
 template <typename Vec, int MR>
@@ -201,18 +219,28 @@ template <typename Vec, int MR>
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
   alignas(64) float packed0[kPairMaxK * NR];
   alignas(64) float packed1[kPairMaxK * NR];
+  const int tiles = (M + MR - 1) / MR;
+  const size_t tile_floats = static_cast<size_t>(K) * MR;
+  static thread_local std::vector<float> row_tiles;
+  if (row_tiles.size() < 2 * tiles * tile_floats) row_tiles.resize(2 * tiles * tile_floats);
+  float* const tiles0 = row_tiles.data();
+  float* const tiles1 = tiles0 + tiles * tile_floats;
+  PackRowTiles<MR>(tiles0, a0, M, K);
+  PackRowTiles<MR>(tiles1, a1, M, K);
   for (int n0 = 0; n0 < N; n0 += NR) {
     const int nv = std::min(NR, N - n0);
     PackPanel<NR>(packed0, b0, 0, K, n0, nv);
     PackPanel<NR>(packed1, b1, 0, K, n0, nv);
-    int m0 = 0;
-    for (; m0 + MR <= M; m0 += MR) {
-      PairTileOfRows<Vec, MR>(MR, c + static_cast<size_t>(m0) * ldc + n0, ldc, a0, a1, m0, packed0,
-                              packed1, K, nv);
-    }
-    if (m0 < M) {
-      PairTileOfRows<Vec, MR - 1>(M - m0, c + static_cast<size_t>(m0) * ldc + n0, ldc, a0, a1, m0,
-                                  packed0, packed1, K, nv);
+    for (int t = 0; t < tiles; ++t) {
+      const int m0 = t * MR, rows = std::min(MR, M - m0);
+      float* const c_tile = c + static_cast<size_t>(m0) * ldc + n0;
+      const float* const t0 = tiles0 + t * tile_floats;
+      const float* const t1 = tiles1 + t * tile_floats;
+      if (rows == MR) {
+        PairTileOfRows<Vec, MR>(MR, c_tile, ldc, t0, t1, MR, packed0, packed1, K, nv);
+      } else {
+        PairTileOfRows<Vec, MR - 1>(rows, c_tile, ldc, t0, t1, MR, packed0, packed1, K, nv);
+      }
     }
   }
 }
