@@ -406,15 +406,17 @@ void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
 
   // res3 = res2 + mlp_branch
   S* dmlp_branch = resid_drop ? g.fcproj_dropped.data() : g.fcproj.data();
-  ResidualBackward(g.res2.data(), dmlp_branch, dblock_out, all);
+  // The first contribution to each input gradient writes it (accumulate =
+  // false: the bits of adding into zeros); the later ones add.
+  ResidualBackward(g.res2.data(), dmlp_branch, dblock_out, all, /*accumulate=*/false);
   if (resid_drop) {
     DropoutBackward(g.fcproj.data(), g.fcproj_dropped.data(), a.keep_fcproj.data(),
-                    resid_keep_scale_, all);
+                    resid_keep_scale_, all, /*accumulate=*/false);
   }
   matmul_backward(g.fch_gelu.data(), o.mlp_proj_w, o.mlp_proj_b, g.fcproj.data(),
                   a.fch_gelu.data(), 4 * C, C);
   ObserveEach(n.mlp_proj_dinp, bwd, g.fch_gelu.data(), {T, 4 * C}, hooks);
-  GeluBackward(g.fch.data(), a.fch.data(), g.fch_gelu.data(), 4 * all);
+  GeluBackward(g.fch.data(), a.fch.data(), g.fch_gelu.data(), 4 * all, /*accumulate=*/false);
   ObserveEach(n.gelu_dinp, bwd, g.fch.data(), {T, 4 * C}, hooks);
   matmul_backward(g.ln2.data(), o.fc_w, o.fc_b, g.fch.data(), a.ln2.data(), C, 4 * C);
   ObserveEach(n.fc_dinp, bwd, g.ln2.data(), {T, C}, hooks);
@@ -424,10 +426,10 @@ void ExampleEngine<S>::BlockBackward(int l, const S* params, const S* block_in,
 
   // res2 = block_in + attn_branch
   S* dattn_branch = resid_drop ? g.attproj_dropped.data() : g.attproj.data();
-  ResidualBackward(dblock_in, dattn_branch, g.res2.data(), all);
+  ResidualBackward(dblock_in, dattn_branch, g.res2.data(), all, /*accumulate=*/false);
   if (resid_drop) {
     DropoutBackward(g.attproj.data(), g.attproj_dropped.data(), a.keep_attproj.data(),
-                    resid_keep_scale_, all);
+                    resid_keep_scale_, all, /*accumulate=*/false);
   }
   matmul_backward(g.atty.data(), o.attn_proj_w, o.attn_proj_b, g.attproj.data(), a.atty.data(),
                   C, C);
@@ -504,19 +506,17 @@ void ExampleEngine<S>::BackwardBlockBody(const S* params, const uint8_t* tokens,
       std::fill(grads[e] + t.offset, grads[e] + t.offset + t.size, S(0));
     }
   }
-  Zero(dencoded_), Zero(dlogits_);
-  for (LayerGrads& g : grads_) {
-    for (std::vector<S>* v : {&g.attproj, &g.attproj_dropped, &g.res2, &g.fch, &g.fcproj,
-                              &g.fcproj_dropped, &g.res3}) {
-      Zero(*v);
-    }
-  }
+  // The activations' gradients are written by their first contribution
+  // (BlockBackward); only the last block's output gradient, which the final
+  // layernorm's backward adds into, starts from zeros.
+  Zero(grads_[L - 1].res3);
   // d(mean of T token losses)/d(token loss) = 1/T.
   std::fill(dlosses_.begin(), dlosses_.end(), S(1) / static_cast<S>(T));
   for (size_t e = 0; e < count; ++e) {
     const size_t row0 = e * static_cast<size_t>(T);
     CrossEntropyBackward(dlogits_.data() + row0 * V, probs_.data() + row0 * V,
-                         tokens + e * window + 1, dlosses_.data() + row0, T, V);
+                         tokens + e * window + 1, dlosses_.data() + row0, T, V,
+                         /*accumulate=*/false);
   }
   ObserveEach(kLossDinp, bwd, dlogits_.data(), {T, V}, hooks);
   // LM head: the input gradient for all rows at once, dwte per example. Both

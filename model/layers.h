@@ -420,8 +420,16 @@ void GeluForward(S* out, const S* inp, size_t N) {  // out [N], inp [N]
   for (size_t i = 0; i < N; ++i) out[i] = GeluAt(inp[i]);
 }
 
+// The backward layers below add into their input gradients; with
+// accumulate = false they write what adding into a zeroed buffer gives
+// (0 + x, so a -0 comes out +0 exactly as it would), without the zeroing.
 template <typename S>
-void GeluBackward(S* dinp, const S* inp, const S* dout, size_t N) {  // dinp [N] accumulated
+void GeluBackward(S* dinp, const S* inp, const S* dout, size_t N,
+                  bool accumulate = true) {  // dinp [N] accumulated
+  if (!accumulate) {
+    for (size_t i = 0; i < N; ++i) dinp[i] = Fma(GeluGradAt(inp[i]), dout[i], S(0));
+    return;
+  }
   for (size_t i = 0; i < N; ++i) dinp[i] = Fma(GeluGradAt(inp[i]), dout[i], dinp[i]);
 }
 
@@ -432,7 +440,15 @@ void ResidualForward(S* out, const S* inp1, const S* inp2, size_t N) {  // all [
 }
 
 template <typename S>
-void ResidualBackward(S* dinp1, S* dinp2, const S* dout, size_t N) {  // accumulated
+void ResidualBackward(S* dinp1, S* dinp2, const S* dout, size_t N,
+                      bool accumulate = true) {  // accumulated
+  if (!accumulate) {
+    for (size_t i = 0; i < N; ++i) {
+      dinp1[i] = S(0) + dout[i];
+      dinp2[i] = S(0) + dout[i];
+    }
+    return;
+  }
   for (size_t i = 0; i < N; ++i) {
     dinp1[i] += dout[i];
     dinp2[i] += dout[i];
@@ -446,7 +462,12 @@ void DropoutForward(S* out, const S* inp, const uint8_t* keep, S keep_scale, siz
 }
 
 template <typename S>
-void DropoutBackward(S* dinp, const S* dout, const uint8_t* keep, S keep_scale, size_t N) {
+void DropoutBackward(S* dinp, const S* dout, const uint8_t* keep, S keep_scale, size_t N,
+                     bool accumulate = true) {
+  if (!accumulate) {
+    for (size_t i = 0; i < N; ++i) dinp[i] = S(0) + KeepOrZero(keep[i], dout[i] * keep_scale);
+    return;
+  }
   for (size_t i = 0; i < N; ++i) dinp[i] += KeepOrZero(keep[i], dout[i] * keep_scale);
 }
 
@@ -477,11 +498,12 @@ void CrossEntropyBackward(S* dlogits,      // [T,V] accumulated
                           const S* probs,  // [T,V]
                           const uint8_t* targets,  // [T]
                           const S* dlosses,  // [T]
-                          int T, int V) {
+                          int T, int V, bool accumulate = true) {
   for (int t = 0; t < T; ++t) {
     for (int v = 0; v < V; ++v) {
       const S indicator = v == targets[t] ? S(1) : S(0);
-      dlogits[t * V + v] = Fma(probs[t * V + v] - indicator, dlosses[t], dlogits[t * V + v]);
+      const S into = accumulate ? dlogits[t * V + v] : S(0);
+      dlogits[t * V + v] = Fma(probs[t * V + v] - indicator, dlosses[t], into);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "fd_check.h"
@@ -197,6 +198,52 @@ TEST(LayersGradient, CrossEntropy) {
   Vec dlogits(T * V, 0);
   CrossEntropyBackward(dlogits.data(), probs.data(), targets, R.data(), T, V);
   CheckGradient("dlogits", logits, dlogits, loss);
+}
+
+// accumulate = false writes what adding into a zeroed buffer gives, bit for
+// bit, whatever was in the buffer: a -0 input gradient comes out +0 as it
+// would from 0 + -0, and the stale contents (NaN here) are never read.
+TEST(LayersBackward, WritingEqualsAccumulatingIntoZeros) {
+  const size_t N = 64;
+  std::vector<float> dout(N), inp(N), probs(N), dlosses = {0.5f, -0.0f, 2.0f, 1.0f};
+  std::vector<uint8_t> keep(N);
+  for (size_t i = 0; i < N; ++i) {
+    dout[i] = i % 7 == 0 ? -0.0f : static_cast<float>(RandomDoubles(1, 300 + i)[0]);
+    inp[i] = static_cast<float>(RandomDoubles(1, 500 + i, 4.0)[0]);
+    probs[i] = static_cast<float>(i % 16) / 16.0f;
+    keep[i] = i % 3 != 0;
+  }
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  const std::vector<float> zeros(N, 0.0f), stale(N, NAN);
+  {
+    auto want = zeros, got = stale;
+    GeluBackward(want.data(), inp.data(), dout.data(), N);
+    GeluBackward(got.data(), inp.data(), dout.data(), N, /*accumulate=*/false);
+    EXPECT_TRUE(same(want, got)) << "gelu";
+  }
+  {
+    auto want1 = zeros, want2 = zeros, got1 = stale, got2 = stale;
+    ResidualBackward(want1.data(), want2.data(), dout.data(), N);
+    ResidualBackward(got1.data(), got2.data(), dout.data(), N, /*accumulate=*/false);
+    EXPECT_TRUE(same(want1, got1) && same(want2, got2)) << "residual";
+    EXPECT_FALSE(std::signbit(got1[0])) << "0 + -0 is +0";
+  }
+  {
+    auto want = zeros, got = stale;
+    DropoutBackward(want.data(), dout.data(), keep.data(), 1.25f, N);
+    DropoutBackward(got.data(), dout.data(), keep.data(), 1.25f, N, /*accumulate=*/false);
+    EXPECT_TRUE(same(want, got)) << "dropout";
+  }
+  {
+    const int T = 4, V = 16;
+    const uint8_t targets[T] = {3, 0, 15, 7};
+    auto want = zeros, got = stale;
+    CrossEntropyBackward(want.data(), probs.data(), targets, dlosses.data(), T, V);
+    CrossEntropyBackward(got.data(), probs.data(), targets, dlosses.data(), T, V, /*accumulate=*/false);
+    EXPECT_TRUE(same(want, got)) << "cross entropy";
+  }
 }
 
 }  // namespace
