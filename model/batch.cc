@@ -142,7 +142,8 @@ std::span<float* const> BatchGradients::gradients() {
   return {pointers_.data(), count_};
 }
 
-StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count) {
+StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count,
+                                                  const TreeBlockDone& block_done) {
   if (count == 0 || begin > count_ || count > count_ - begin) {
     return Status::InvalidArgument("tree sum of examples [" + std::to_string(begin) + ", " +
                                    std::to_string(begin + count) + ") of a batch of " + std::to_string(count_));
@@ -157,17 +158,19 @@ StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count) {
       }
       const std::span<float* const> buffers = gradient_buffers().subspan(begin, count);
       DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_,
-                                             std::span<const uint8_t>(pair_summed_).subspan(begin, count)));
+                                             std::span<const uint8_t>(pair_summed_).subspan(begin, count),
+                                             block_done));
       return static_cast<const float*>(buffers[0]);
     }
     const std::span<float* const> buffers = gradients().subspan(begin, count);
-    TreeReduceInPlace(buffers, num_params_, num_threads_);
+    DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_, {}, block_done));
     return static_cast<const float*>(buffers[0]);
   }
   Launcher& launcher = *launchers_[0];
   float* base = (launcher.host_memory() ? storage_.data() : device_grads_.data()) + begin * num_params_;
   launcher.Launch(kernels::TreeSumKernel{base, num_params_, count, num_params_});
   if (!launcher.host_memory()) launcher.CopyToHost(pointers_[begin], base, num_params_ * sizeof(float));
+  if (block_done) block_done(0, num_params_);
   return static_cast<const float*>(pointers_[begin]);
 }
 
@@ -175,9 +178,14 @@ StatusOr<float> BatchGradients::ComputeMeanGradient(const float* params, const u
                                                     size_t count, uint64_t first_example,
                                                     const ExampleHooks& hooks, float* grad_out) {
   DGRR_RETURN_IF_ERROR(ComputeExamples(params, examples, count, first_example, hooks, /*pairs_at=*/0));
-  DGRR_ASSIGN_OR_RETURN(const float* sum, ReduceNode(0, count_));
+  // The division as each block of the sum is done (ReduceNode's block_done),
+  // while the block is in cache.
   const float divisor = static_cast<float>(count_);
-  for (size_t k = 0; k < num_params_; ++k) grad_out[k] = sum[k] / divisor;
+  const float* const root = pointers_[0];
+  const TreeBlockDone divide = [&](size_t e0, size_t e1) {
+    for (size_t k = e0; k < e1; ++k) grad_out[k] = root[k] / divisor;
+  };
+  DGRR_RETURN_IF_ERROR(ReduceNode(0, count_, divide).status());
   if (hooks.observer != nullptr) {
     ObserveParameterGradients(layout_, grad_out, hooks.observer, first_example,
                               static_cast<uint32_t>(count_));

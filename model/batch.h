@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "model/grid.h"
 #include "runtime/canonical_reduce.h"
+#include "runtime/tree_reduce.h"
 
 namespace dgrr::model {
 
@@ -79,7 +80,10 @@ class BatchGradients {
   // as TreeReduceInPlace leaves them). On the CPU: TreeReduceInPlace. For
   // CanonicalAllReduce's reduce_node. Where pairs were summed, [begin,
   // begin + count) must not split one (InvalidArgument).
-  StatusOr<const float*> ReduceNode(size_t begin, size_t count);
+  // `block_done`, when given, is called for each block of the sum as it is
+  // done (runtime/tree_reduce.h), on the device path once for all of it.
+  StatusOr<const float*> ReduceNode(size_t begin, size_t count,
+                                    const TreeBlockDone& block_done = nullptr);
   NodeReducer node_reducer() {
     return [this](size_t begin, size_t count) { return ReduceNode(begin, count); };
   }

@@ -54,6 +54,11 @@ void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_thread
 
 Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
                          std::span<const uint8_t> pair_summed) {
+  return TreeReduceInPlace(buffers, n, num_threads, pair_summed, nullptr);
+}
+
+Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
+                         std::span<const uint8_t> pair_summed, const TreeBlockDone& block_done) {
   if (!pair_summed.empty()) {
     if (pair_summed.size() != buffers.size()) {
       return Status::InvalidArgument("tree reduce: " + std::to_string(pair_summed.size()) +
@@ -67,12 +72,15 @@ Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_thre
       }
     }
   }
-  if (buffers.size() <= 1 || n == 0) return Status::OK();
+  if (buffers.empty() || n == 0) return Status::OK();
   // Blocks of elements small enough that one block of every buffer stays in cache.
   constexpr size_t kBlock = 4096;
   const size_t blocks = (n + kBlock - 1) / kBlock;
+  if (buffers.size() == 1 && !block_done) return Status::OK();
   ParallelFor(blocks, num_threads, [&](size_t b, int) {
-    ReduceRange(buffers, 0, buffers.size(), b * kBlock, std::min(n, (b + 1) * kBlock), pair_summed);
+    const size_t e0 = b * kBlock, e1 = std::min(n, (b + 1) * kBlock);
+    ReduceRange(buffers, 0, buffers.size(), e0, e1, pair_summed);
+    if (block_done) block_done(e0, e1);
   });
   return Status::OK();
 }

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "base/status.h"
@@ -47,6 +48,14 @@ void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_thread
 // nothing, if a flagged pair is not such a node.
 Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
                          std::span<const uint8_t> pair_summed);
+
+// Called for each block of elements [e0, e1) of the sum as soon as its tree
+// is summed into buffers[0], while the block is still in cache, on the
+// thread that summed it (blocks of different threads concurrently): a pass
+// over the sum (the mean's division) without reading it back from memory.
+using TreeBlockDone = std::function<void(size_t e0, size_t e1)>;
+Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
+                         std::span<const uint8_t> pair_summed, const TreeBlockDone& block_done);
 
 // The same tree for the aligned block of examples [first_index, first_index +
 // buffers.size()): refuses (InvalidArgument) unless the size is a power of two

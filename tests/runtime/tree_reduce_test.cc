@@ -155,6 +155,27 @@ TEST(TreeReduce, PairFlagsOffTheTreeAreRefused) {
   EXPECT_EQ(buffers, before);
 }
 
+// block_done sees every element once, after its tree is summed: copying the
+// blocks out as they come gives the final sum, whatever the thread count,
+// and a single buffer is still handed over.
+TEST(TreeReduce, BlockDoneSeesEveryFinishedElementOnce) {
+  const size_t n = 10000;  // three blocks, the last one partial
+  for (size_t count : {1, 5}) {
+    const auto original = RandomBuffers(count, n, 700 + count);
+    for (int threads : {1, 3}) {
+      auto run = original;
+      auto pointers = Pointers(run);
+      std::vector<float> copied(n, NAN);
+      std::vector<int> seen(n, 0);
+      ASSERT_TRUE(TreeReduceInPlace(pointers, n, threads, {}, [&](size_t e0, size_t e1) {
+                    for (size_t e = e0; e < e1; ++e) copied[e] = pointers[0][e], ++seen[e];
+                  }).ok());
+      EXPECT_EQ(0, std::memcmp(copied.data(), run[0].data(), n * sizeof(float))) << count << " " << threads;
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+    }
+  }
+}
+
 TEST(TreeReduce, AlignedBlockRejectsMisalignedShards) {
   auto buffers = RandomBuffers(4, 3, 9);
   auto pointers = Pointers(buffers);
