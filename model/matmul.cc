@@ -185,15 +185,49 @@ template <typename Vec, int MR>
 // instead of once per product. Per register tile: the left product into a
 // small tile in L1 (whole width: its lanes past nv are zero columns, never
 // stored to c), then the right one, added to left in registers and stored.
-template <typename Vec, int R>
-[[gnu::always_inline]] inline void PairTileOfRows(int rows, float* c, int ldc, const float* a0,
-                                                  const float* a1, ptrdiff_t a_cs,
-                                                  const float* packed0, const float* packed1, int K,
-                                                  int nv) {
-  constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
-  alignas(64) float left[R * NR];
-  TileOfRows<Vec, R>(rows, left, NR, a0, 1, a_cs, packed0, K, NR, false);
-  TileOfRows<Vec, R>(rows, c, ldc, a1, 1, a_cs, packed1, K, nv, false, left);
+// One whole register tile of the pair kernel, written (never accumulated),
+// plus `left` when given. Called, not inlined: with the two examples' tiles
+// inlined into one function, GCC -O3 left the AVX-512 build's lanes as
+// scalar fmas (5 GFLOP/s instead of ~130); each ISA's copy alone vectorises
+// as BlockedGemm's tiles do. A call per 2 x K fmas of a tile costs nothing.
+using PairTileFn = void (*)(float* c, int ldc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                            const float* packed, int K, int nv, const float* left);
+
+[[gnu::target("avx512f,fma"), gnu::noinline]] void PairTileAvx512(
+    float* c, int ldc, const float* a, ptrdiff_t a_rs, ptrdiff_t a_cs, const float* packed, int K,
+    int nv, const float* left) {
+  Tile<Float16, 8>(c, ldc, a, a_rs, a_cs, packed, K, nv, false, left);
+}
+[[gnu::target("avx2,fma"), gnu::noinline]] void PairTileAvx2(float* c, int ldc, const float* a,
+                                                          ptrdiff_t a_rs, ptrdiff_t a_cs,
+                                                          const float* packed, int K, int nv,
+                                                          const float* left) {
+  Tile<Float8, 6>(c, ldc, a, a_rs, a_cs, packed, K, nv, false, left);
+}
+[[gnu::noinline]] void PairTileSse2(float* c, int ldc, const float* a, ptrdiff_t a_rs,
+                                    ptrdiff_t a_cs, const float* packed, int K, int nv,
+                                    const float* left) {
+  Tile<Float4, 4>(c, ldc, a, a_rs, a_cs, packed, K, nv, false, left);
+}
+
+template <int MR, int NR, PairTileFn TileFn>
+[[gnu::always_inline]] inline void PairTile(float* c, int ldc, int rows, const float* a0,
+                                            const float* a1, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                                            const float* packed0, const float* packed1, int K,
+                                            int nv) {
+  alignas(64) float left[MR * NR];
+  TileFn(left, NR, a0, a_rs, a_cs, packed0, K, NR, nullptr);
+  if (rows == MR) {
+    TileFn(c, ldc, a1, a_rs, a_cs, packed1, K, nv, left);
+    return;
+  }
+  // The last tile of rows: a whole tile over the zero rows PackRowTiles
+  // added, its first `rows` rows stored.
+  alignas(64) float sum[MR * NR];
+  TileFn(sum, NR, a1, a_rs, a_cs, packed1, K, NR, left);
+  for (int i = 0; i < rows; ++i) {
+    std::memcpy(c + static_cast<size_t>(i) * ldc, sum + i * NR, sizeof(float) * nv);
+  }
 }
 
 // A's rows m0..m0+MR for every k, as [tile][k][MR] (rows past M zero): the
@@ -213,7 +247,7 @@ template <int MR>
   }
 }
 
-template <typename Vec, int MR>
+template <typename Vec, int MR, PairTileFn TileFn>
 [[gnu::always_inline]] inline void BlockedPairSumGemm(float* c, int ldc, Strided a0, Strided b0,
                                                       Strided a1, Strided b1, int M, int K, int N) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
@@ -227,6 +261,7 @@ template <typename Vec, int MR>
   float* const tiles1 = tiles0 + tiles * tile_floats;
   PackRowTiles<MR>(tiles0, a0, M, K);
   PackRowTiles<MR>(tiles1, a1, M, K);
+  const ptrdiff_t a_rs = 1, a_cs = MR;
   for (int n0 = 0; n0 < N; n0 += NR) {
     const int nv = std::min(NR, N - n0);
     PackPanel<NR>(packed0, b0, 0, K, n0, nv);
@@ -236,11 +271,7 @@ template <typename Vec, int MR>
       float* const c_tile = c + static_cast<size_t>(m0) * ldc + n0;
       const float* const t0 = tiles0 + t * tile_floats;
       const float* const t1 = tiles1 + t * tile_floats;
-      if (rows == MR) {
-        PairTileOfRows<Vec, MR>(MR, c_tile, ldc, t0, t1, MR, packed0, packed1, K, nv);
-      } else {
-        PairTileOfRows<Vec, MR - 1>(rows, c_tile, ldc, t0, t1, MR, packed0, packed1, K, nv);
-      }
+      PairTile<MR, NR, TileFn>(c_tile, ldc, rows, t0, t1, a_rs, a_cs, packed0, packed1, K, nv);
     }
   }
 }
@@ -267,14 +298,14 @@ void GemmSse2(float* c, int ldc, Strided a, Strided b, int M, int K, int N, bool
 
 [[gnu::target("avx512f,fma")]] void PairSumAvx512(float* c, Strided a0, Strided b0, Strided a1,
                                                Strided b1, int M, int K, int N) {
-  BlockedPairSumGemm<Float16, 8>(c, N, a0, b0, a1, b1, M, K, N);
+  BlockedPairSumGemm<Float16, 8, PairTileAvx512>(c, N, a0, b0, a1, b1, M, K, N);
 }
 [[gnu::target("avx2,fma")]] void PairSumAvx2(float* c, Strided a0, Strided b0, Strided a1,
                                           Strided b1, int M, int K, int N) {
-  BlockedPairSumGemm<Float8, 6>(c, N, a0, b0, a1, b1, M, K, N);
+  BlockedPairSumGemm<Float8, 6, PairTileAvx2>(c, N, a0, b0, a1, b1, M, K, N);
 }
 void PairSumSse2(float* c, Strided a0, Strided b0, Strided a1, Strided b1, int M, int K, int N) {
-  BlockedPairSumGemm<Float4, 4>(c, N, a0, b0, a1, b1, M, K, N);
+  BlockedPairSumGemm<Float4, 4, PairTileSse2>(c, N, a0, b0, a1, b1, M, K, N);
 }
 
 Strided ViewA(const float* a, int M, int K, bool trans) {
