@@ -67,6 +67,7 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
   }
   count_ = count;
   pair_summed_.assign(count, 0);
+  pairs_requested_ = pairs_at.has_value();
   const size_t window = static_cast<size_t>(config_.seq_len) + 1;
   // The same static partition ParallelFor gives indices, taken a block at a
   // time: each worker stacks a block's examples (up to kCpuBlockRows rows on
@@ -109,6 +110,8 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
       // Summing pairs from an odd tree position: one example alone first,
       // so that the blocks after it start at even positions.
       if (pairs_at.has_value() && (*pairs_at + i) % 2 == 1 && i == range.begin) n = 1;
+      // And an even block where more follow, so the next one starts even too.
+      if (pairs_at.has_value() && n % 2 == 1 && n > 1 && i + n < range.end) --n;
       const uint8_t* tokens = examples + i * window;
       engine.ForwardBlock(params, tokens, n, first_example + i, hooks, losses_.data() + i);
       // A block whose first example sits at an even tree position holds
@@ -129,8 +132,9 @@ size_t BatchGradients::summed_pairs() const {
 }
 
 std::span<float* const> BatchGradients::gradients() {
-  if (summed_pairs() > 0) {
-    // A programming error: the caller asked for pair sums (pairs_at).
+  if (pairs_requested_) {
+    // A programming error: the caller asked for pair sums (pairs_at), whether
+    // or not any block held a whole pair this time.
     std::fprintf(stderr, "dgrr::model: per-example gradients asked for after ComputeExamples summed them in pairs\n");
     std::abort();
   }

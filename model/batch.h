@@ -48,7 +48,8 @@ class BatchGradients {
   // left + right bit for bit, in the first one's buffer (model/gpt.h,
   // BackwardBlockSummingPairs), so half the per-example gradients are never
   // stored. ReduceNode then takes those pairs as summed, and gradients()
-  // is not to be called (it aborts): for callers that read node sums only.
+  // is not to be called after a call with pairs_at (it aborts, whether or
+  // not a block held a whole pair): for callers that read node sums only.
   Status ComputeExamples(const float* params, const uint8_t* examples, size_t count,
                        uint64_t first_example, const ExampleHooks& hooks,
                        std::optional<uint64_t> pairs_at = std::nullopt);
@@ -111,6 +112,7 @@ class BatchGradients {
   // pair_summed_[i] != 0: buffer i holds examples i and i + 1 summed (the
   // last ComputeExamples with pairs_at), buffer i + 1 is scratch.
   std::vector<uint8_t> pair_summed_;
+  bool pairs_requested_ = false;  // the last ComputeExamples had pairs_at
   // The per-example gradients are on a device that does not share host
   // memory and have not been copied back since the last compute.
   bool host_stale_ = false;

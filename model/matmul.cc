@@ -251,13 +251,19 @@ template <typename Vec, int MR, PairTileFn TileFn>
 [[gnu::always_inline]] inline void BlockedPairSumGemm(float* c, int ldc, Strided a0, Strided b0,
                                                       Strided a1, Strided b1, int M, int K, int N) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
-  alignas(64) float packed0[kPairMaxK * NR];
-  alignas(64) float packed1[kPairMaxK * NR];
+  // The two panels and both examples' row tiles in one buffer per thread
+  // (the panels are 64 KiB in the AVX-512 build: off the stack). Panels
+  // first: 64-byte aligned floats, so the vector loads stay aligned.
   const int tiles = (M + MR - 1) / MR;
   const size_t tile_floats = static_cast<size_t>(K) * MR;
-  static thread_local std::vector<float> row_tiles;
-  if (row_tiles.size() < 2 * tiles * tile_floats) row_tiles.resize(2 * tiles * tile_floats);
-  float* const tiles0 = row_tiles.data();
+  const size_t panel_floats = static_cast<size_t>(kPairMaxK) * NR;
+  static thread_local std::vector<float> scratch;
+  const size_t need = 2 * panel_floats + 2 * tiles * tile_floats + 16;
+  if (scratch.size() < need) scratch.resize(need);
+  float* const base = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) / 4) % 16) % 16;
+  float* const packed0 = base;
+  float* const packed1 = packed0 + panel_floats;
+  float* const tiles0 = packed1 + panel_floats;
   float* const tiles1 = tiles0 + tiles * tile_floats;
   PackRowTiles<MR>(tiles0, a0, M, K);
   PackRowTiles<MR>(tiles1, a1, M, K);

@@ -413,8 +413,8 @@ TEST(GptDeterminism, BatchGradientIndependentOfThreadsAndShards) {
 // hold no whole pair). A node that would split a summed pair is refused, and
 // the per-example buffers are not handed out.
 TEST(BatchGradients, SummedPairsGiveTheTreesBits) {
-  for (int seq_len : {48, 16}) {
-    GptConfig config = SmallTestConfig(0.1f);
+  for (int seq_len : {48, 16, 40}) {  // blocks of 2, 8 and 3 examples
+    GptConfig config = SmallTestConfig(seq_len == 16 ? 0.0f : 0.1f);
     config.seq_len = seq_len;
     auto model = Gpt::Create(config);
     ASSERT_TRUE(model.ok());
@@ -452,10 +452,15 @@ TEST(BatchGradients, SummedPairsGiveTheTreesBits) {
     }
     BatchGradients paired(config, 1, B);
     ASSERT_TRUE(paired.ComputeExamples(model->parameters(), examples.data(), B, 0, hooks, 0).ok());
-    EXPECT_EQ(paired.summed_pairs(), 4u);
+    EXPECT_EQ(paired.summed_pairs(), 4u);  // every pair, whatever the block size
     EXPECT_TRUE(paired.ReduceNode(1, 2).status().IsInvalidArgument());  // starts inside (0, 1)
     EXPECT_TRUE(paired.ReduceNode(0, 3).status().IsInvalidArgument());  // [0, 3) is no node here
     EXPECT_DEATH(paired.gradients(), "summed them in pairs");
+    // Asked for pairs, none held: the per-example buffers are still refused.
+    BatchGradients single(config, 1, 1);
+    ASSERT_TRUE(single.ComputeExamples(model->parameters(), examples.data(), 1, 0, hooks, 0).ok());
+    EXPECT_EQ(single.summed_pairs(), 0u);
+    EXPECT_DEATH(single.gradients(), "summed them in pairs");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -218,10 +219,13 @@ void ExpectPairSumEqualsTwoProducts(int M, int K, int N, const char* what) {
   GemmTransA(right.data(), a1.data(), b1.data(), M, K, N, false);
   std::vector<S> want(left.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = left[i] + right[i];
-  auto got = RandomVector<S>(want.size(), 55);  // overwritten, never read
+  // Overwritten, never read; guard values after it stay as they are.
+  auto got = RandomVector<S>(want.size() + 64, 55);
+  const std::vector<S> guard(got.end() - 64, got.end());
   GemmTransAPairSum(got.data(), a0.data(), b0.data(), a1.data(), b1.data(), M, K, N);
-  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(S)))
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(S)))
       << what << " M=" << M << " K=" << K << " N=" << N;
+  ASSERT_TRUE(std::equal(guard.begin(), guard.end(), got.end() - 64)) << what << " wrote past c";
 }
 
 TEST(Matmul, PairSumEqualsTwoProductsThenTheirSum) {
