@@ -153,21 +153,18 @@ StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count,
                                    std::to_string(begin + count) + ") of a batch of " + std::to_string(count_));
   }
   if (device_ == Device::kCpu || (!host_stale_ && !launchers_[0]->host_memory())) {
-    // On the host: the CPU's batch, or a device batch already copied back.
-    if (summed_pairs() > 0) {
-      if (begin > 0 && pair_summed_[begin - 1] != 0) {
-        return Status::InvalidArgument("tree sum of examples [" + std::to_string(begin) + ", " +
-                                       std::to_string(begin + count) + ") starts inside the summed pair [" +
-                                       std::to_string(begin - 1) + ", " + std::to_string(begin + 1) + ")");
-      }
-      const std::span<float* const> buffers = gradient_buffers().subspan(begin, count);
-      DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_,
-                                             std::span<const uint8_t>(pair_summed_).subspan(begin, count),
-                                             block_done));
-      return static_cast<const float*>(buffers[0]);
+    // On the host: the CPU's batch, or a device batch already copied back
+    // (so the buffers are current: no gradients(), which refuses after a
+    // call that asked for pairs).
+    if (begin > 0 && pair_summed_[begin - 1] != 0) {
+      return Status::InvalidArgument("tree sum of examples [" + std::to_string(begin) + ", " +
+                                     std::to_string(begin + count) + ") starts inside the summed pair [" +
+                                     std::to_string(begin - 1) + ", " + std::to_string(begin + 1) + ")");
     }
-    const std::span<float* const> buffers = gradients().subspan(begin, count);
-    DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_, {}, block_done));
+    const std::span<float* const> buffers = gradient_buffers().subspan(begin, count);
+    const std::span<const uint8_t> flags =
+        summed_pairs() > 0 ? std::span<const uint8_t>(pair_summed_).subspan(begin, count) : std::span<const uint8_t>();
+    DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_, flags, block_done));
     return static_cast<const float*>(buffers[0]);
   }
   Launcher& launcher = *launchers_[0];
