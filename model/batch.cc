@@ -108,9 +108,10 @@ Status BatchGradients::ComputeExamples(const float* params, const uint8_t* examp
     for (size_t i = range.begin, n = 0; i < range.end; i += n) {
       n = std::min(engine.max_examples(), range.end - i);
       // Summing pairs from an odd tree position: one example alone first,
-      // so that the blocks after it start at even positions.
-      if (pairs_at.has_value() && (*pairs_at + i) % 2 == 1 && i == range.begin) n = 1;
-      // And an even block where more follow, so the next one starts even too.
+      // so that the blocks after it start at even positions (only a worker's
+      // first block can: the next rule keeps the others even).
+      if (pairs_at.has_value() && (*pairs_at + i) % 2 == 1) n = 1;
+      // An even block where more follow, so the next one starts even too.
       if (pairs_at.has_value() && n % 2 == 1 && n > 1 && i + n < range.end) --n;
       const uint8_t* tokens = examples + i * window;
       engine.ForwardBlock(params, tokens, n, first_example + i, hooks, losses_.data() + i);
@@ -162,8 +163,7 @@ StatusOr<const float*> BatchGradients::ReduceNode(size_t begin, size_t count,
                                      std::to_string(begin - 1) + ", " + std::to_string(begin + 1) + ")");
     }
     const std::span<float* const> buffers = gradient_buffers().subspan(begin, count);
-    const std::span<const uint8_t> flags =
-        summed_pairs() > 0 ? std::span<const uint8_t>(pair_summed_).subspan(begin, count) : std::span<const uint8_t>();
+    const std::span<const uint8_t> flags = std::span<const uint8_t>(pair_summed_).subspan(begin, count);
     DGRR_RETURN_IF_ERROR(TreeReduceInPlace(buffers, num_params_, num_threads_, flags, block_done));
     return static_cast<const float*>(buffers[0]);
   }

@@ -147,21 +147,17 @@ ExampleEngine<S>::ExampleEngine(const GptConfig& config, size_t max_examples)
   }
   // The parameter gradients that are summed into (biases, layernorms, wpe);
   // the rest, wte and the blocks' matrices, are written by their products.
+  // All but the blocks' matrices are added pair by pair after a summing
+  // backward (the products sum the matrices).
   for (size_t i = 0; i < layout_.tensors().size(); ++i) {
     const NamedTensor& t = layout_.tensors()[i];
-    bool written = t.offset == layout_.wte();
-    for (int l = 0; l < config.num_layers; ++l) {
-      const BlockOffsets& o = layout_.block(l);
-      written = written || t.offset == o.qkv_w || t.offset == o.attn_proj_w ||
-                t.offset == o.fc_w || t.offset == o.mlp_proj_w;
-    }
-    if (!written) accumulated_tensors_.push_back(i);
     bool block_matrix = false;
     for (int l = 0; l < config.num_layers; ++l) {
       const BlockOffsets& o = layout_.block(l);
       block_matrix = block_matrix || t.offset == o.qkv_w || t.offset == o.attn_proj_w ||
                      t.offset == o.fc_w || t.offset == o.mlp_proj_w;
     }
+    if (!block_matrix && t.offset != layout_.wte()) accumulated_tensors_.push_back(i);
     if (!block_matrix) pair_added_tensors_.push_back(i);
   }
   for (LayerGrads& g : grads_) {

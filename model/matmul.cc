@@ -141,17 +141,17 @@ template <typename Vec, int R>
   }
 }
 
-// k in blocks of KC (a packed panel stays in L1), then panels of NR columns,
-// then tiles of MR rows. Each output element still sees k ascending: a block
-// after the first starts from the float the previous block stored.
-// The deepest product the pair kernel takes in one k block (BlockedGemm's KC).
-constexpr int kPairMaxK = 256;
+// The depth of one k block: a packed panel of KC x NR floats stays in L1.
+// The pair kernel takes products of at most one block.
+constexpr int KC = 256;
 
+// k in blocks of KC, then panels of NR columns, then tiles of MR rows. Each
+// output element still sees k ascending: a block after the first starts from
+// the float the previous block stored.
 template <typename Vec, int MR>
 [[gnu::always_inline]] inline void BlockedGemm(float* c, int ldc, Strided a, Strided b, int M,
                                                int K, int N, bool accumulate) {
   constexpr int W = sizeof(Vec) / sizeof(float), NR = 2 * W;
-  constexpr int KC = 256;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     if (!accumulate) {
@@ -178,15 +178,17 @@ template <typename Vec, int MR>
   }
 }
 
-// c = a0^T.b0 + a1^T.b1 where each product is exactly what BlockedGemm
-// writes for it (K <= KC: one k block, no accumulation) and the two floats
-// are then added: the first level of the canonical tree (left + right) done
-// while the products are in registers, so c is stored once for the pair
-// instead of once per product. Per register tile: the left product into a
-// small tile in L1 (whole width: its lanes past nv are zero columns, never
-// stored to c), then the right one, added to left in registers and stored.
-// One whole register tile of the pair kernel, written (never accumulated),
-// plus `left` when given. Called, not inlined: with the two examples' tiles
+// The pair kernel: c = a0^T.b0 + a1^T.b1 where each product is exactly what
+// BlockedGemm writes for it (K <= KC: one k block, no accumulation) and the
+// two floats are then added: the first level of the canonical tree (left +
+// right) done while the products are in registers, so c is stored once for
+// the pair instead of once per product. Per register tile: the left product
+// into a small tile in L1 (whole width: its lanes past nv are zero columns,
+// never stored to c), then the right one, added to left in registers and
+// stored.
+//
+// One whole register tile of it, written (never accumulated), plus `left`
+// when given. Called, not inlined: with the two examples' tiles
 // inlined into one function, GCC -O3 left the AVX-512 build's lanes as
 // scalar fmas (5 GFLOP/s instead of ~130); each ISA's copy alone vectorises
 // as BlockedGemm's tiles do. A call per 2 x K fmas of a tile costs nothing.
@@ -256,7 +258,7 @@ template <typename Vec, int MR, PairTileFn TileFn>
   // first: 64-byte aligned floats, so the vector loads stay aligned.
   const int tiles = (M + MR - 1) / MR;
   const size_t tile_floats = static_cast<size_t>(K) * MR;
-  const size_t panel_floats = static_cast<size_t>(kPairMaxK) * NR;
+  const size_t panel_floats = static_cast<size_t>(KC) * NR;
   static thread_local std::vector<float> scratch;
   const size_t need = 2 * panel_floats + 2 * tiles * tile_floats + 16;
   if (scratch.size() < need) scratch.resize(need);
@@ -449,7 +451,7 @@ template <>
 void GemmTransAPairSum<float>(float* c, const float* a0, const float* b0, const float* a1,
                               const float* b1, int M, int K, int N) {
   if (M <= 0 || N <= 0) return;
-  if (K <= 0 || K > kPairMaxK) return PairSumByParts(c, a0, b0, a1, b1, M, K, N);
+  if (K <= 0 || K > KC) return PairSumByParts(c, a0, b0, a1, b1, M, K, N);
   const Strided va0 = ViewA(a0, M, K, true), vb0 = ViewB(b0, K, N, false);
   const Strided va1 = ViewA(a1, M, K, true), vb1 = ViewB(b1, K, N, false);
   switch (CurrentGemmIsa()) {

@@ -53,11 +53,6 @@ void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_thread
 }
 
 Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
-                         std::span<const uint8_t> pair_summed) {
-  return TreeReduceInPlace(buffers, n, num_threads, pair_summed, nullptr);
-}
-
-Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
                          std::span<const uint8_t> pair_summed, const TreeBlockDone& block_done) {
   if (!pair_summed.empty()) {
     if (pair_summed.size() != buffers.size()) {

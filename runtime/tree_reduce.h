@@ -39,23 +39,23 @@ bool IsCanonicalNode(size_t lo, size_t hi, size_t total);
 // the split, so the result does not depend on num_threads.
 void TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads);
 
-// The same sum where some two-leaf nodes were summed beforehand: a nonzero
-// pair_summed[i] says buffers[i] already holds buffers[i] + buffers[i + 1]
-// (left + right, the node's bits) and buffers[i + 1] is not read. Every such
-// [i, i + 2) must be a node of the tree over [0, buffers.size()); the tree's
-// other nodes are summed as above. pair_summed has buffers.size() entries,
-// or none (nothing summed beforehand). Returns InvalidArgument, summing
-// nothing, if a flagged pair is not such a node.
-Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
-                         std::span<const uint8_t> pair_summed);
-
 // Called for each block of elements [e0, e1) of the sum as soon as its tree
 // is summed into buffers[0], while the block is still in cache, on the
 // thread that summed it (blocks of different threads concurrently): a pass
 // over the sum (the mean's division) without reading it back from memory.
 using TreeBlockDone = std::function<void(size_t e0, size_t e1)>;
+
+// The same sum where some two-leaf nodes were summed beforehand: a nonzero
+// pair_summed[i] says buffers[i] already holds buffers[i] + buffers[i + 1]
+// (left + right, the node's bits) and buffers[i + 1] is not read. Every such
+// [i, i + 2) must be a node of the tree over [0, buffers.size()); the tree's
+// other nodes are summed as above. pair_summed has buffers.size() entries,
+// or none (nothing summed beforehand). `block_done`, when given, sees each
+// finished block (above). Returns InvalidArgument, summing nothing, if a
+// flagged pair is not such a node.
 Status TreeReduceInPlace(std::span<float* const> buffers, size_t n, int num_threads,
-                         std::span<const uint8_t> pair_summed, const TreeBlockDone& block_done);
+                         std::span<const uint8_t> pair_summed,
+                         const TreeBlockDone& block_done = nullptr);
 
 // The same tree for the aligned block of examples [first_index, first_index +
 // buffers.size()): refuses (InvalidArgument) unless the size is a power of two
