@@ -130,6 +130,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   }
   const std::string& path() const override { return path_; }
   uint64_t size_at_open() const override { return size_at_open_; }
+  bool reads_may_overlap() const override { return true; }  // pread: no shared offset
 
  private:
   std::string path_;

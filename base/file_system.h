@@ -49,6 +49,12 @@ class RandomAccessFile {
   // file in memory (NewMemoryFile), whose reads are copies that gain nothing
   // from being done ahead. TraceReader decides from it whether to read ahead.
   virtual uint64_t size_at_open() const { return 0; }
+  // Whether Read may be called from two threads at once, each call on its
+  // own (a pread of one descriptor): TraceReader then has its read-ahead
+  // thread read some pieces while it reads others itself. False where the
+  // calls must come one at a time, in one order (a FaultInjectingFileSystem
+  // counts them).
+  virtual bool reads_may_overlap() const { return false; }
 };
 
 // The operations a FileSystem counts and a fault can target.

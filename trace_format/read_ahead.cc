@@ -5,6 +5,9 @@
 #include <system_error>
 #include <utility>
 
+#include "trace_format/crc32c.h"
+#include "trace_format/record.h"
+
 namespace dgrr::trace {
 namespace {
 
@@ -41,15 +44,19 @@ ReadingThreadSlot::~ReadingThreadSlot() {
   if (held_) GiveSlotBack();
 }
 
-PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth)
-    : file_(file), depth_(std::max<size_t>(1, depth)), slots_(depth_) {
-  for (Slot& slot : slots_) slot.buffer.reset(new uint8_t[capacity]);
+PieceReadAhead::PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth,
+                               bool checksum_records)
+    : file_(file), depth_(std::max<size_t>(1, depth)), checksum_records_(checksum_records), slots_(depth_) {
+  for (Slot& slot : slots_) {
+    slot.buffer.reset(new uint8_t[capacity]);
+    if (checksum_records_) slot.crcs.reset(new uint32_t[capacity / kRecordSize]);
+  }
 }
 
 std::unique_ptr<PieceReadAhead> PieceReadAhead::Start(RandomAccessFile* file, size_t capacity,
-                                                      size_t depth) {
+                                                      size_t depth, bool checksum_records) {
   if (!TakeSlot()) return nullptr;
-  std::unique_ptr<PieceReadAhead> worker(new PieceReadAhead(file, capacity, depth));
+  std::unique_ptr<PieceReadAhead> worker(new PieceReadAhead(file, capacity, depth, checksum_records));
   try {
     worker->thread_ = std::thread([w = worker.get()] { w->Run(); });
   } catch (const std::system_error&) {
@@ -88,7 +95,7 @@ void PieceReadAhead::Wait() {
   changed_.wait(lock, [this] { return done_ == requested_; });
 }
 
-StatusOr<size_t> PieceReadAhead::Take(std::unique_ptr<uint8_t[]>* buffer) {
+StatusOr<size_t> PieceReadAhead::Take(std::unique_ptr<uint8_t[]>* buffer, std::unique_ptr<uint32_t[]>* crcs) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [this] { return done_ > taken_count_; });
@@ -97,7 +104,10 @@ StatusOr<size_t> PieceReadAhead::Take(std::unique_ptr<uint8_t[]>* buffer) {
   ++taken_count_;
   StatusOr<size_t> result = std::move(slot.result);
   slot.result = size_t{0};
-  if (result.ok()) std::swap(*buffer, slot.buffer);
+  if (result.ok()) {
+    std::swap(*buffer, slot.buffer);
+    if (checksum_records_) std::swap(*crcs, slot.crcs);
+  }
   return result;
 }
 
@@ -111,6 +121,10 @@ void PieceReadAhead::Run() {
     // done: the asking thread touches neither meanwhile.
     lock.unlock();
     StatusOr<size_t> got = file_->Read(slot.offset, slot.length, slot.buffer.get());
+    if (checksum_records_ && got.ok()) {
+      crc32c::ValueOfBlocks(slot.buffer.get(), kRecordSize, kRecordCrcOffset, *got / kRecordSize,
+                            slot.crcs.get());
+    }
     slot.result = std::move(got);
     lock.lock();
     ++done_;

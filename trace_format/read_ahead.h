@@ -4,11 +4,18 @@
 // ahead").
 //
 // The worker makes exactly the reads it is asked for, in the order asked,
-// one at a time, up to `depth` of them ahead of the asking thread; that
-// thread waits for every read issued before it calls the file itself, so the
-// file sees one sequence of calls, fixed by the asking thread's progress,
-// and never two at once (a RandomAccessFile is not thread-safe, and a
-// FaultInjectingFileSystem counts calls in that order).
+// one at a time, up to `depth` of them ahead of the asking thread. Whether
+// the asking thread may call the file while reads are issued is the
+// caller's to decide: only where file->reads_may_overlap() (a pread of a
+// descriptor) may it; otherwise it waits for every read issued first, so
+// the file sees one sequence of calls, fixed by the asking thread's
+// progress, and never two at once (a FaultInjectingFileSystem counts calls
+// in that order).
+//
+// The worker can also compute the CRC32C of each whole trace record of a
+// piece it read (crc32c::ValueOfBlocks over kRecordSize blocks, the bytes a
+// record's CRC covers), while the bytes are still in its cache: the reader
+// then has the same values it would have computed itself.
 //
 // Threads are bounded process-wide: Start() takes one of ReadAheadThreadLimit()
 // slots and returns null when none is free (or no thread can be started), and
@@ -65,7 +72,11 @@ class PieceReadAhead {
   // A worker reading `file` (not owned: it must outlive this object) with up
   // to `depth` reads of at most `capacity` bytes issued at once, or null when
   // the process has its limit of workers or the system gives no thread.
-  static std::unique_ptr<PieceReadAhead> Start(RandomAccessFile* file, size_t capacity, size_t depth);
+  // With `checksum_records`, each piece read is taken as whole records from
+  // its first byte (capacity a multiple of kRecordSize) and their CRCs are
+  // handed over with it (Take).
+  static std::unique_ptr<PieceReadAhead> Start(RandomAccessFile* file, size_t capacity, size_t depth,
+                                               bool checksum_records = false);
   // Lets the reads issued end, then stops the worker.
   ~PieceReadAhead();
   PieceReadAhead(const PieceReadAhead&) = delete;
@@ -87,15 +98,19 @@ class PieceReadAhead {
   // The result of the oldest read issued (file->Read's), after waiting for
   // it; it is then no longer issued. A successful read's bytes are handed
   // over by swapping: *buffer (of `capacity` bytes) holds them, and the old
-  // *buffer takes the read's place as a spare.
-  StatusOr<size_t> Take(std::unique_ptr<uint8_t[]>* buffer);
+  // *buffer takes the read's place as a spare. With checksum_records, *crcs
+  // (capacity / kRecordSize entries) is swapped likewise and holds the CRC
+  // of each whole record read (crcs must then not be null).
+  StatusOr<size_t> Take(std::unique_ptr<uint8_t[]>* buffer, std::unique_ptr<uint32_t[]>* crcs = nullptr);
+  bool checksums_records() const { return checksum_records_; }
 
  private:
-  PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth);
+  PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth, bool checksum_records);
   void Run();
 
   struct Slot {
     std::unique_ptr<uint8_t[]> buffer;
+    std::unique_ptr<uint32_t[]> crcs;  // with checksum_records_
     // Written by the asking thread before the read is issued, read by the
     // worker after: the mutex orders them.
     uint64_t offset = 0;
@@ -106,6 +121,7 @@ class PieceReadAhead {
 
   RandomAccessFile* const file_;
   const size_t depth_;
+  const bool checksum_records_;
   std::vector<Slot> slots_;  // read k goes to slots_[k % depth_]
   // Counts of reads, from the first: issued (asking thread), taken (asking
   // thread), done (worker, under mutex_).

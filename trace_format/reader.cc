@@ -89,7 +89,8 @@ TraceReader::TraceReader(std::unique_ptr<RandomAccessFile> file, const TraceHead
     : path_(file->path()), file_(std::move(file)), header_(header), options_(options),
       capacity_(kFirstReadBufferBytes),
       buffer_(new uint8_t[capacity_]),
-      crcs_(new uint32_t[capacity_ / kRecordSize]) {}
+      crcs_(new uint32_t[capacity_ / kRecordSize]),
+      share_reads_(options.share_reads && file_->reads_may_overlap()) {}
 
 TraceReader::~TraceReader() = default;
 
@@ -124,21 +125,26 @@ Status TraceReader::Fill(bool* have_record) {
   checksummed_ = 0;  // ChecksumUpTo computes them as the scan reaches them
   const uint64_t offset = RecordOffset(next_index_) + end_;
   if (read_ahead_ != nullptr && read_ahead_->issued() > 0) {
-    // The oldest read ahead is the one this Fill makes: issued after reads
+    // The oldest read ahead is the one this Fill makes (issued after reads
     // that filled the buffer at its full size, whose records have all been
-    // consumed since (Fill runs only at the end of the buffer).
-    if (partial == 0 && offset == read_ahead_->front_offset() && capacity_ == read_ahead_->front_length()) {
-      DGRR_ASSIGN_OR_RETURN(size_t got, read_ahead_->Take(&buffer_));
+    // consumed since: Fill runs only at the end of the buffer), or, sharing
+    // the reads, it may be the next after this one.
+    const bool whole_piece = partial == 0 && capacity_ == read_ahead_->front_length();
+    if (whole_piece && offset == read_ahead_->front_offset()) {
+      DGRR_ASSIGN_OR_RETURN(size_t got, read_ahead_->Take(&buffer_, &crcs_));
       ++pieces_read_ahead_;
       end_ = got;
+      if (read_ahead_->checksums_records()) checksummed_ = end_ / kRecordSize;
       *have_record = end_ >= kRecordSize;
       MaybeReadAhead();
       return Status::OK();
     }
-    // A piece read ahead came back short (the file was cut under the
-    // reader) or failed: the reads queued after it are not the ones this
-    // reader makes now. Dropped (after they end), and read here.
-    read_ahead_.reset();
+    // Sharing the reads, a piece before the thread's is the reader's own
+    // (or one the thread failed to read), read here while the thread reads
+    // on. Otherwise a piece read ahead came back short (the file was cut
+    // under the reader) or failed: the reads queued after it are not the
+    // ones this reader makes now. Dropped (after they end), and read here.
+    if (!(share_reads_ && whole_piece && offset < read_ahead_->front_offset())) read_ahead_.reset();
   }
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_, offset));
   end_ += got;
@@ -158,20 +164,24 @@ void TraceReader::MaybeReadAhead() {
   // Only pieces the file held whole at open: the last, short piece (and
   // anything appended since) is read when the reader gets there, so a
   // trace still being written is read as it then is. The pieces issued
-  // follow this one back to back, each a whole buffer.
+  // follow this one, each a whole buffer: back to back, or, sharing the
+  // reads, every other one, the first right after this one.
+  const uint64_t this_end = RecordOffset(next_index_) + end_;
   const size_t issued = read_ahead_ == nullptr ? 0 : read_ahead_->issued();
-  uint64_t next = RecordOffset(next_index_) + end_ + issued * capacity_;
-  if (next + capacity_ > size_at_open) {
+  if (read_ahead_ == nullptr || read_ahead_next_ < this_end) read_ahead_next_ = this_end;
+  if (read_ahead_next_ + capacity_ > size_at_open) {
     if (issued == 0) read_ahead_.reset();  // nothing more to read ahead: the thread goes
     return;
   }
   if (read_ahead_ == nullptr) {
-    read_ahead_ = PieceReadAhead::Start(file_.get(), capacity_, kReadAheadPieces);
+    read_ahead_ = PieceReadAhead::Start(file_.get(), capacity_,
+                                        share_reads_ ? kSharedReadAheadPieces : kReadAheadPieces, share_reads_);
     // None free: tried again at the next piece (another reader may end).
     if (read_ahead_ == nullptr) return;
   }
-  for (; read_ahead_->can_issue() && next + capacity_ <= size_at_open; next += capacity_) {
-    read_ahead_->Issue(next, capacity_);
+  const uint64_t stride = share_reads_ ? 2 * capacity_ : capacity_;
+  for (; read_ahead_->can_issue() && read_ahead_next_ + capacity_ <= size_at_open; read_ahead_next_ += stride) {
+    read_ahead_->Issue(read_ahead_next_, capacity_);
   }
 }
 

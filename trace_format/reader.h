@@ -44,9 +44,9 @@ class PieceReadAhead;  // trace_format/read_ahead.h
 // and state are the same; only the speed and the threads differ.
 struct ReaderOptions {
   // Reading ahead: once the buffer has its full size, the next pieces of the
-  // file (up to kReadAheadPieces) are read on a second thread while this one
-  // is checked (the reads the reader would make, in its order;
-  // docs/trace-format.md §4). kAuto reads
+  // file are read on a second thread while this one is checked (pieces the
+  // reader would read, at the offsets it would read them, issued in its
+  // order; docs/trace-format.md §4; how many: share_reads). kAuto reads
   // ahead when the file held at least kReadAheadMinBytes at open; kAlways
   // whatever its size (tests); kNever not at all. Either way only pieces that
   // lie within the size the file had at open are read ahead, only while the
@@ -54,6 +54,15 @@ struct ReaderOptions {
   // in memory.
   enum class ReadAhead : uint8_t { kAuto, kAlways, kNever };
   ReadAhead read_ahead = ReadAhead::kAuto;
+  // Sharing the reads: where the file allows two reads at once
+  // (RandomAccessFile::reads_may_overlap(): a file on disk), the thread
+  // reads every other piece, and the CRCs of its records, while the reader
+  // reads the pieces between them itself, so the copy out of the page cache
+  // is split between two cores (up to kSharedReadAheadPieces issued).
+  // Otherwise (false, or a file that needs its calls one at a time) the
+  // thread reads every piece, in order, up to kReadAheadPieces ahead, and
+  // the reader makes no call on the file while one is issued.
+  bool share_reads = true;
 };
 // Below this (16 pieces of 256 KiB), a second thread costs more than it saves.
 inline constexpr uint64_t kReadAheadMinBytes = uint64_t{4} << 20;
@@ -62,6 +71,12 @@ inline constexpr uint64_t kReadAheadMinBytes = uint64_t{4} << 20;
 // with two queued it goes straight on to the next read instead of waiting
 // for the reader to wake up and ask.
 inline constexpr size_t kReadAheadPieces = 2;
+// Sharing the reads, the thread's pieces are every other one, up to three of
+// them issued: at most six pieces (1.5 MiB) beyond the reader's. One at a
+// time, the thread sleeps and is woken at every piece, and verify ran slower
+// than with no thread; two to four measured best, eight worse (the buffers
+// no longer fit a 2 MiB L2): bench/README.md, "Shared reads".
+inline constexpr size_t kSharedReadAheadPieces = 3;
 
 // Consecutive BOUNDARY records that passed every check of the reader, in
 // their encoded bytes (read them through BoundaryView): valid until the
@@ -215,6 +230,8 @@ class TraceReader {
   // buffer_, so that it is stopped before they go.
   std::unique_ptr<PieceReadAhead> read_ahead_;
   uint64_t pieces_read_ahead_ = 0;
+  const bool share_reads_;      // options_.share_reads and the file allows it
+  uint64_t read_ahead_next_ = 0;  // offset of the next piece to issue, while read_ahead_ lives
 };
 
 // A whole trace decoded in memory (compare and inspect use it).

@@ -17,7 +17,9 @@
 // a reader that copies (pread of the reader's pieces, alone and with the
 // block CRC: ratio_pread_cpu, ratio_pread_crc_cpu), and VerifyTrace and
 // CompareRuns with the reader's read-ahead off (ratio_*_serial_*: what they
-// were before it). The instruction set (the block CRC and scan kernels the
+// were before it), and VerifyTrace with the thread reading every piece
+// instead of sharing the reads with the reader (ratio_verify_unshared_*:
+// read-ahead as it was before reads were shared). The instruction set (the block CRC and scan kernels the
 // reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -188,10 +190,12 @@ uint64_t PreadBoth(const Fixture& f, uint8_t* buffer, uint32_t* crcs, bool check
   return total;
 }
 
-bool VerifyBoth(const Fixture& f, trace::ReaderOptions::ReadAhead read_ahead) {
+bool VerifyBoth(const Fixture& f, trace::ReaderOptions::ReadAhead read_ahead, bool share_reads = true) {
   for (const std::string* path : {&f.a, &f.b}) {
     trace::VerifySummary summary;
-    if (!trace::VerifyTrace(*path, &summary, trace::ReaderOptions{read_ahead}).ok()) return false;
+    trace::ReaderOptions options{read_ahead};
+    options.share_reads = share_reads;
+    if (!trace::VerifyTrace(*path, &summary, options).ok()) return false;
     benchmark::DoNotOptimize(summary.boundaries);
   }
   return true;
@@ -244,8 +248,9 @@ void BM_InterleavedRounds(benchmark::State& state) {
   std::unique_ptr<uint8_t[]> piece(new uint8_t[kReaderPiece]);
   std::unique_ptr<uint32_t[]> crcs(new uint32_t[kReaderPiece / trace::kRecordSize]);
   ReadBoth(f, buffer.get(), kBuffer);  // warm the page cache
-  // read(2), verify, compare, pread, pread + CRC, verify serial, compare serial
-  constexpr int kCandidates = 7;
+  // read(2), verify, compare, pread, pread + CRC, verify serial, compare
+  // serial, verify with the thread reading every piece (reads not shared)
+  constexpr int kCandidates = 8;
   const int read_ahead_threads = trace::ReadAheadThreadLimit();
   std::vector<double> cpu[kCandidates], wall[kCandidates];
   int round = 0;
@@ -266,13 +271,14 @@ void BM_InterleavedRounds(benchmark::State& state) {
         ok = CompareBoth(f);
         trace::SetReadAheadThreadLimit(read_ahead_threads);
       }
+      if (which == 7) ok = VerifyBoth(f, trace::ReaderOptions::ReadAhead::kAuto, false);
       const Clocks t1 = Clocks::Now();
       if (!ok) {
         state.SkipWithError(which == 2 || which == 6 ? "compare did not certify the identical traces"
                                                      : "verify failed");
         return;
       }
-      const bool threads = which == 1 || which == 2 || which == 5 || which == 6;
+      const bool threads = which == 1 || which == 2 || which >= 5;
       t[which][0] = threads ? t1.process - t0.process : t1.thread - t0.thread;
       t[which][1] = t1.wall - t0.wall;
     }
@@ -292,6 +298,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
   state.counters["ratio_verify_serial_wall"] = Median(wall[5]);
   state.counters["ratio_compare_serial_cpu"] = Median(cpu[6]);
   state.counters["ratio_compare_serial_wall"] = Median(wall[6]);
+  state.counters["ratio_verify_unshared_cpu"] = Median(cpu[7]);
+  state.counters["ratio_verify_unshared_wall"] = Median(wall[7]);
   auto range = [](const std::vector<double>& v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.3f-%.3f", *std::min_element(v.begin(), v.end()),
@@ -300,7 +308,7 @@ void BM_InterleavedRounds(benchmark::State& state) {
   };
   state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
                  range(cpu[1]) + " wall " + range(wall[1]) + ", verify serial cpu " + range(cpu[5]) +
-                 " wall " + range(wall[5]) + ", compare serial cpu " + range(cpu[6]) + " wall " +
+                 " wall " + range(wall[5]) + ", verify unshared wall " + range(wall[7]) + ", compare serial cpu " + range(cpu[6]) + " wall " +
                  range(wall[6]) + ", pread cpu " + range(cpu[3]) +
                  ", pread+crc cpu " + range(cpu[4]));
 }

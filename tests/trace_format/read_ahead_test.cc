@@ -1,14 +1,20 @@
-// The reader's read-ahead (a second thread reads the next 256 KiB piece
-// while the reader checks this one) changes nothing but the speed: every
-// test reads the same bytes with read-ahead forced on (kAlways) and off
-// (kNever) and asserts the same records, errors, warnings and file calls.
+// The reader's read-ahead (a second thread reads the next 256 KiB pieces
+// while the reader checks this one: on a file on disk every other piece, the
+// reader reading those between, unless share_reads is off) changes nothing
+// but the speed: every test reads the same bytes with read-ahead forced on
+// (kAlways, reads shared and not) and off (kNever) and asserts the same
+// records, errors, warnings and, where a file layer counts them, file calls.
 // Traces of a few pieces are enough: kAlways ignores the size threshold.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/file.h"
@@ -140,9 +146,15 @@ class ReadAheadTest : public testing::TempDirTest {
     ASSERT_TRUE((*writer)->Close().ok());
   }
 
-  Scan ScanOf(const std::string& path, ReadAhead mode, bool runs = false) {
+  static ReaderOptions Options(ReadAhead mode, bool share_reads) {
+    ReaderOptions options{mode};
+    options.share_reads = share_reads;
+    return options;
+  }
+
+  Scan ScanOf(const std::string& path, ReadAhead mode, bool runs = false, bool share_reads = true) {
     Scan scan;
-    auto reader = TraceReader::Open(path, &scan.error, ReaderOptions{mode});
+    auto reader = TraceReader::Open(path, &scan.error, Options(mode, share_reads));
     if (!reader.ok()) {
       scan.status = reader.status().ToString();
       return scan;
@@ -151,39 +163,46 @@ class ReadAheadTest : public testing::TempDirTest {
     return scan;
   }
 
-  // Scans with and without read-ahead, by Next and by runs; all must agree.
-  // Returns the scan with read-ahead (by Next).
-  Scan ExpectSameBothWays(const std::string& path) {
+  // Scans with and without read-ahead (reads shared and not), by Next and
+  // by runs; all must agree. Returns the scan with read-ahead, reads shared
+  // (by Next); *unshared, when given, gets the one with reads not shared.
+  Scan ExpectSameBothWays(const std::string& path, Scan* unshared = nullptr) {
     const Scan never = ScanOf(path, ReadAhead::kNever);
-    const Scan always = ScanOf(path, ReadAhead::kAlways);
     const Scan never_runs = ScanOf(path, ReadAhead::kNever, true);
-    const Scan always_runs = ScanOf(path, ReadAhead::kAlways, true);
     EXPECT_EQ(never.pieces_read_ahead, 0u);
-    {
-      SCOPED_TRACE("Next, read-ahead on and off");
-      ExpectSameScan(always, never);
+    Scan result;
+    for (bool share : {true, false}) {
+      SCOPED_TRACE(share ? "reads shared" : "reads not shared");
+      const Scan always = ScanOf(path, ReadAhead::kAlways, false, share);
+      const Scan always_runs = ScanOf(path, ReadAhead::kAlways, true, share);
+      {
+        SCOPED_TRACE("Next, read-ahead on and off");
+        ExpectSameScan(always, never);
+      }
+      {
+        SCOPED_TRACE("runs, read-ahead on and off");
+        ExpectSameScan(always_runs, never_runs);
+      }
+      {
+        SCOPED_TRACE("runs against Next");
+        ExpectSameScan(always_runs, never);
+      }
+      VerifySummary with, without;
+      const Status s_with = VerifyTrace(path, &with, Options(ReadAhead::kAlways, share));
+      const Status s_without = VerifyTrace(path, &without, ReaderOptions{ReadAhead::kNever});
+      EXPECT_EQ(s_with.ToString(), s_without.ToString());
+      EXPECT_EQ(with.records, without.records);
+      EXPECT_EQ(with.boundaries, without.boundaries);
+      EXPECT_EQ(with.steps, without.steps);
+      EXPECT_EQ(with.events, without.events);
+      EXPECT_EQ(with.last_step, without.last_step);
+      EXPECT_EQ(with.warning, without.warning);
+      EXPECT_EQ(with.error.reason, without.error.reason);
+      EXPECT_EQ(with.error.offset, without.error.offset);
+      if (share) result = always;
+      if (!share && unshared != nullptr) *unshared = always;
     }
-    {
-      SCOPED_TRACE("runs, read-ahead on and off");
-      ExpectSameScan(always_runs, never_runs);
-    }
-    {
-      SCOPED_TRACE("runs against Next");
-      ExpectSameScan(always_runs, never);
-    }
-    VerifySummary with, without;
-    const Status s_with = VerifyTrace(path, &with, ReaderOptions{ReadAhead::kAlways});
-    const Status s_without = VerifyTrace(path, &without, ReaderOptions{ReadAhead::kNever});
-    EXPECT_EQ(s_with.ToString(), s_without.ToString());
-    EXPECT_EQ(with.records, without.records);
-    EXPECT_EQ(with.boundaries, without.boundaries);
-    EXPECT_EQ(with.steps, without.steps);
-    EXPECT_EQ(with.events, without.events);
-    EXPECT_EQ(with.last_step, without.last_step);
-    EXPECT_EQ(with.warning, without.warning);
-    EXPECT_EQ(with.error.reason, without.error.reason);
-    EXPECT_EQ(with.error.offset, without.error.offset);
-    return always;
+    return result;
   }
 
   void OverwriteRecord(const std::string& path, uint64_t index, const std::string& bytes) {
@@ -195,14 +214,116 @@ class ReadAheadTest : public testing::TempDirTest {
 
 TEST_F(ReadAheadTest, AWholeTraceReadsTheSameAndThePiecesComeFromTheThread) {
   const std::string path = Path("t.trace");
-  WriteMixed(path, 6 * kPieceRecords + 77);
-  const Scan always = ExpectSameBothWays(path);
-  EXPECT_EQ(always.status, "OK");
-  EXPECT_GE(always.records.size(), 6 * kPieceRecords + 77);
+  WriteMixed(path, 10 * kPieceRecords + 77);
+  Scan unshared;
+  const Scan shared = ExpectSameBothWays(path, &unshared);
+  EXPECT_EQ(shared.status, "OK");
+  EXPECT_GE(shared.records.size(), 10 * kPieceRecords + 77);
   // The buffer grows to its full size over the first pieces; after that the
-  // pieces wholly inside the file are read ahead.
-  EXPECT_GE(always.pieces_read_ahead, 3u);
+  // pieces wholly inside the file are read ahead: every one of them by the
+  // thread, or, sharing the reads, every other one, the first by the thread.
+  EXPECT_GE(unshared.pieces_read_ahead, 7u);
+  EXPECT_EQ(shared.pieces_read_ahead, (unshared.pieces_read_ahead + 1) / 2);
   EXPECT_EQ(ReadAheadThreadsRunning(), 0);  // every reader gone, every thread with it
+}
+
+// A file on disk whose reads at one offset fail (EIO) the first `times`
+// times: a fault that does not depend on the order of the calls, which
+// overlap when the reads are shared.
+class FailingAtOffsetFile final : public RandomAccessFile {
+ public:
+  FailingAtOffsetFile(std::unique_ptr<RandomAccessFile> base, uint64_t offset, int times)
+      : base_(std::move(base)), offset_(offset), left_(times) {}
+  StatusOr<size_t> Read(uint64_t offset, size_t n, void* dst) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      offsets_.push_back(offset);
+    }
+    if (offset == offset_ && left_.fetch_sub(1) > 0) {
+      failed_elsewhere_ = std::this_thread::get_id() != owner_;
+      return Status::FromErrno("read", path(), EIO);
+    }
+    return base_->Read(offset, n, dst);
+  }
+  // Whether the read that failed was made by a thread other than the one
+  // that made this object (the reader's read-ahead thread).
+  bool failed_elsewhere() const { return failed_elsewhere_; }
+  // Every offset read at, in the order the calls came.
+  std::vector<uint64_t> offsets() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return offsets_;
+  }
+  StatusOr<uint64_t> Size() override { return base_->Size(); }
+  const std::string& path() const override { return base_->path(); }
+  uint64_t size_at_open() const override { return base_->size_at_open(); }
+  bool reads_may_overlap() const override { return base_->reads_may_overlap(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> base_;
+  const uint64_t offset_;
+  std::atomic<int> left_;
+  const std::thread::id owner_ = std::this_thread::get_id();
+  std::atomic<bool> failed_elsewhere_{false};
+  std::mutex mutex_;
+  std::vector<uint64_t> offsets_;
+};
+
+// A read that fails, whichever thread made it, is reported when the reader
+// reaches that piece, as the reader alone reports it; the next call reads
+// it again and goes on. Every piece of the trace in turn, reads shared.
+TEST_F(ReadAheadTest, AFailedReadOfEitherThreadIsReportedAtItsPieceAndReadAgain) {
+  const std::string path = Path("t.trace");
+  WriteMixed(path, 8 * kPieceRecords + 5);
+  const Scan expected = ScanOf(path, ReadAhead::kNever);
+  ASSERT_EQ(expected.status, "OK");
+  // The offsets the reader alone reads at (the header's, then its pieces).
+  std::vector<uint64_t> offsets;
+  {
+    auto base = FileSystem::Default()->NewRandomAccessFile(path);
+    ASSERT_TRUE(base.ok());
+    ASSERT_TRUE((*base)->reads_may_overlap());  // a file on disk: the shared path
+    auto file = std::make_unique<FailingAtOffsetFile>(std::move(*base), UINT64_MAX, 0);
+    FailingAtOffsetFile* recorder = file.get();
+    auto reader = TraceReader::Open(std::move(file), nullptr, ReaderOptions{ReadAhead::kNever});
+    ASSERT_TRUE(reader.ok());
+    Scan scan;
+    Drain(**reader, &scan);
+    offsets = recorder->offsets();
+  }
+  ASSERT_EQ(offsets.front(), 0u);  // the header's, read by Open: not a piece
+  offsets.erase(offsets.begin());
+  ASSERT_GE(offsets.size(), 9u);
+  int failed_by_thread = 0, failed_by_reader = 0;  // reads shared
+  for (uint64_t bad : offsets) {
+    SCOPED_TRACE("reads at offset " + std::to_string(bad) + " fail once");
+    std::string outcome[2];
+    for (ReadAhead mode : {ReadAhead::kAlways, ReadAhead::kNever}) {
+      auto file = FileSystem::Default()->NewRandomAccessFile(path);
+      ASSERT_TRUE(file.ok());
+      auto failing = std::make_unique<FailingAtOffsetFile>(std::move(*file), bad, 1);
+      FailingAtOffsetFile* fault = failing.get();
+      auto reader = TraceReader::Open(std::move(failing), nullptr, ReaderOptions{mode});
+      ASSERT_TRUE(reader.ok());
+      Scan scan;
+      Drain(**reader, &scan);  // up to the failed read
+      outcome[mode == ReadAhead::kNever] = scan.status + " after " + std::to_string(scan.records.size());
+      EXPECT_NE(scan.status.find(std::strerror(EIO)), std::string::npos) << scan.status;
+      Scan rest;
+      Drain(**reader, &rest);  // read again: the rest of the trace
+      scan.records.insert(scan.records.end(), rest.records.begin(), rest.records.end());
+      rest.records = scan.records;
+      rest.pieces_read_ahead = 0;
+      Scan want = expected;
+      want.pieces_read_ahead = 0;
+      ExpectSameScan(rest, want);
+      if (mode == ReadAhead::kAlways) ++(fault->failed_elsewhere() ? failed_by_thread : failed_by_reader);
+    }
+    EXPECT_EQ(outcome[0], outcome[1]);
+  }
+  // Pieces of both: the growing buffer's and every other whole one are the
+  // reader's, the rest the thread's.
+  EXPECT_GE(failed_by_thread, 3);
+  EXPECT_GE(failed_by_reader, 3);
 }
 
 TEST_F(ReadAheadTest, TornTailsAreTheSame) {
@@ -289,11 +410,16 @@ TEST_F(ReadAheadTest, ALiveTraceIsReadToItsCurrentEndEachTime) {
 TEST_F(ReadAheadTest, AFileCutAheadOfTheReaderEndsWhereItWasCut) {
   const std::string path = Path("cut.trace");
   std::vector<Scan> scans;
-  for (ReadAhead mode : {ReadAhead::kAlways, ReadAhead::kNever}) {
-    WriteMixed(path, 9 * kPieceRecords);
-    auto reader = TraceReader::Open(path, nullptr, ReaderOptions{mode});
+  for (int way = 0; way < 3; ++way) {
+    const ReadAhead mode = way < 2 ? ReadAhead::kAlways : ReadAhead::kNever;
+    WriteMixed(path, 13 * kPieceRecords);
+    auto reader = TraceReader::Open(path, nullptr, Options(mode, way == 0));
     ASSERT_TRUE(reader.ok());
     Scan scan;
+    // In the reader's piece [5440, 7488) (the buffer grows over the first
+    // 3392 records): at most 2 * kSharedReadAheadPieces pieces after it are
+    // read ahead, up to record 7488 + 6 * 2048 = 19776.
+    static_assert(2 * kSharedReadAheadPieces <= 6 && kReadAheadPieces <= 6);
     for (size_t i = 0; i < 3 * kPieceRecords; ++i) {
       Record record;
       bool done = false;
@@ -301,14 +427,14 @@ TEST_F(ReadAheadTest, AFileCutAheadOfTheReaderEndsWhereItWasCut) {
       ASSERT_FALSE(done);
       scan.records.push_back(record);
     }
-    // At most the piece after the reader's is read ahead: cut two beyond it.
-    ASSERT_TRUE(TruncateFile(path, RecordOffset(6 * kPieceRecords + 100) + 40).ok());
+    ASSERT_TRUE(TruncateFile(path, RecordOffset(10 * kPieceRecords + 100) + 40).ok());
     Drain(**reader, &scan);
-    EXPECT_EQ(scan.records.size(), 6 * kPieceRecords + 100);
+    EXPECT_EQ(scan.records.size(), 10 * kPieceRecords + 100);
     EXPECT_EQ(scan.torn_tail_bytes, 40u);
     scans.push_back(scan);
   }
-  ExpectSameScan(scans[0], scans[1]);
+  ExpectSameScan(scans[0], scans[2]);
+  ExpectSameScan(scans[1], scans[2]);
 }
 
 // Records read at random (bisect) between the steps of a scan.
