@@ -41,9 +41,10 @@ namespace dgrr::trace {
 // At most this many PieceReadAhead workers (and ReadingThreadSlots) live in
 // the process at once: unless set, one less than the hardware threads, the
 // one left being the reader's own. (Measured on 2 cores: a read-ahead thread
-// brings VerifyTrace from ~0.67x to ~0.8x of read(2) by wall time when the
-// second core is free, and slows compare, whose two sides already keep both
-// cores busy: bench/README.md.)
+// sharing the reads brings VerifyTrace from ~0.7x to ~1.0-1.1x of read(2) by
+// wall time when the second core is free, and a thread reading every piece
+// slowed compare, whose two sides already keep both cores busy:
+// bench/README.md.)
 int ReadAheadThreadLimit();
 // Sets the limit (0: no reader reads ahead); for benchmarks and tests, which
 // time or check readers with and without the thread in one process. Workers
