@@ -147,6 +147,11 @@ Status TraceReader::Fill(bool* have_record) {
     if (!(share_reads_ && whole_piece && offset < read_ahead_->front_offset())) read_ahead_.reset();
   }
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_, offset));
+  // Sharing the reads, a read of the reader's own that ends early has found
+  // the end of the file (cut since, by a rollback) before pieces the thread
+  // read: they are dropped, so that what is written there later is read as
+  // it then is, as by a reader without the thread.
+  if (read_ahead_ != nullptr && got < capacity_ - end_) read_ahead_.reset();
   end_ += got;
   *have_record = end_ >= kRecordSize;
   MaybeReadAhead();
