@@ -123,6 +123,17 @@ void Drain(TraceReader& reader, Scan* scan, bool runs = false) {
   scan->pieces_read_ahead = reader.pieces_read_ahead();
 }
 
+// Reads `n` records through Next() into *scan: every one must be there.
+void ReadRecords(TraceReader& reader, size_t n, Scan* scan) {
+  for (size_t i = 0; i < n; ++i) {
+    Record record;
+    bool done = false;
+    ASSERT_TRUE(reader.Next(&record, &done).ok());
+    ASSERT_FALSE(done);
+    scan->records.push_back(record);
+  }
+}
+
 class ReadAheadTest : public testing::TempDirTest {
  protected:
   // Two threads may read ahead, whatever the machine (the default follows
@@ -384,13 +395,7 @@ TEST_F(ReadAheadTest, ALiveTraceIsReadToItsCurrentEndEachTime) {
     // Into the last piece the file holds whole (the buffer grows over its
     // first 3392 records, then pieces of 2048: [5440, 7488)); records
     // appended now are read in the same pass, without a stop at the old end.
-    for (int i = 0; i < 6000; ++i) {
-      Record record;
-      bool done = false;
-      ASSERT_TRUE((*reader)->Next(&record, &done).ok());
-      ASSERT_FALSE(done);
-      scan.records.push_back(record);
-    }
+    ASSERT_NO_FATAL_FAILURE(ReadRecords(**reader, 6000, &scan));
     AppendMixed(**writer, 2 * kPieceRecords, &seq, &step);
     ASSERT_TRUE((*writer)->Flush().ok());
     Drain(**reader, &scan);
@@ -424,13 +429,7 @@ TEST_F(ReadAheadTest, AFileCutAheadOfTheReaderEndsWhereItWasCut) {
     // 3392 records): at most 2 * kSharedReadAheadPieces pieces after it are
     // read ahead, up to record 7488 + 6 * 2048 = 19776.
     static_assert(2 * kSharedReadAheadPieces <= 6 && kReadAheadPieces <= 6);
-    for (size_t i = 0; i < 3 * kPieceRecords; ++i) {
-      Record record;
-      bool done = false;
-      ASSERT_TRUE((*reader)->Next(&record, &done).ok());
-      ASSERT_FALSE(done);
-      scan.records.push_back(record);
-    }
+    ASSERT_NO_FATAL_FAILURE(ReadRecords(**reader, 3 * kPieceRecords, &scan));
     ASSERT_TRUE(TruncateFile(path, RecordOffset(10 * kPieceRecords + 100) + 40).ok());
     Drain(**reader, &scan);
     EXPECT_EQ(scan.records.size(), 10 * kPieceRecords + 100);
@@ -470,13 +469,7 @@ TEST_F(ReadAheadTest, PiecesReadAheadOfACutTheReaderSawAreNotUsed) {
                                                              way == 0));
       ASSERT_TRUE(reader.ok());
       Scan scan;
-      for (int i = 0; i < 3000; ++i) {
-        Record record;
-        bool done = false;
-        ASSERT_TRUE((*reader)->Next(&record, &done).ok());
-        ASSERT_FALSE(done);
-        scan.records.push_back(record);
-      }
+      ASSERT_NO_FATAL_FAILURE(ReadRecords(**reader, 3000, &scan));
       ASSERT_TRUE((*reader)->CountRecordsInFile().ok());  // waits for the reads issued
       ASSERT_TRUE(TruncateFile(path, RecordOffset(cut)).ok());
       Drain(**reader, &scan);
