@@ -103,7 +103,6 @@ class PieceReadAhead {
   // (capacity / kRecordSize entries) is swapped likewise and holds the CRC
   // of each whole record read (crcs must then not be null).
   StatusOr<size_t> Take(std::unique_ptr<uint8_t[]>* buffer, std::unique_ptr<uint32_t[]>* crcs = nullptr);
-  bool checksums_records() const { return checksum_records_; }
 
  private:
   PieceReadAhead(RandomAccessFile* file, size_t capacity, size_t depth, bool checksum_records);

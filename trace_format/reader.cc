@@ -134,7 +134,7 @@ Status TraceReader::Fill(bool* have_record) {
       DGRR_ASSIGN_OR_RETURN(size_t got, read_ahead_->Take(&buffer_, &crcs_));
       ++pieces_read_ahead_;
       end_ = got;
-      if (read_ahead_->checksums_records()) checksummed_ = end_ / kRecordSize;
+      if (share_reads_) checksummed_ = end_ / kRecordSize;  // the thread computed them (MaybeReadAhead)
       *have_record = end_ >= kRecordSize;
       MaybeReadAhead();
       return Status::OK();
@@ -147,10 +147,10 @@ Status TraceReader::Fill(bool* have_record) {
     if (!(share_reads_ && whole_piece && offset < read_ahead_->front_offset())) read_ahead_.reset();
   }
   DGRR_ASSIGN_OR_RETURN(size_t got, PreadFully(*file_, buffer_.get() + end_, capacity_ - end_, offset));
-  // Sharing the reads, a read of the reader's own that ends early has found
-  // the end of the file (cut since, by a rollback) before pieces the thread
-  // read: they are dropped, so that what is written there later is read as
-  // it then is, as by a reader without the thread.
+  // A read of the reader's own that ends early has found the end of the
+  // file (cut since, by a rollback) before any piece the thread read beyond
+  // it (sharing the reads): they are dropped, so that what is written there
+  // later is read as it then is, as by a reader without the thread.
   if (read_ahead_ != nullptr && got < capacity_ - end_) read_ahead_.reset();
   end_ += got;
   *have_record = end_ >= kRecordSize;

@@ -19,8 +19,8 @@
 // CompareRuns with the reader's read-ahead off (ratio_*_serial_*: what they
 // were before it), and VerifyTrace with the thread reading every piece
 // instead of sharing the reads with the reader (ratio_verify_unshared_*:
-// read-ahead as it was before reads were shared). The instruction set (the block CRC and scan kernels the
-// reader picked) is printed above the results.
+// read-ahead as it was before reads were shared). The instruction set (the
+// block CRC and scan kernels the reader picked) is printed above the results.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <time.h>
@@ -308,8 +308,8 @@ void BM_InterleavedRounds(benchmark::State& state) {
   };
   state.SetLabel("ranges: compare cpu " + range(cpu[2]) + " wall " + range(wall[2]) + ", verify cpu " +
                  range(cpu[1]) + " wall " + range(wall[1]) + ", verify serial cpu " + range(cpu[5]) +
-                 " wall " + range(wall[5]) + ", verify unshared wall " + range(wall[7]) + ", compare serial cpu " + range(cpu[6]) + " wall " +
-                 range(wall[6]) + ", pread cpu " + range(cpu[3]) +
+                 " wall " + range(wall[5]) + ", verify unshared wall " + range(wall[7]) +
+                 ", compare serial cpu " + range(cpu[6]) + " wall " + range(wall[6]) + ", pread cpu " + range(cpu[3]) +
                  ", pread+crc cpu " + range(cpu[4]));
 }
 
